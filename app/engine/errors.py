@@ -1,0 +1,61 @@
+"""The errors the engine and its adapters raise.
+
+    FinishlineError
+    └── LLMError                 a model call failed; `retryable` says whether to try again
+        ├── LLMTimeoutError      no complete answer within the call's timeout       (retryable)
+        ├── LLMConnectionError   the endpoint could not be reached or hung up       (retryable)
+        ├── LLMStatusError       the endpoint answered with an HTTP error status    (408/409/429/5xx retryable)
+        ├── LLMResponseError     the endpoint answered, but not with a usable reply (not retryable)
+        └── ScriptExhaustedError a scripted model was called more times than it has replies
+
+Adapters translate their library's errors into these at the boundary
+(`raise LLMTimeoutError(...) from exc`), so the engine never sees httpx or any SDK.
+Exceptions carry facts; they never log.
+"""
+
+from __future__ import annotations
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+class FinishlineError(Exception):
+    """Base of every error finishline raises on purpose."""
+
+
+class LLMError(FinishlineError):
+    """A call to the model failed."""
+
+    retryable: bool = False
+    kind: str = "llm_error"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class LLMTimeoutError(LLMError):
+    retryable = True
+    kind = "llm_timeout"
+
+
+class LLMConnectionError(LLMError):
+    retryable = True
+    kind = "llm_connection"
+
+
+class LLMStatusError(LLMError):
+    kind = "llm_status"
+
+    def __init__(self, status: int, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(f"HTTP {status}: {message}", retry_after_s=retry_after_s)
+        self.status = status
+        self.retryable = status in RETRYABLE_STATUSES
+
+
+class LLMResponseError(LLMError):
+    kind = "llm_bad_response"
+
+
+class ScriptExhaustedError(LLMError):
+    kind = "script_exhausted"

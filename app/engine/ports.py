@@ -1,0 +1,156 @@
+"""What the engine needs from the outside world, as Protocols and plain values.
+
+The engine speaks the OpenAI Chat Completions message format (`Message`), the lingua franca
+of tool-calling models; adapters in `app.llm` translate anything else at their boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Message = dict[str, Any]
+"""One chat message: {"role": "system"|"user"|"assistant"|"tool", "content": ..., ...}."""
+
+DeltaSink = Callable[[str], None]
+"""Receives text fragments as a streaming model produces them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call as the model wrote it. `arguments` is the raw JSON text, maybe invalid."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """Tokens of one model call; `estimated` when the provider reported none."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What one model call returned."""
+
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: TokenUsage | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool: rendered as an OpenAI `function` tool."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model with native tool calls.
+
+    `complete` raises only `app.engine.errors.LLMError` subclasses for failures the caller
+    may retry or report; anything else is a bug. With `on_delta`, a model that can stream
+    calls it with each text fragment as it arrives, then still returns the whole `Reply`.
+    """
+
+    name: str
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> Reply: ...
+
+
+PlanStatus = Literal["pending", "in_progress", "completed"]
+
+
+@dataclass(slots=True)
+class PlanItem:
+    step: str
+    status: PlanStatus = "pending"
+
+
+@dataclass(slots=True)
+class Plan:
+    """The agent's own plan, kept by the built-in `update_plan` tool; progress reads it."""
+
+    items: list[PlanItem] = field(default_factory=list)
+
+    @property
+    def completed(self) -> int:
+        return sum(1 for item in self.items if item.status == "completed")
+
+    @property
+    def next_item(self) -> str | None:
+        for wanted in ("in_progress", "pending"):
+            for item in self.items:
+                if item.status == wanted:
+                    return item.step
+        return None
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """Per-run state a tool may read or write. One per run, never shared between runs."""
+
+    run_id: str
+    step: int = 0
+    plan: Plan = field(default_factory=Plan)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """Something the model can call.
+
+    `validate` returns a precise, model-readable message when the arguments do not fit
+    `parameters` (a JSON schema), else None; the engine calls it before `call`.
+    `call` returns the result as text (JSON text for structured results). Raising is allowed:
+    the engine shows the error to the model. A non-idempotent tool (polling a job) may give a
+    different result for the same arguments, so repeating it is not a loop by itself.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    idempotent: bool
+
+    def validate(self, arguments: Mapping[str, Any]) -> str | None: ...
+
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> str: ...
+
+
+class Clock(Protocol):
+    """Monotonic seconds, for deadlines and elapsed time."""
+
+    def __call__(self) -> float: ...
+
+
+system_clock: Clock = time.monotonic

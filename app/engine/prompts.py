@@ -1,0 +1,131 @@
+"""Every text the model sees from us, in one place, in English and Chinese.
+
+A deployment may override any text (see `Prompts.merged`); placeholders in braces are filled
+with `str.format`. Keep them short: they are read on every step of every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+from app.engine.policies import PromptLanguage
+
+TASK_FINISHED = "task_finished"
+UPDATE_PLAN = "update_plan"
+
+
+@dataclass(frozen=True, slots=True)
+class Prompts:
+    task_finished_description: str
+    task_finished_answer: str
+    stop_tool_prompt: str
+    finish_beside_others: str
+    repetition_hint: str
+    tool_timeout: str
+    limit_prompt: str
+    progress: str
+    progress_plan: str
+    truncation_note: str
+    context_trim_stub: str
+    context_trim_notice: str
+    unknown_tool: str
+    bad_json: str
+    bad_arguments: str
+    tool_failed: str
+    call_interrupted: str
+
+    def merged(self, overrides: Mapping[str, str]) -> Prompts:
+        """A copy with some texts replaced; an unknown name is an error, not ignored."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown prompt names: {', '.join(unknown)}")
+        return replace(self, **overrides)
+
+
+EN = Prompts(
+    task_finished_description=(
+        "Call this once the task is fully done, with the final answer. It ends the run, so "
+        "call it alone, after you have read the results of every other tool call."
+    ),
+    task_finished_answer="The final answer to the task, complete and self-contained.",
+    stop_tool_prompt=(
+        "Check whether the task is fully done. If it is, call the `task_finished` tool with "
+        "the final answer. If it is not, continue working with the tools you have."
+    ),
+    finish_beside_others=(
+        "Not finished: call task_finished alone, after reading these results. The other tool "
+        "calls of this turn ran; their results are above."
+    ),
+    repetition_hint=(
+        "You already called {tool} {count} times with these same arguments; the result will "
+        "not change. Earlier result:\n{result}\n"
+        "Try a different tool, different arguments, or answer from what you have."
+    ),
+    tool_timeout=(
+        "The tool {tool} timed out after {seconds:g} s. Simplify the arguments or use "
+        "another way to get what you need."
+    ),
+    limit_prompt=(
+        "A limit of this run has been reached ({reason}). Answer now, as well as you can, "
+        "from what you have. Do not call any tools."
+    ),
+    progress=(
+        "[progress] Step {step}/{max_steps}. Time used: {elapsed:.0f} s of {max_time:.0f} s. "
+        "Tool calls so far: {tool_calls}."
+    ),
+    progress_plan=" Plan: completed {completed}/{total}. Next: {next_item}.",
+    truncation_note=(
+        "\n\n[Result truncated: showing {shown:,} of {total:,} chars. To see more, narrow "
+        "the query, add filters, or ask for a specific range.]"
+    ),
+    context_trim_stub="[Earlier result of {tool} elided to fit the context ({chars:,} chars).]",
+    context_trim_notice=(
+        "The prompt was over {limit:,} tokens: the {count} oldest tool results were elided."
+    ),
+    unknown_tool="Unknown tool {tool!r}. Available tools: {available}.",
+    bad_json=(
+        "The arguments of {tool} are not a valid JSON object ({error}). Call it again with a "
+        "JSON object that matches its parameters."
+    ),
+    bad_arguments="Invalid arguments for {tool}: {error}. Call it again with valid arguments.",
+    tool_failed="The tool {tool} failed: {error}",
+    call_interrupted="The tool {tool} was interrupted: the run reached a limit ({reason}).",
+)
+
+ZH = Prompts(
+    task_finished_description=(
+        "任务全部完成后调用此工具，并给出最终答案。它会结束本次运行，"
+        "请在读完其他工具调用的结果之后单独调用它。"
+    ),
+    task_finished_answer="任务的最终答案，完整且可独立阅读。",
+    stop_tool_prompt=(
+        "请确认目标问题是否已经处理完成，若是已完成，请使用工具 `task_finished` "
+        "给出最终答案；若未完成，请继续使用工具处理。"
+    ),
+    finish_beside_others=(
+        "尚未结束：请在读完这些结果之后单独调用 task_finished。本轮的其他工具调用已执行，结果见上。"
+    ),
+    repetition_hint=(
+        "已用相同参数调用 {tool} {count} 次，结果未变。之前的结果：\n{result}\n"
+        "请换一种方式：使用不同工具、调整参数、或直接基于已有信息回答。"
+    ),
+    tool_timeout="工具 {tool} 调用超时（{seconds:g} 秒），请尝试简化参数或使用替代方案。",
+    limit_prompt="已达到本次运行的限制（{reason}），请基于已有信息给出最佳回答，不要继续调用工具。",
+    progress="[进度] 第 {step}/{max_steps} 步。已用时 {elapsed:.0f}/{max_time:.0f} 秒。已调用工具 {tool_calls} 次。",
+    progress_plan=" 已完成: {completed}/{total}。下一步建议: {next_item}。",
+    truncation_note=(
+        "\n\n...（结果已截断，显示 {shown:,}/{total:,} 字符。"
+        "如需更多内容，请缩小查询范围、增加过滤条件或指定范围。）"
+    ),
+    context_trim_stub="[为控制上下文长度，已省略 {tool} 的早期结果（{chars:,} 字符）。]",
+    context_trim_notice="提示词超过 {limit:,} tokens：已省略最早的 {count} 条工具结果。",
+    unknown_tool="未知工具 {tool!r}。可用工具：{available}。",
+    bad_json="{tool} 的参数不是合法的 JSON 对象（{error}）。请用符合参数定义的 JSON 对象重新调用。",
+    bad_arguments="{tool} 的参数无效：{error}。请用正确的参数重新调用。",
+    tool_failed="工具 {tool} 执行失败：{error}",
+    call_interrupted="工具 {tool} 的调用被中断：本次运行已达到限制（{reason}）。",
+)
+
+BUILTIN: dict[PromptLanguage, Prompts] = {"en": EN, "zh": ZH}

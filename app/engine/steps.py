@@ -1,0 +1,175 @@
+"""What a run produces, step by step: one frozen value per fact, one union type.
+
+Each step knows its event type (`type`) and renders its own payload; `Checkpoint` is not an
+event but the state a run could resume from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from app.engine.policies import InterventionKind, StopReason
+
+
+@dataclass(frozen=True, slots=True)
+class RunUsage:
+    """What a run has spent so far."""
+
+    steps: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "steps": self.steps,
+            "llm_calls": self.llm_calls,
+            "tool_calls": self.tool_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """Why a run failed: a stable `type` for programs, a `message` for people."""
+
+    type: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"type": self.type, "message": self.message}
+
+
+class _Event:
+    """Mixin: the payload of an event is every field but `step`."""
+
+    __slots__ = ()
+    type: ClassVar[str]
+
+    def payload(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "step"}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted(_Event):
+    type: ClassVar[str] = "step.started"
+    step: int
+    max_steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class Thought(_Event):
+    type: ClassVar[str] = "thought"
+    step: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDelta(_Event):
+    type: ClassVar[str] = "token"
+    step: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class LLMCalled(_Event):
+    """One model call that returned. `final` marks the degraded final-answer call."""
+
+    type: ClassVar[str] = "llm.call"
+    step: int
+    model: str
+    duration_ms: int
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool
+    tool_calls: int
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRetry(_Event):
+    type: ClassVar[str] = "llm.retry"
+    step: int
+    attempt: int
+    error: str
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Action(_Event):
+    """A tool call. `arguments` is the parsed JSON object, or the raw text if it did not parse."""
+
+    type: ClassVar[str] = "action"
+    step: int
+    call_id: str
+    tool: str
+    arguments: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Observation(_Event):
+    """A tool result. `content` is the whole result (what a person sees); `model_content` is
+    what the model was shown when that differs (truncated, with the note)."""
+
+    type: ClassVar[str] = "observation"
+    step: int
+    call_id: str
+    tool: str
+    content: str
+    is_error: bool = False
+    truncated: bool = False
+    original_chars: int = 0
+    shown_chars: int = 0
+    duration_ms: int = 0
+    repeated: bool = False
+    model_content: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Intervention(_Event):
+    type: ClassVar[str] = "intervention"
+    step: int
+    kind: InterventionKind
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The run's resumable state after a step (messages, usage, counters). Not an event."""
+
+    step: int
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The one way a run ends."""
+
+    step: int
+    reason: StopReason
+    answer: str | None
+    degraded: bool
+    usage: RunUsage
+    error: RunError | None = None
+
+
+Step = (
+    StepStarted
+    | Thought
+    | TokenDelta
+    | LLMCalled
+    | LLMRetry
+    | Action
+    | Observation
+    | Intervention
+    | Checkpoint
+    | Finished
+)

@@ -1,0 +1,33 @@
+"""Suite-wide fixtures: async tests on asyncio, and an environment that cannot reach a real LLM."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    """Every `async def` test runs under anyio (on asyncio), with no marker to forget."""
+    if inspect.iscoroutinefunction(obj) and name.startswith("test"):
+        pytest.mark.anyio(obj)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+_SCRUBBED_PREFIXES = ("FINISHLINE_", "OPENAI_")
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No FINISHLINE_*/OPENAI_* settings or proxies leak in from the developer's shell."""
+    for name in list(os.environ):
+        if name.startswith(_SCRUBBED_PREFIXES) or name in _PROXY_VARS:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "*")
