@@ -4,9 +4,11 @@
     └── LLMError                 a model call failed; `retryable` says whether to try again
         ├── LLMTimeoutError      no complete answer within the call's timeout       (retryable)
         ├── LLMConnectionError   the endpoint could not be reached or hung up       (retryable)
-        ├── LLMStatusError       the endpoint answered with an HTTP error status    (408/409/429/5xx retryable)
+        ├── LLMStatusError       the endpoint answered with an HTTP error status
+        │                        (retryable when 408, 409, 429 or 5xx)
         ├── LLMResponseError     the endpoint answered, but not with a usable reply (not retryable)
         └── ScriptExhaustedError a scripted model was called more times than it has replies
+    └── ToolError                a tool failed in a way it can explain to the model
 
 Adapters translate their library's errors into these at the boundary
 (`raise LLMTimeoutError(...) from exc`), so the engine never sees httpx or any SDK.
@@ -59,3 +61,10 @@ class LLMResponseError(LLMError):
 
 class ScriptExhaustedError(LLMError):
     kind = "script_exhausted"
+
+
+class ToolError(FinishlineError):
+    """An expected tool failure; its message is written for the model and shown to it as is.
+
+    Any other exception a tool raises is shown as `TypeName: message`.
+    """

@@ -66,14 +66,16 @@ class Limits:
     llm_retries: int = 3
     """Retries of a failed LLM call (network errors, timeouts, 408/409/429/5xx)."""
     llm_retry_delay_s: float = 10.0
-    """First retry delay; doubles each retry, with jitter; Retry-After wins; never past the deadline."""
+    """First retry delay; doubles each retry, with jitter. Retry-After wins. Never past the
+    deadline."""
     repetition_threshold: int = 2
     """The N-th identical call (same tool, same canonical JSON arguments) gets a hint instead
     of running; 0 turns detection off. Non-idempotent tools run until past N."""
     max_tool_result_chars: int = 2000
     """What the model sees of one tool result (a note is appended); 0 = no truncation."""
     progress: bool = False
-    """Inject a progress message (step i/N, time, tool calls, plan) before each step after the first."""
+    """Inject a progress message (step i/N, time, tool calls, plan) before each step but the
+    first."""
     max_total_tokens: int | None = None
     """Token budget for the run (provider usage, else an estimate); None = unbounded."""
     max_context_tokens: int | None = None

@@ -113,7 +113,10 @@ ZH = Prompts(
     ),
     tool_timeout="工具 {tool} 调用超时（{seconds:g} 秒），请尝试简化参数或使用替代方案。",
     limit_prompt="已达到本次运行的限制（{reason}），请基于已有信息给出最佳回答，不要继续调用工具。",
-    progress="[进度] 第 {step}/{max_steps} 步。已用时 {elapsed:.0f}/{max_time:.0f} 秒。已调用工具 {tool_calls} 次。",
+    progress=(
+        "[进度] 第 {step}/{max_steps} 步。已用时 {elapsed:.0f}/{max_time:.0f} 秒。"
+        "已调用工具 {tool_calls} 次。"
+    ),
     progress_plan=" 已完成: {completed}/{total}。下一步建议: {next_item}。",
     truncation_note=(
         "\n\n...（结果已截断，显示 {shown:,}/{total:,} 字符。"

@@ -130,6 +130,7 @@ class Observation(_Event):
     shown_chars: int = 0
     duration_ms: int = 0
     repeated: bool = False
+    timed_out: bool = False
     model_content: str | None = None
 
 

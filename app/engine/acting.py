@@ -1,0 +1,162 @@
+"""The acting half of a step: one reply's tool calls, run concurrently, observed in the log
+as each ends and appended to the conversation in call order.
+
+`task_finished` is handled here: alone and valid, it ends the run (`ToolStep.finished`);
+beside other calls, the others run and the model is told to call it alone afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import structlog
+
+from app.engine.guard import CancelRequestedError, DeadlineError, abandon
+from app.engine.policies import InterventionKind, StopReason
+from app.engine.ports import Message, Reply, ToolCall
+from app.engine.prompts import TASK_FINISHED
+from app.engine.steps import Action, Intervention, Observation, Step
+from app.engine.toolcalls import CallResult, PreparedCall, execute, parse_arguments, prepare
+from app.engine.truncate import truncate
+
+if TYPE_CHECKING:
+    from app.engine.loop import ReactRun
+
+log = structlog.get_logger("finishline.engine")
+
+
+def assistant_message(reply: Reply) -> Message:
+    return {
+        "role": "assistant",
+        "content": reply.content,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.tool_calls
+        ],
+    }
+
+
+class ToolStep:
+    def __init__(self, run: ReactRun, reply: Reply) -> None:
+        self.run = run
+        self.reply = reply
+        self.finished: str | None = None
+        """The answer, when the model called task_finished alone with valid arguments."""
+        self._shown: dict[int, str] = {}
+
+    def __aiter__(self) -> AsyncIterator[Step]:
+        return self._steps()
+
+    async def _steps(self) -> AsyncIterator[Step]:
+        run, st = self.run, self.run.state
+        calls = self.reply.tool_calls
+        st.messages.append(assistant_message(self.reply))
+        finishing = run.limits.stop_tool and all(c.name == TASK_FINISHED for c in calls)
+        prepared: list[PreparedCall] = []
+        for call in calls:
+            item = self._prepare(call, finishing)
+            prepared.append(item)
+            log.info("tool_called", tool=call.name, call_id=call.id)
+            yield Action(st.step, call.id, call.name, item.arguments)
+        if self.finished is not None:
+            return
+        st.tool_calls += sum(1 for c in calls if c.name != TASK_FINISHED)
+
+        try:
+            for index, item in enumerate(prepared):
+                if not item.runnable:
+                    if item.repeated:
+                        log.info("intervened", kind=InterventionKind.REPETITION.value)
+                        yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
+                    yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
+            tasks = {
+                asyncio.ensure_future(
+                    execute(item, run.ctx, run.limits.tool_timeout_s, run.prompts)
+                ): index
+                for index, item in enumerate(prepared)
+                if item.runnable
+            }
+            pending = set(tasks)
+            try:
+                while pending:
+                    done = await run.guard.wait_any(pending, run.deadline)
+                    for task in sorted(done, key=tasks.__getitem__):
+                        pending.discard(task)
+                        index = tasks[task]
+                        yield self._observe(index, prepared[index], task.result())
+            except (CancelRequestedError, DeadlineError) as exc:
+                reason = (
+                    StopReason.CANCELLED
+                    if isinstance(exc, CancelRequestedError)
+                    else StopReason.TIMEOUT
+                )
+                for task in sorted(pending, key=tasks.__getitem__):
+                    abandon(task)
+                    index = tasks[task]
+                    text = run.prompts.call_interrupted.format(
+                        tool=prepared[index].call.name, reason=reason.value
+                    )
+                    yield self._observe(index, prepared[index], CallResult(text, True, 0))
+                raise
+        finally:
+            for index, item in enumerate(prepared):
+                if index in self._shown:
+                    st.messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": item.call.id,
+                            "content": self._shown[index],
+                        }
+                    )
+
+    def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
+        run = self.run
+        if not (run.limits.stop_tool and call.name == TASK_FINISHED):
+            return prepare(
+                call, run.tools, run.state, run.limits, run.prompts, run.available_tools()
+            )
+        arguments, shown, error = parse_arguments(call.arguments)
+        item = PreparedCall(call=call, arguments=shown, is_error=True)
+        if not finishing:
+            item.reply = run.prompts.finish_beside_others
+        elif arguments is None:
+            item.reply = run.prompts.bad_json.format(tool=call.name, error=error)
+        elif not isinstance(arguments.get("answer"), str):
+            problem = "'answer' is a required property and must be a string"
+            item.reply = run.prompts.bad_arguments.format(tool=call.name, error=problem)
+        elif self.finished is None:
+            self.finished = arguments["answer"]
+            item.reply, item.is_error = "", False
+        return item
+
+    def _observe(self, index: int, item: PreparedCall, result: CallResult) -> Observation:
+        run = self.run
+        shown = truncate(result.text, run.limits.max_tool_result_chars, run.prompts.truncation_note)
+        self._shown[index] = shown.text
+        if item.runnable and item.key is not None:
+            run.state.earlier_results[item.key] = shown.text
+        log.info(
+            "tool_returned",
+            tool=item.call.name,
+            call_id=item.call.id,
+            is_error=result.is_error,
+            duration_ms=result.duration_ms,
+            truncated=shown.truncated,
+            repeated=item.repeated,
+        )
+        return Observation(
+            step=run.state.step,
+            call_id=item.call.id,
+            tool=item.call.name,
+            content=result.text,
+            is_error=result.is_error,
+            truncated=shown.truncated,
+            original_chars=shown.original_chars,
+            shown_chars=shown.shown_chars,
+            duration_ms=result.duration_ms,
+            repeated=item.repeated,
+            timed_out=result.timed_out,
+            model_content=shown.text if shown.truncated else None,
+        )

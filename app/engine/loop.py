@@ -1,0 +1,390 @@
+"""The ReAct loop of DESIGN.md §1: the only control flow of a run.
+
+`run_react(...)` yields typed steps (`app.engine.steps`) and always ends with exactly one
+`Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
+max_steps, nudges), around each await (deadline and cancel interrupt in-flight LLM and tool
+calls through `Guard`), and after the step (token budget).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import structlog
+
+from app.engine.acting import ToolStep
+from app.engine.errors import LLMError, LLMTimeoutError
+from app.engine.guard import CancelRequestedError, DeadlineError, Guard
+from app.engine.policies import (
+    LIMIT_INTERVENTIONS,
+    InterventionKind,
+    Limits,
+    StopReason,
+    nudges_exhausted,
+    over_token_budget,
+    past_deadline,
+)
+from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext, ToolSpec
+from app.engine.ports import system_clock as _system_clock
+from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
+from app.engine.state import RunState
+from app.engine.steps import (
+    Checkpoint,
+    Finished,
+    Intervention,
+    LLMCalled,
+    LLMRetry,
+    RunError,
+    Step,
+    StepStarted,
+    Thought,
+    TokenDelta,
+)
+from app.engine.tokens import estimate_reply_tokens, estimate_tokens, trim_context
+
+log = structlog.get_logger("finishline.engine")
+
+
+class LLMGaveUpError(LLMError):
+    """Retries of a failing LLM call were used up, or would have run past the deadline."""
+
+    def __init__(self, cause: LLMError, why: str) -> None:
+        super().__init__(f"{cause.message} ({why})")
+        self.kind = cause.kind
+
+
+def task_finished_spec(prompts: Prompts) -> ToolSpec:
+    return ToolSpec(
+        name=TASK_FINISHED,
+        description=prompts.task_finished_description,
+        parameters={
+            "type": "object",
+            "properties": {
+                "answer": {"type": "string", "description": prompts.task_finished_answer}
+            },
+            "required": ["answer"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def run_react(
+    *,
+    task: str,
+    model: ChatModel,
+    tools: Sequence[Tool] = (),
+    limits: Limits | None = None,
+    system_prompt: str | None = None,
+    run_id: str = "",
+    cancel: asyncio.Event | None = None,
+    prompts: Prompts | None = None,
+    clock: Clock = _system_clock,
+    state: RunState | None = None,
+    jitter: Callable[[], float] = random.random,
+) -> AsyncIterator[Step]:
+    """Run one ReAct agent to its end, yielding every step. Resumes from `state` if given.
+
+    Setting `cancel` ends the run with `cancelled` at once, interrupting in-flight calls.
+    """
+    limits = limits or Limits()
+    run = ReactRun(
+        task=task,
+        model=model,
+        tools=tools,
+        limits=limits,
+        system_prompt=system_prompt,
+        run_id=run_id,
+        cancel=cancel,
+        prompts=prompts or BUILTIN[limits.prompt_language],
+        clock=clock,
+        state=state or RunState(),
+        jitter=jitter,
+    )
+    return run.steps()
+
+
+class ReactRun:
+    def __init__(
+        self,
+        *,
+        task: str,
+        model: ChatModel,
+        tools: Sequence[Tool],
+        limits: Limits,
+        system_prompt: str | None,
+        run_id: str,
+        cancel: asyncio.Event | None,
+        prompts: Prompts,
+        clock: Clock,
+        state: RunState,
+        jitter: Callable[[], float],
+    ) -> None:
+        self.task = task
+        self.model = model
+        self.limits = limits
+        self.prompts = prompts
+        self.clock = clock
+        self.state = state
+        self.jitter = jitter
+        self.system_prompt = system_prompt
+        self.tools = {t.name: t for t in tools}
+        if len(self.tools) != len(tools) or (limits.stop_tool and TASK_FINISHED in self.tools):
+            raise ValueError("tool names must be unique and must not shadow task_finished")
+        self.specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
+        if limits.stop_tool:
+            self.specs.append(task_finished_spec(prompts))
+        self.spec_tokens = estimate_tokens([{"content": str(s.to_openai())} for s in self.specs])
+        self.guard = Guard(cancel, clock)
+        self.ctx = ToolContext(run_id=run_id, plan=state.plan)
+        self.started = 0.0
+        self.deadline = 0.0
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def steps(self) -> AsyncIterator[Step]:
+        st = self.state
+        if not st.messages:
+            system = self.system_prompt or ""
+            if self.limits.stop_tool:
+                system = f"{system}\n\n{self.prompts.stop_tool_prompt}".strip()
+            st.messages = [{"role": "user", "content": self.task}]
+            if system:
+                st.messages.insert(0, {"role": "system", "content": system})
+        if self.ctx.run_id:
+            structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
+        self.started = self.clock() - st.elapsed_s
+        self.deadline = self.started + self.limits.max_time_s
+        try:
+            async for step in self._loop():
+                yield step
+        finally:
+            self.guard.close()
+
+    async def _loop(self) -> AsyncIterator[Step]:
+        st, limits = self.state, self.limits
+        while True:
+            if self.guard.cancelled:
+                yield self._end(StopReason.CANCELLED)
+                return
+            limit = past_deadline(self.clock(), self.deadline) or (
+                StopReason.MAX_STEPS if st.step >= limits.max_steps else None
+            )
+            if limit is not None:
+                async for step in self._final_answer(limit):
+                    yield step
+                return
+            last = st.messages[-1]
+            nudge = limits.stop_tool and last["role"] == "assistant" and not last.get("tool_calls")
+            if nudge and nudges_exhausted(st.nudges_in_row, limits):
+                yield self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
+                return
+
+            st.step += 1
+            self.ctx.step = st.step
+            structlog.contextvars.bind_contextvars(step=st.step)
+            yield StepStarted(st.step, limits.max_steps)
+            if nudge:
+                st.nudges_in_row += 1
+                yield self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt)
+            if limits.progress and st.step > 1:
+                yield self._inject(InterventionKind.PROGRESS, self._progress_text())
+            if limits.max_context_tokens is not None:
+                trimmed = trim_context(
+                    st, limits.max_context_tokens - self.spec_tokens, self.prompts
+                )
+                if trimmed:
+                    notice = self.prompts.context_trim_notice.format(
+                        limit=limits.max_context_tokens, count=trimmed
+                    )
+                    yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
+
+            reply: Reply | None = None
+            try:
+                async for item in self._ask(self.specs, self.deadline):
+                    if isinstance(item, Reply):
+                        reply = item
+                    else:
+                        yield item
+            except CancelRequestedError:
+                yield self._end(StopReason.CANCELLED)
+                return
+            except DeadlineError:
+                async for step in self._final_answer(StopReason.TIMEOUT):
+                    yield step
+                return
+            except LLMError as exc:
+                yield self._end(StopReason.ERROR, error=RunError(exc.kind, exc.message))
+                return
+            assert reply is not None
+
+            if not reply.tool_calls:
+                st.messages.append({"role": "assistant", "content": reply.content or ""})
+                if not limits.stop_tool:
+                    yield self._end(StopReason.ANSWERED, reply.content or "")
+                    return
+            else:
+                st.nudges_in_row = 0
+                acting = ToolStep(self, reply)
+                try:
+                    async for item in acting:
+                        yield item
+                except CancelRequestedError:
+                    yield self._end(StopReason.CANCELLED)
+                    return
+                except DeadlineError:
+                    async for step in self._final_answer(StopReason.TIMEOUT):
+                        yield step
+                    return
+                if acting.finished is not None:
+                    yield self._end(StopReason.FINISHED, acting.finished)
+                    return
+
+            budget = over_token_budget(st.total_tokens, limits)
+            if budget is not None:
+                async for step in self._final_answer(budget):
+                    yield step
+                return
+            yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+
+    # -- the model call, with retries ---------------------------------------------------
+
+    async def _ask(
+        self, specs: Sequence[ToolSpec], deadline: float, *, final: bool = False
+    ) -> AsyncIterator[Step | Reply]:
+        st, limits = self.state, self.limits
+        attempt = 0
+        while True:
+            call_deadline = min(self.clock() + limits.llm_timeout_s, deadline)
+            bounded_by_run = call_deadline >= deadline
+            started = time.perf_counter()
+            error: LLMError
+            try:
+                if limits.stream_tokens:
+                    deltas: asyncio.Queue[str] = asyncio.Queue()
+                    task = asyncio.ensure_future(
+                        self.model.complete(st.messages, specs, on_delta=deltas.put_nowait)
+                    )
+                    async for delta in self.guard.stream(task, deltas, call_deadline):
+                        yield TokenDelta(st.step, delta)
+                    reply = task.result()
+                else:
+                    task = asyncio.ensure_future(self.model.complete(st.messages, specs))
+                    reply = await self.guard.wait(task, call_deadline)
+            except DeadlineError:
+                if bounded_by_run:
+                    raise
+                error = LLMTimeoutError(f"no reply within {limits.llm_timeout_s:g} s")
+            except LLMError as exc:
+                error = exc
+            else:
+                yield self._account(reply, started, final)
+                if reply.content:
+                    log.info("thought_emitted", chars=len(reply.content), final=final)
+                    yield Thought(st.step, reply.content)
+                yield reply
+                return
+
+            if not error.retryable:
+                raise error
+            if attempt >= limits.llm_retries:
+                raise LLMGaveUpError(error, f"gave up after {attempt + 1} attempts")
+            attempt += 1
+            if error.retry_after_s is not None:
+                delay = error.retry_after_s
+            else:
+                base = limits.llm_retry_delay_s * 2 ** (attempt - 1)
+                delay = base / 2 + base / 2 * self.jitter()
+            if self.clock() + delay >= deadline:
+                raise LLMGaveUpError(error, f"a retry in {delay:g} s would pass the deadline")
+            log.warning("llm_retried", attempt=attempt, error=str(error), delay_s=round(delay, 3))
+            yield LLMRetry(st.step, attempt, str(error), round(delay, 3))
+            await self.guard.sleep(delay, deadline)
+
+    def _account(self, reply: Reply, started: float, final: bool) -> LLMCalled:
+        st = self.state
+        usage = reply.usage
+        if usage is None:
+            usage = estimate_reply_tokens(st.messages, reply, self.spec_tokens)
+        st.llm_calls += 1
+        st.add_tokens(usage)
+        return LLMCalled(
+            step=st.step,
+            model=self.model.name,
+            duration_ms=int((time.perf_counter() - started) * 1000),
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            estimated=usage.estimated,
+            tool_calls=len(reply.tool_calls),
+            final=final,
+        )
+
+    # -- endings ------------------------------------------------------------------------
+
+    async def _final_answer(self, reason: StopReason) -> AsyncIterator[Step]:
+        """Graceful degradation at a limit: one more call, without tools, for a best answer."""
+        if not self.limits.final_answer_on_limit:
+            yield self._end(reason)
+            return
+        prompt = self.prompts.limit_prompt.format(reason=reason.value)
+        yield self._inject(LIMIT_INTERVENTIONS[reason], prompt)
+        reply: Reply | None = None
+        try:
+            deadline = self.clock() + self.limits.final_answer_timeout_s
+            async for item in self._ask((), deadline, final=True):
+                if isinstance(item, Reply):
+                    reply = item
+                else:
+                    yield item
+        except CancelRequestedError:
+            yield self._end(StopReason.CANCELLED)
+            return
+        except (DeadlineError, LLMError) as exc:
+            log.warning("final_answer_failed", reason=reason.value, error=str(exc) or "deadline")
+        answer = reply.content if reply is not None and reply.content else None
+        if answer is not None:
+            self.state.messages.append({"role": "assistant", "content": answer})
+        yield self._end(reason, answer, degraded=answer is not None)
+
+    def _end(
+        self,
+        reason: StopReason,
+        answer: str | None = None,
+        *,
+        degraded: bool = False,
+        error: RunError | None = None,
+    ) -> Finished:
+        usage = self.state.usage()
+        log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
+        return Finished(self.state.step, reason, answer, degraded, usage, error)
+
+    # -- injected messages --------------------------------------------------------------
+
+    def _inject(self, kind: InterventionKind, text: str) -> Intervention:
+        self.state.messages.append({"role": "user", "content": text})
+        return self._intervention(kind, text)
+
+    def _intervention(self, kind: InterventionKind, text: str) -> Intervention:
+        log.info("intervened", kind=kind.value)
+        return Intervention(self.state.step, kind, text)
+
+    def _progress_text(self) -> str:
+        st, limits = self.state, self.limits
+        text = self.prompts.progress.format(
+            step=st.step,
+            max_steps=limits.max_steps,
+            elapsed=self.clock() - self.started,
+            max_time=limits.max_time_s,
+            tool_calls=st.tool_calls,
+        )
+        plan = st.plan
+        if plan.items:
+            text += self.prompts.progress_plan.format(
+                completed=plan.completed, total=len(plan.items), next_item=plan.next_item or "-"
+            )
+        return text
+
+    def available_tools(self) -> str:
+        return ", ".join(spec.name for spec in self.specs) or "none"

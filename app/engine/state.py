@@ -1,0 +1,92 @@
+"""A run's mutable state: the conversation and the counters the limits are checked against.
+
+`to_checkpoint()` / `from_checkpoint()` give a JSON-ready snapshot taken after each step, so a
+run can later resume elsewhere from where it was.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.ports import Message, Plan, PlanItem, TokenUsage
+from app.engine.steps import RunUsage
+
+CHECKPOINT_VERSION = 1
+
+
+def canonical_call(tool: str, arguments: dict[str, Any]) -> str:
+    """The identity of a call for repetition detection: tool name + canonical JSON."""
+    return tool + "\x00" + json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(slots=True)
+class RunState:
+    messages: list[Message] = field(default_factory=list)
+    step: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    nudges_in_row: int = 0
+    elapsed_s: float = 0.0
+    """Time the run had used when this state was restored (0 for a fresh run)."""
+    call_counts: dict[str, int] = field(default_factory=dict)
+    earlier_results: dict[str, str] = field(default_factory=dict)
+    elided: set[int] = field(default_factory=set)
+    """Indexes of tool messages whose content was elided to fit the context."""
+    plan: Plan = field(default_factory=Plan)
+
+    def usage(self) -> RunUsage:
+        return RunUsage(
+            steps=self.step,
+            llm_calls=self.llm_calls,
+            tool_calls=self.tool_calls,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+        )
+
+    def add_tokens(self, usage: TokenUsage) -> None:
+        self.prompt_tokens += usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_checkpoint(self, elapsed_s: float) -> dict[str, Any]:
+        return {
+            "version": CHECKPOINT_VERSION,
+            "messages": list(self.messages),
+            "step": self.step,
+            "llm_calls": self.llm_calls,
+            "tool_calls": self.tool_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "nudges_in_row": self.nudges_in_row,
+            "elapsed_s": elapsed_s,
+            "call_counts": dict(self.call_counts),
+            "earlier_results": dict(self.earlier_results),
+            "elided": sorted(self.elided),
+            "plan": [{"step": i.step, "status": i.status} for i in self.plan.items],
+        }
+
+    @classmethod
+    def from_checkpoint(cls, data: dict[str, Any]) -> RunState:
+        if data.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"unsupported checkpoint version {data.get('version')!r}")
+        return cls(
+            messages=list(data["messages"]),
+            step=data["step"],
+            llm_calls=data["llm_calls"],
+            tool_calls=data["tool_calls"],
+            prompt_tokens=data["prompt_tokens"],
+            completion_tokens=data["completion_tokens"],
+            nudges_in_row=data["nudges_in_row"],
+            elapsed_s=data["elapsed_s"],
+            call_counts=dict(data["call_counts"]),
+            earlier_results=dict(data["earlier_results"]),
+            elided=set(data["elided"]),
+            plan=Plan([PlanItem(i["step"], i["status"]) for i in data["plan"]]),
+        )

@@ -1,0 +1,68 @@
+"""Token estimates, for providers that report no usage and for the per-call context cap.
+
+An estimate is UTF-8 bytes / 4: about right for English, and for Chinese (3 bytes a
+character, about one token a character) it errs low by a quarter rather than wildly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.engine.ports import Message, Reply, TokenUsage
+from app.engine.prompts import Prompts
+from app.engine.state import RunState
+
+MESSAGE_OVERHEAD = 4
+
+
+def estimate_text(text: str | None) -> int:
+    return len(text.encode("utf-8")) // 4 if text else 0
+
+
+def estimate_message(message: Message) -> int:
+    tokens = MESSAGE_OVERHEAD + estimate_text(message.get("content"))
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        tokens += estimate_text(function["name"]) + estimate_text(function["arguments"])
+    return tokens
+
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    return sum(estimate_message(m) for m in messages)
+
+
+def estimate_reply_tokens(
+    messages: Sequence[Message], reply: Reply, spec_tokens: int
+) -> TokenUsage:
+    completion = estimate_text(reply.content) + sum(
+        estimate_text(c.name) + estimate_text(c.arguments) for c in reply.tool_calls
+    )
+    return TokenUsage(estimate_tokens(messages) + spec_tokens, completion, estimated=True)
+
+
+def trim_context(state: RunState, budget: int, prompts: Prompts) -> int:
+    """Elide the oldest tool results until the prompt fits `budget` tokens; how many were elided.
+
+    The elided results stay whole in the event log; the model sees a one-line stub.
+    """
+    messages = state.messages
+    total = estimate_tokens(messages)
+    if total <= budget:
+        return 0
+    names: dict[str, str] = {}
+    count = 0
+    for index, message in enumerate(messages):
+        if total <= budget:
+            break
+        for call in message.get("tool_calls") or ():
+            names[call["id"]] = call["function"]["name"]
+        if message["role"] != "tool" or index in state.elided:
+            continue
+        content = message.get("content") or ""
+        tool = names.get(message.get("tool_call_id", ""), "a tool")
+        stub = prompts.context_trim_stub.format(tool=tool, chars=len(content))
+        total -= estimate_text(content) - estimate_text(stub)
+        messages[index] = {**message, "content": stub}
+        state.elided.add(index)
+        count += 1
+    return count

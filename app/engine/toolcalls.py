@@ -1,0 +1,126 @@
+"""One tool call, from what the model wrote to what it sees back.
+
+`prepare` decides, without running anything, whether a call is a model mistake (bad JSON,
+unknown tool, arguments failing the schema) or a repetition, each answered with a message the
+model can act on; `execute` runs the rest under the per-tool timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.errors import ToolError
+from app.engine.policies import Limits, repetition_due
+from app.engine.ports import Tool, ToolCall, ToolContext
+from app.engine.prompts import Prompts
+from app.engine.state import RunState, canonical_call
+from app.engine.truncate import truncate
+
+REPEATED_RESULT_CHARS = 500
+
+
+@dataclass(slots=True)
+class PreparedCall:
+    call: ToolCall
+    arguments: Any
+    """The parsed JSON object, or the raw text when it did not parse."""
+    tool: Tool | None = None
+    key: str | None = None
+    reply: str | None = None
+    """Set when the call must not run: the text the model gets instead."""
+    is_error: bool = False
+    repeated: bool = False
+
+    @property
+    def runnable(self) -> bool:
+        return self.reply is None
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, Any, str | None]:
+    """(object, shown arguments, error): the JSON object, what to log, why it is unusable."""
+    text = raw.strip() or "{}"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, raw, f"{exc.msg} at position {exc.pos}"
+    if not isinstance(value, dict):
+        return None, value, f"expected a JSON object, got {type(value).__name__}"
+    return value, value, None
+
+
+def prepare(
+    call: ToolCall,
+    tools: Mapping[str, Tool],
+    state: RunState,
+    limits: Limits,
+    prompts: Prompts,
+    available: str,
+) -> PreparedCall:
+    arguments, shown, error = parse_arguments(call.arguments)
+    prepared = PreparedCall(call=call, arguments=shown)
+    tool = tools.get(call.name)
+    if tool is None:
+        prepared.reply = prompts.unknown_tool.format(tool=call.name, available=available)
+        prepared.is_error = True
+        return prepared
+    if arguments is None:
+        prepared.reply = prompts.bad_json.format(tool=call.name, error=error)
+        prepared.is_error = True
+        return prepared
+    problem = tool.validate(arguments)
+    if problem is not None:
+        prepared.reply = prompts.bad_arguments.format(tool=call.name, error=problem)
+        prepared.is_error = True
+        return prepared
+    prepared.tool = tool
+    prepared.key = key = canonical_call(call.name, arguments)
+    count = state.call_counts.get(key, 0) + 1
+    state.call_counts[key] = count
+    if repetition_due(count, tool.idempotent, limits):
+        earlier = truncate(state.earlier_results.get(key, ""), REPEATED_RESULT_CHARS, "…").text
+        prepared.reply = prompts.repetition_hint.format(
+            tool=call.name, count=count - 1, result=earlier
+        )
+        prepared.repeated = True
+    return prepared
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    text: str
+    is_error: bool
+    duration_ms: int
+    timed_out: bool = False
+
+
+async def execute(
+    prepared: PreparedCall, ctx: ToolContext, timeout_s: float, prompts: Prompts
+) -> CallResult:
+    """Run one validated call. A tool that raises or times out is reported, not propagated."""
+    assert prepared.tool is not None
+    assert isinstance(prepared.arguments, dict)
+    name = prepared.call.name
+    started = time.perf_counter()
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            text = await prepared.tool.call(prepared.arguments, ctx)
+        is_error = timed_out = False
+    except Exception as exc:  # the model sees the failure; the run goes on
+        timed_out = isinstance(exc, TimeoutError) and deadline.expired()
+        if timed_out:
+            text = prompts.tool_timeout.format(tool=name, seconds=timeout_s)
+        elif isinstance(exc, ToolError):
+            text = prompts.tool_failed.format(tool=name, error=exc)
+        else:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            text = prompts.tool_failed.format(tool=name, error=error)
+        is_error = True
+    if not isinstance(text, str):
+        text = json.dumps(text, ensure_ascii=False, default=str)
+    return CallResult(text, is_error, int((time.perf_counter() - started) * 1000), timed_out)
