@@ -1,0 +1,98 @@
+"""The `demo` model: the embedded default when no LLM endpoint is configured.
+
+A fixed, deterministic agent that uses whichever built-in tools the run offers (update_plan,
+calculator, current_time), then finishes, so a newcomer sees a whole run stream with no API
+key. It says plainly that it is the demo model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Sequence
+
+from app.engine.ports import DeltaSink, Message, Reply, ToolCall, ToolSpec
+
+DEMO_NOTICE = (
+    "I am finishline's built-in demo model, not a real LLM: no model endpoint is configured, "
+    "so I follow a fixed script to show how a run streams."
+)
+_ARITHMETIC = re.compile(r"[\d(][\d\s+\-*/%.()^]*[\d)]")
+
+
+def _expression(task: str) -> str:
+    candidates = [m.group().strip() for m in _ARITHMETIC.finditer(task)]
+    candidates = [c for c in candidates if any(op in c for op in "+-*/%^")]
+    return max(candidates, key=len).replace("^", "**") if candidates else "6 * 7"
+
+
+def _call(n: int, name: str, arguments: dict[str, object]) -> ToolCall:
+    return ToolCall(f"demo_{n}_{name}", name, json.dumps(arguments))
+
+
+class DemoModel:
+    name = "demo"
+
+    def __init__(self, *, delay_s: float = 0.3) -> None:
+        self.delay_s = delay_s
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> Reply:
+        reply = self._next(messages, {t.name for t in tools})
+        if on_delta is not None and reply.content:
+            words = reply.content.split(" ")
+            for i, word in enumerate(words):
+                await asyncio.sleep(self.delay_s / max(len(words), 1))
+                on_delta(word if i == 0 else " " + word)
+        else:
+            await asyncio.sleep(self.delay_s)
+        return reply
+
+    def _next(self, messages: Sequence[Message], tools: set[str]) -> Reply:
+        task = next((m["content"] for m in messages if m["role"] == "user"), "")
+        turns = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        if not tools:  # the degraded final call: answer from what we have
+            return Reply(content=self._answer(results), finish_reason="stop")
+        expression = _expression(str(task))
+        plan = ["Compute with the calculator", "Check the time", "Give the answer"]
+        if turns == 0 and "calculator" in tools:
+            calls = [_call(1, "calculator", {"expression": expression})]
+            if "update_plan" in tools:
+                statuses = ["in_progress", "pending", "pending"]
+                steps = [{"step": s, "status": t} for s, t in zip(plan, statuses, strict=True)]
+                calls.insert(0, _call(1, "update_plan", {"plan": steps}))
+            text = f"{DEMO_NOTICE} First I will compute {expression} with the calculator."
+            return Reply(content=text, tool_calls=tuple(calls), finish_reason="tool_calls")
+        if turns <= 1 and "current_time" in tools and not any("UTC" in r for r in results):
+            calls = [_call(2, "current_time", {"timezone": "UTC"})]
+            if "update_plan" in tools:
+                statuses = ["completed", "in_progress", "pending"]
+                steps = [{"step": s, "status": t} for s, t in zip(plan, statuses, strict=True)]
+                calls.append(_call(2, "update_plan", {"plan": steps}))
+            text = "Next I will look up the current time."
+            return Reply(content=text, tool_calls=tuple(calls), finish_reason="tool_calls")
+        answer = self._answer(results)
+        if "task_finished" in tools:
+            finish = _call(3, "task_finished", {"answer": answer})
+            return Reply(
+                content="I have what I need, so I will finish.",
+                tool_calls=(finish,),
+                finish_reason="tool_calls",
+            )
+        return Reply(content=answer, finish_reason="stop")
+
+    @staticmethod
+    def _answer(results: list[str]) -> str:
+        found = " ".join(r.strip() for r in results if not r.startswith("Plan updated")) or "none"
+        return (
+            f"[demo model] {DEMO_NOTICE} What my tools returned: {found}. "
+            "Point finishline at a real model with FINISHLINE_LLM_BASE_URL, "
+            "FINISHLINE_LLM_API_KEY and FINISHLINE_LLM_MODEL for real answers."
+        )

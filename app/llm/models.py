@@ -1,0 +1,77 @@
+"""Which model a run gets, by name: the configured OpenAI-compatible endpoint, `demo`, or
+`scripted`. One HTTP client is shared by every run's endpoint model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from app.engine.ports import ChatModel
+from app.llm.demo import DemoModel
+from app.llm.openai import OpenAIChatModel
+from app.llm.scripted import ScriptedModel
+
+DEMO = "demo"
+SCRIPTED = "scripted"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+
+class ModelUnavailableError(ValueError):
+    """The request names a model this server cannot provide."""
+
+
+class ModelFactory:
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        default_model: str,
+        scripted_enabled: bool = True,
+        demo_delay_s: float = 0.3,
+    ) -> None:
+        if base_url is None and api_key is not None:
+            base_url = OPENAI_BASE_URL
+        self.base_url = base_url
+        self.api_key = api_key
+        self.default_model = default_model if base_url is not None else DEMO
+        self.scripted_enabled = scripted_enabled
+        self.demo_delay_s = demo_delay_s
+        self._client: httpx.AsyncClient | None = None
+
+    def resolve(self, name: str | None, *, has_script: bool) -> str:
+        """The model a request gets; ModelUnavailableError says why it cannot have it."""
+        name = name or self.default_model
+        if name == SCRIPTED:
+            if not self.scripted_enabled:
+                raise ModelUnavailableError("the scripted model is disabled on this server")
+            if not has_script:
+                raise ModelUnavailableError("model 'scripted' needs a model_script")
+            return name
+        if has_script:
+            raise ModelUnavailableError("model_script is only used with model 'scripted'")
+        if name != DEMO and self.base_url is None:
+            raise ModelUnavailableError(
+                f"no LLM endpoint is configured, so model {name!r} is unavailable: use 'demo' "
+                "or 'scripted', or set FINISHLINE_LLM_BASE_URL"
+            )
+        return name
+
+    def create(self, name: str, script: Sequence[Mapping[str, Any]] | None = None) -> ChatModel:
+        if name == SCRIPTED:
+            return ScriptedModel(list(script or ()))
+        if name == DEMO:
+            return DemoModel(delay_s=self.demo_delay_s)
+        assert self.base_url is not None
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=10.0))
+        return OpenAIChatModel(
+            base_url=self.base_url, model=name, api_key=self.api_key, client=self._client
+        )
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,216 @@
+"""`OpenAIChatModel`: any OpenAI-compatible Chat Completions endpoint over httpx.
+
+Works with OpenAI, vLLM, Ollama, llama.cpp server, LM Studio and LiteLLM: one POST to
+`{base_url}/chat/completions` per call, native tool calls, SSE streaming when the caller
+passes `on_delta`. Messages are sent exactly as given (OpenAI format).
+
+Failures are translated at this boundary, most specific first, so the engine sees only
+`app.engine.errors`:
+
+    httpx.TimeoutException            -> LLMTimeoutError      (retryable)
+    other httpx.TransportError        -> LLMConnectionError   (retryable): refused, reset,
+                                         protocol errors, a body cut short
+    a stream that ends before [DONE]  -> LLMConnectionError   (the endpoint hung up early)
+    HTTP status >= 400                -> LLMStatusError(status, the server's message,
+                                         retry_after_s from retry-after-ms / Retry-After)
+    2xx that is not a usable reply    -> LLMResponseError     (not JSON, no choices, a broken
+                                         stream chunk, an error object in a 200)
+
+The adapter never retries and never enforces a per-call deadline: the engine does both. The
+client it creates has a generous timeout only as a backstop against a silent peer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import aclosing, contextmanager
+from http import HTTPStatus
+from typing import Any, Self
+
+import httpx
+import structlog
+
+from app.engine.errors import (
+    LLMConnectionError,
+    LLMResponseError,
+    LLMStatusError,
+    LLMTimeoutError,
+)
+from app.engine.ports import DeltaSink, Message, Reply, ToolSpec
+from app.llm.chat_completions import (
+    StreamAssembler,
+    error_message,
+    parse_completion,
+    retry_after_s,
+    snippet,
+)
+from app.llm.sse import aiter_sse_data
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
+"""Backstop for the client the adapter creates; the engine's own timeout is the real bound."""
+
+_DONE = "[DONE]"
+
+
+class OpenAIChatModel:
+    """A `ChatModel` speaking OpenAI Chat Completions.
+
+    `base_url` is the API root, e.g. "http://localhost:8000/v1" (a trailing slash is fine).
+    An injected `client` is used as is (its timeouts, transport, proxies) and left open by
+    `aclose()`; otherwise the adapter creates one and closes it. `extra_headers` are sent with
+    every request (e.g. OpenRouter's `HTTP-Referer`, an `OpenAI-Organization`).
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = model
+        self.url = f"{base_url.rstrip('/')}/chat/completions"
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+        self._headers: dict[str, str] = dict(extra_headers or {})
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> Reply:
+        body: dict[str, Any] = {"model": self.name, "messages": list(messages)}
+        if tools:
+            body["tools"] = [tool.to_openai() for tool in tools]
+        started = time.monotonic()
+        with _translated_errors(self.url):
+            if on_delta is None:
+                reply = await self._post(body)
+            else:
+                body["stream"] = True
+                body["stream_options"] = {"include_usage": True}
+                reply = await self._stream(body, on_delta)
+        log.debug(
+            "llm_call_completed",
+            model=self.name,
+            streamed=on_delta is not None,
+            duration_ms=round((time.monotonic() - started) * 1000),
+            finish_reason=reply.finish_reason,
+            tool_calls=len(reply.tool_calls),
+        )
+        return reply
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this adapter created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _post(self, body: dict[str, Any]) -> Reply:
+        headers = {"Accept": "application/json", **self._headers}
+        response = await self._client.post(self.url, json=body, headers=headers)
+        if response.status_code >= 400:
+            raise _status_error(response)
+        return parse_completion(_json_body(response))
+
+    async def _stream(self, body: dict[str, Any], on_delta: DeltaSink) -> Reply:
+        headers = {"Accept": "text/event-stream", **self._headers}
+        async with self._client.stream("POST", self.url, json=body, headers=headers) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                raise _status_error(response)
+            if _media_type(response) == "application/json":
+                # The server ignored "stream": take the whole reply and pass its text on at once.
+                await response.aread()
+                reply = parse_completion(_json_body(response))
+                if reply.content:
+                    on_delta(reply.content)
+                return reply
+            assembler = StreamAssembler()
+            done = False
+            async with (
+                aclosing(response.aiter_lines()) as lines,
+                aclosing(aiter_sse_data(lines)) as events,
+            ):
+                async for data in events:
+                    if data.strip() == _DONE:
+                        done = True
+                        break
+                    text = assembler.feed(_json_chunk(data))
+                    if text:
+                        on_delta(text)
+        if assembler.chunks == 0:
+            raise LLMResponseError(
+                f"the stream carried no events (content-type {_media_type(response) or 'none'})"
+            )
+        if not done and assembler.finish_reason is None:
+            raise LLMConnectionError("the stream ended before [DONE]: the endpoint hung up early")
+        return assembler.reply()
+
+
+@contextmanager
+def _translated_errors(url: str) -> Iterator[None]:
+    """httpx's errors as ours; our own `LLMError`s pass through untouched."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise LLMTimeoutError(f"{_describe(exc)} calling {url}") from exc
+    except httpx.TransportError as exc:
+        raise LLMConnectionError(f"{_describe(exc)} calling {url}") from exc
+    except httpx.DecodingError as exc:
+        raise LLMResponseError(f"undecodable response body: {_describe(exc)}") from exc
+    except httpx.HTTPError as exc:
+        raise LLMConnectionError(f"{_describe(exc)} calling {url}") from exc
+
+
+def _status_error(response: httpx.Response) -> LLMStatusError:
+    status = response.status_code
+    try:
+        fallback = HTTPStatus(status).phrase
+    except ValueError:
+        fallback = "error"
+    return LLMStatusError(
+        status,
+        error_message(response.text, fallback=fallback),
+        retry_after_s=retry_after_s(response.headers),
+    )
+
+
+def _json_body(response: httpx.Response) -> Any:
+    try:
+        return json.loads(response.content)
+    except ValueError as exc:
+        raise LLMResponseError(
+            f"HTTP {response.status_code} body is not JSON: {snippet(response.text) or 'empty'}"
+        ) from exc
+
+
+def _json_chunk(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise LLMResponseError(f"stream chunk is not JSON: {snippet(data)}") from exc
+
+
+def _media_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

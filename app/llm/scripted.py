@@ -1,0 +1,117 @@
+"""Deterministic models: `ScriptedModel` answers from a list, `FunctionModel` from a function.
+
+Both record what they were sent (`calls`), for tests and for clients' own tests (DESIGN §6:
+`"model": "scripted"` with a `model_script`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.errors import ScriptExhaustedError
+from app.engine.ports import DeltaSink, Message, Reply, TokenUsage, ToolCall, ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """What one call to a test model was sent."""
+
+    messages: list[Message]
+    tools: list[str]
+
+
+def reply_from_script(entry: Mapping[str, Any], index: int) -> Reply:
+    """One `model_script` entry: {"content", "tool_calls": [{"name", "arguments", "id"?}],
+    "usage"?}.
+
+    `arguments` may be an object or a raw string (to script malformed JSON).
+    """
+    calls = []
+    for n, call in enumerate(entry.get("tool_calls") or ()):
+        arguments = call.get("arguments", {})
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        calls.append(ToolCall(call.get("id") or f"call_{index}_{n}", call["name"], raw))
+    usage = entry.get("usage")
+    return Reply(
+        content=entry.get("content"),
+        tool_calls=tuple(calls),
+        usage=TokenUsage(usage["prompt_tokens"], usage["completion_tokens"]) if usage else None,
+        finish_reason="tool_calls" if calls else "stop",
+    )
+
+
+def _chunks(text: str, size: int = 8) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class ScriptedModel:
+    """Answers each call with the next reply of its script; fails loudly when it runs out.
+
+    A script entry may be a `Reply` or a `model_script` mapping, which may also hold
+    `delay_s` (latency before answering, to script a slow model).
+    """
+
+    name = "scripted"
+
+    def __init__(self, replies: Sequence[Reply | Mapping[str, Any]]) -> None:
+        self._replies = list(replies)
+        self.calls: list[ModelCall] = []
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> Reply:
+        index = len(self.calls)
+        self.calls.append(ModelCall(list(messages), [t.name for t in tools]))
+        if index >= len(self._replies):
+            raise ScriptExhaustedError(
+                f"the model script has {len(self._replies)} replies and call {index + 1} "
+                "asked for another: add replies, or lower max_steps"
+            )
+        entry = self._replies[index]
+        if isinstance(entry, Reply):
+            reply = entry
+        else:
+            if entry.get("delay_s"):
+                await asyncio.sleep(float(entry["delay_s"]))
+            reply = reply_from_script(entry, index)
+        if on_delta is not None and reply.content:
+            for piece in _chunks(reply.content):
+                on_delta(piece)
+        return reply
+
+
+ReplyFunction = Callable[[list[Message], list[ToolSpec]], Reply | Awaitable[Reply]]
+
+
+class FunctionModel:
+    """Answers each call with `fn(messages, tools)`, sync or async: for replies that depend
+    on what the model was sent, or for a model that hangs or fails on cue."""
+
+    def __init__(self, fn: ReplyFunction, *, name: str = "function") -> None:
+        self._fn = fn
+        self.name = name
+        self.calls: list[ModelCall] = []
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> Reply:
+        self.calls.append(ModelCall(list(messages), [t.name for t in tools]))
+        result = self._fn(list(messages), list(tools))
+        reply = await result if inspect.isawaitable(result) else result
+        if on_delta is not None and reply.content:
+            for piece in _chunks(reply.content):
+                on_delta(piece)
+        return reply
