@@ -1,0 +1,149 @@
+"""The tools a server offers, by name, and the factory of the built-in set.
+
+A `ToolRegistry` is built once per process and shared by every run, so tools hold no per-run
+state. It owns the `HttpFetcher` (and so the HTTP client) of its HTTP tools: close it with
+`aclose()` (or `async with`) on shutdown. Request-declared `HttpTool`s should use the same
+`registry.http` fetcher, so they share its guard, connection pool and limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from app.engine.ports import Tool
+from app.engine.prompts import TASK_FINISHED
+from app.tools.calculator import CalculatorTool
+from app.tools.clock import CurrentTimeTool
+from app.tools.fetcher import HttpFetcher
+from app.tools.guard import NetworkGuard, Resolver
+from app.tools.http import HttpGetTool
+from app.tools.plan import UpdatePlanTool
+
+RESERVED_NAMES = frozenset({TASK_FINISHED})
+"""Names the engine gives its own tools; no registered tool may take them."""
+
+
+class UnknownToolError(LookupError):
+    """Names were asked for that no registered tool has."""
+
+    def __init__(self, unknown: Sequence[str], available: Sequence[str]) -> None:
+        self.unknown = list(unknown)
+        self.available = list(available)
+        names = ", ".join(repr(name) for name in self.unknown)
+        offered = ", ".join(self.available) or "none"
+        noun = "tool" if len(self.unknown) == 1 else "tools"
+        super().__init__(f"unknown {noun} {names}; available tools: {offered}")
+
+
+class DuplicateToolError(ValueError):
+    """A tool was registered under a name that is already taken or reserved."""
+
+
+class ToolRegistry:
+    """Tools by name. Iterating yields them sorted by name."""
+
+    def __init__(self, tools: Iterable[Tool] = (), *, http: HttpFetcher | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._http = http
+        for tool in tools:
+            self.register(tool)
+
+    @property
+    def http(self) -> HttpFetcher | None:
+        """The fetcher HTTP tools of this registry share, if it has one."""
+        return self._http
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in RESERVED_NAMES:
+            raise DuplicateToolError(f"the tool name {tool.name!r} is reserved by the engine")
+        if tool.name in self._tools:
+            raise DuplicateToolError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool:
+        """The tool called `name`; `UnknownToolError` when there is none."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError([name], self.names()) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """What `GET /tools` shows: name, description, parameters, idempotent; by name."""
+        return [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.parameters),
+                "idempotent": tool.idempotent,
+            }
+            for tool in self
+        ]
+
+    def resolve(self, names: Iterable[str]) -> list[Tool]:
+        """The tools for `names`, in that order, each once; every unknown name in one error."""
+        wanted = list(dict.fromkeys(names))
+        unknown = [name for name in wanted if name not in self._tools]
+        if unknown:
+            raise UnknownToolError(unknown, self.names())
+        return [self._tools[name] for name in wanted]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools[name] for name in self.names())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    async def aclose(self) -> None:
+        """Release what the tools hold open: the HTTP client, if this registry made it."""
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> ToolRegistry:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def builtin_registry(
+    *,
+    http_allow_hosts: Sequence[str] = (),
+    http_max_bytes: int = 1_000_000,
+    http_timeout_s: float = 20.0,
+    client: httpx.AsyncClient | None = None,
+    resolver: Resolver | None = None,
+) -> ToolRegistry:
+    """calculator, current_time, http_get and update_plan, over one guarded HTTP client.
+
+    Without `client`, the registry makes (and closes) a client whose connections are pinned
+    to checked addresses. A `client` passed in stays the caller's to close, and is guarded
+    by resolving each hop before sending (see `app.tools.fetcher` for the residual risk).
+    """
+    fetcher = HttpFetcher(
+        NetworkGuard(http_allow_hosts, resolver),
+        client=client,
+        max_bytes=http_max_bytes,
+        timeout_s=http_timeout_s,
+    )
+    tools: list[Tool] = [
+        CalculatorTool(),
+        CurrentTimeTool(),
+        HttpGetTool(fetcher),
+        UpdatePlanTool(),
+    ]
+    return ToolRegistry(tools, http=fetcher)
