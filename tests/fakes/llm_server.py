@@ -34,20 +34,18 @@ completing response"): that is the drop, not a failure.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import itertools
 import json
-import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Self
 
 import anyio
-import uvicorn
 
 from tests.fakes.llm_replies import FakeReply, FakeToolCall, FakeUsage, Rendered, render
+from tests.fakes.serving import Served
 
 __all__ = [
     "FakeLLMServer",
@@ -93,8 +91,7 @@ class FakeLLMServer:
         self.port = 0
         self._queue: deque[FakeReply] = deque(replies)
         self._ids = itertools.count(1)
-        self._server: _Server | None = None
-        self._serving: asyncio.Task[None] | None = None
+        self._served: Served | None = None
         self._arrived = asyncio.Event()  # replaced by a fresh one at each arrival
         self._released = asyncio.Event()  # replaced by a fresh one at each release()
         self._closing = asyncio.Event()
@@ -145,60 +142,20 @@ class FakeLLMServer:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they
-        # are TCP, and without it every response waits ~40 ms on Nagle + delayed ACK.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(128)
-            self.port = sock.getsockname()[1]
-            config = uvicorn.Config(
-                self._app,
-                interface="asgi3",
-                http="h11",
-                ws="none",
-                lifespan="off",
-                log_config=None,
-                proxy_headers=False,
-                server_header=False,
-                date_header=False,
-                timeout_graceful_shutdown=5,
-            )
-            self._server = _Server(config)
-            self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
-        except BaseException:
-            sock.close()
-            raise
-        try:
-            with anyio.fail_after(5):
-                await self._server.ready.wait()
-        except BaseException:
-            await self._stop()
-            raise
-        if not self._server.started:
-            await asyncio.wait([self._serving])
-            self._server = None
-            raise RuntimeError(f"the fake LLM server did not start: {self._serving!r}")
+        self._served = Served(self._app)
+        await self._served.__aenter__()
+        self.port = self._served.port
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._stop()
 
     async def _stop(self) -> None:
-        if self._server is None or self._serving is None:
+        if self._served is None:
             return
         self._closing.set()  # hung and delayed requests give up (503 if nothing was sent)
-        self._server.request_exit()
-        try:
-            with anyio.fail_after(10):
-                await self._serving
-        finally:
-            if not self._serving.done():
-                self._serving.cancel()
-                await asyncio.wait([self._serving])
-            self._server = None
-
-    # -- the ASGI application --------------------------------------------------------------
+        await self._served.stop()
+        self._served = None
 
     async def _app(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
@@ -286,43 +243,6 @@ class FakeLLMServer:
             await send({"type": "http.response.body", "body": part, "more_body": True})
         if not reply.drop:
             await send({"type": "http.response.body", "body": b""})
-
-
-class _Server(uvicorn.Server):
-    """uvicorn.Server that signals readiness and exit with events instead of flags.
-
-    No signal handlers (the test runner owns SIGINT); `ready` set once start-up ends or
-    serving stops (successfully or not: check `started`); an exit request that wakes the
-    main loop at once instead of at its next 0.1 s tick.
-    """
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = asyncio.Event()
-        self._exit = asyncio.Event()
-
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
-        return contextlib.nullcontext()
-
-    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        try:
-            await super().serve(sockets=sockets)
-        finally:
-            self.ready.set()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        try:
-            await super().startup(sockets=sockets)
-        finally:
-            self.ready.set()
-
-    async def main_loop(self) -> None:
-        await self.on_tick(0)
-        await self._exit.wait()
-
-    def request_exit(self) -> None:
-        self.should_exit = True
-        self._exit.set()
 
 
 class _TrackingSend:

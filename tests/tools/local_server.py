@@ -17,41 +17,19 @@ for start-up on an event, under `anyio.fail_after`.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 from typing import Any, Self
 
 import anyio
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from tests.fakes.serving import Served
+
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 BIG_BODY_BYTES = 10_000
-
-
-class _Server(uvicorn.Server):
-    """uvicorn.Server that reports start-up and exits on events, not flags and ticks."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = anyio.Event()
-        self.exit = anyio.Event()
-
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        try:
-            await super().startup(sockets=sockets)
-        finally:
-            self.ready.set()
-
-    async def main_loop(self) -> None:
-        await self.exit.wait()
 
 
 class LocalServer:
@@ -60,8 +38,7 @@ class LocalServer:
     def __init__(self) -> None:
         self.port = 0
         self._release = anyio.Event()
-        self._server: _Server | None = None
-        self._tasks: anyio.abc.TaskGroup | None = None
+        self._served: Served | None = None
         self.app = Starlette(
             routes=[
                 Route("/text", _text),
@@ -85,36 +62,15 @@ class LocalServer:
         self._release.set()
 
     async def __aenter__(self) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app,
-            http="h11",
-            ws="none",
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        self._server = _Server(config)
-        self._tasks = anyio.create_task_group()
-        await self._tasks.__aenter__()
-        self._tasks.start_soon(self._server.serve, [sock])
-        with anyio.fail_after(5):
-            await self._server.ready.wait()
-        if not self._server.started:
-            raise RuntimeError("the local test server did not start")
+        self._served = Served(self.app)
+        await self._served.__aenter__()
+        self.port = self._served.port
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        assert self._server is not None
-        assert self._tasks is not None
+        assert self._served is not None
         self.release()
-        self._server.should_exit = True
-        self._server.exit.set()
-        await self._tasks.__aexit__(None, None, None)
+        await self._served.stop()
 
     async def _hang(self, request: Request) -> Response:
         await self._release.wait()

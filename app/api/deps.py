@@ -1,0 +1,89 @@
+"""Named dependencies: the manager, the settings, and who the caller is."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Query, Request
+
+from app.api.auth import Caller, StreamTokens, owner_of
+from app.api.errors import ApiError
+from app.runs.manager import RunManager
+from app.runs.metrics import RunMetrics
+from app.settings import Settings
+from app.tools.registry import ToolRegistry
+
+
+def get_manager(request: Request) -> RunManager:
+    return request.state.manager
+
+
+def get_settings(request: Request) -> Settings:
+    return request.state.settings
+
+
+def get_registry(request: Request) -> ToolRegistry:
+    return request.state.registry
+
+
+def get_metrics(request: Request) -> RunMetrics:
+    return request.state.metrics
+
+
+def get_tokens(request: Request) -> StreamTokens:
+    return request.state.tokens
+
+
+ManagerDep = Annotated[RunManager, Depends(get_manager)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated[ToolRegistry, Depends(get_registry)]
+MetricsDep = Annotated[RunMetrics, Depends(get_metrics)]
+TokensDep = Annotated[StreamTokens, Depends(get_tokens)]
+
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def bearer_caller(settings: Settings, authorization: str | None) -> Caller:
+    if not settings.api_keys:
+        return Caller(None)
+    if not authorization:
+        raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key>", _CHALLENGE)
+    scheme, _, key = authorization.partition(" ")
+    if scheme.lower() != "bearer" or key.strip() not in settings.api_keys:
+        raise ApiError(401, "unauthorized", "invalid API key", _CHALLENGE)
+    return Caller(owner_of(key.strip()))
+
+
+def get_caller(
+    settings: SettingsDep,
+    authorization: Annotated[
+        str | None, Header(description="Bearer <API key>, when the server has keys.")
+    ] = None,
+) -> Caller:
+    return bearer_caller(settings, authorization)
+
+
+def get_event_caller(
+    run_id: str,
+    settings: SettingsDep,
+    tokens: TokensDep,
+    token: Annotated[
+        str | None,
+        Query(
+            description="A run-scoped stream token (POST /runs/{id}/stream-token), for EventSource."
+        ),
+    ] = None,
+    authorization: Annotated[str | None, Header(description="Bearer <API key>.")] = None,
+) -> Caller:
+    if token is not None and settings.api_keys:
+        caller = tokens.verify(token, run_id)
+        if caller is None:
+            raise ApiError(
+                401, "unauthorized", "invalid or expired stream token for this run", _CHALLENGE
+            )
+        return caller
+    return bearer_caller(settings, authorization)
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+EventCallerDep = Annotated[Caller, Depends(get_event_caller)]

@@ -1,0 +1,152 @@
+"""The one place errors become HTTP: `{"error": {"type", "message", "details"}}`.
+
+A client's mistake is a 4xx naming the problem; only our bugs are a 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.runs.errors import (
+    IdempotencyConflictError,
+    InvalidRunError,
+    QueueFullError,
+    RunAlreadyEndedError,
+    RunNotEndedError,
+    RunNotFoundError,
+    RunsError,
+    ShuttingDownError,
+)
+
+log = structlog.get_logger("finishline.api")
+
+
+class ErrorInfo(BaseModel):
+    type: str = Field(description="Stable error type, e.g. validation_error, not_found, conflict.")
+    message: str = Field(description="What is wrong, naming the field or the run.")
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorBody(BaseModel):
+    error: ErrorInfo
+
+
+class ApiError(Exception):
+    """An HTTP-level refusal raised by routes and dependencies."""
+
+    def __init__(
+        self,
+        status: int,
+        type: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        **details: Any,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+        self.message = message
+        self.headers = headers
+        self.details = details
+
+
+RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
+    InvalidRunError: (422, "validation_error"),
+    RunNotFoundError: (404, "not_found"),
+    RunNotEndedError: (409, "run_not_ended"),
+    RunAlreadyEndedError: (409, "run_already_ended"),
+    IdempotencyConflictError: (409, "idempotency_conflict"),
+    QueueFullError: (429, "queue_full"),
+    ShuttingDownError: (503, "shutting_down"),
+}
+
+STATUS_TYPES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+
+
+def error_response(
+    status: int,
+    type: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"type": type, "message": message, "details": details or {}}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [p for p in loc if p not in ("body", "query", "header", "path")]
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or ".".join(str(p) for p in loc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = []
+    for error in exc.errors():
+        loc = tuple(error.get("loc", ()))
+        field = _field(loc)
+        message = error.get("msg", "invalid")
+        if error.get("type") == "extra_forbidden":
+            message = "unknown field"
+        elif error.get("type") == "json_invalid":
+            field, message = "body", f"invalid JSON: {error.get('ctx', {}).get('error', message)}"
+        problems.append({"field": field, "message": message, "type": error.get("type")})
+    summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
+    return error_response(422, "validation_error", summary, {"errors": problems})
+
+
+async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RunsError)
+    status, type_ = next(v for k, v in RUNS_ERRORS.items() if isinstance(exc, k))
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFullError) else None
+    return error_response(status, type_, exc.message, exc.details, headers)
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.type, exc.message, exc.details, exc.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    type_ = STATUS_TYPES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 404 and message == "Not Found":
+        message = f"no route {request.method} {request.url.path}"
+    return error_response(exc.status_code, type_, message, headers=getattr(exc, "headers", None))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("request_failed", path=request.url.path)
+    return error_response(500, "internal", "internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RunsError, _runs_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,121 @@
+"""A run's events: SSE (replay, then live, then close) or a JSON page."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.deps import EventCallerDep, ManagerDep, MetricsDep, SettingsDep
+from app.api.errors import ApiError, ErrorBody
+from app.api.schemas import EventPage
+from app.runs.manager import RunManager
+from app.runs.metrics import RunMetrics
+from app.settings import Settings
+
+router = APIRouter(tags=["events"])
+
+
+def event_stream(
+    manager: RunManager,
+    metrics: RunMetrics,
+    settings: Settings,
+    run_id: str,
+    after: int,
+    *,
+    on_disconnect: object = None,
+    headers: dict[str, str] | None = None,
+) -> EventSourceResponse:
+    """The SSE response following `run_id` from seq `after` to its terminal event."""
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        metrics.sse_subscribers.inc()
+        try:
+            async for event in manager.events(run_id, after):
+                yield ServerSentEvent(
+                    data=json.dumps(event.to_dict(), ensure_ascii=False),
+                    event=event.type,
+                    id=str(event.seq),
+                )
+        finally:
+            metrics.sse_subscribers.dec()
+
+    return EventSourceResponse(
+        frames(),
+        ping=settings.sse_ping_s,
+        send_timeout=settings.sse_send_timeout_s,
+        headers=headers,
+        client_close_handler_callable=on_disconnect,  # type: ignore[arg-type]
+        # on SIGTERM, let streams run to their run's terminal event (the manager cancels
+        # runs at the end of its grace period) instead of cutting them at once
+        shutdown_event=anyio.Event(),
+        shutdown_grace_period=settings.shutdown_grace_s + 10,
+    )
+
+
+def _start(after: int | None, last_event_id: str | None) -> int:
+    if last_event_id is not None:
+        try:
+            value = int(last_event_id)
+        except ValueError:
+            raise ApiError(
+                422,
+                "validation_error",
+                "Last-Event-ID: must be an integer event seq",
+                field="Last-Event-ID",
+            ) from None
+        if value < 0:
+            raise ApiError(
+                422, "validation_error", "Last-Event-ID: must be >= 0", field="Last-Event-ID"
+            )
+        return value
+    return after or 0
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    summary="Follow a run's events",
+    description="SSE by default: replays the run's events from the start (or after `Last-Event-ID` / "
+    "`?after=N`), then follows live and closes after the terminal event; keep-alive comments "
+    "meanwhile. With `Accept: application/json`, one page of stored events instead.",
+    response_model=EventPage,
+    responses={
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "SSE stream, or a JSON page.",
+        },
+        401: {"model": ErrorBody},
+        404: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
+async def follow_events(
+    run_id: str,
+    request: Request,
+    manager: ManagerDep,
+    metrics: MetricsDep,
+    settings: SettingsDep,
+    caller: EventCallerDep,
+    after: Annotated[int | None, Query(ge=0, description="Start after this seq.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Page size (JSON only).")] = 500,
+    last_event_id: Annotated[
+        str | None, Header(description="SSE reconnection: resume after this seq.")
+    ] = None,
+) -> Response:
+    await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
+    start = _start(after, last_event_id)
+    accept = request.headers.get("accept", "")
+    if "application/json" in accept and "text/event-stream" not in accept:
+        events = await manager.read_events(run_id, start, limit)
+        body = EventPage(
+            events=[e.to_dict() for e in events],  # type: ignore[misc]
+            next_after=events[-1].seq if events else start,
+            done=bool(events) and events[-1].terminal,
+        )
+        return JSONResponse(body.model_dump(mode="json"))
+    return event_stream(manager, metrics, settings, run_id, start)

@@ -1,0 +1,218 @@
+"""The /runs resource: create, read, list, cancel, wait, delete, stream tokens."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep, TokensDep
+from app.api.errors import ApiError, ErrorBody
+from app.api.routes.events import event_stream
+from app.api.schemas import RunCreate, RunList, StreamToken
+from app.runs.errors import RunAlreadyEndedError
+from app.runs.records import RunStatus
+from app.runs.view import RunView, to_view
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+
+ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+
+
+def require_json(request: Request) -> None:
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"send the body as application/json, not {content_type or 'nothing'!r}",
+        )
+
+
+def _run(view: RunView, status: int) -> JSONResponse:
+    return JSONResponse(
+        view.model_dump(mode="json"),
+        status_code=status,
+        headers={"Content-Location": view.links.self},
+    )
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=RunView,
+    summary="Start a run",
+    description="Validates, stores and queues the run; answers 202 with the run (or 200 when an "
+    '`Idempotency-Key` replays an earlier identical request). With `"stream": true` the answer is '
+    "the run's SSE stream itself.",
+    dependencies=[Depends(require_json)],
+    responses={
+        200: {
+            "model": RunView,
+            "description": "Idempotent replay, or the SSE stream when stream is true.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        401: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "The Idempotency-Key was used with another body."},
+        415: {"model": ErrorBody},
+        422: {
+            "model": ErrorBody,
+            "description": "Unknown field, a value over a server cap, an unknown tool or model, a host not allowed.",
+        },
+        429: {
+            "model": ErrorBody,
+            "description": "Every slot busy and the queue full; see Retry-After.",
+        },
+        503: {"model": ErrorBody, "description": "The server is shutting down."},
+    },
+)
+async def create_run(
+    body: RunCreate,
+    manager: ManagerDep,
+    metrics: MetricsDep,
+    settings: SettingsDep,
+    caller: CallerDep,
+    idempotency_key: Annotated[
+        str | None, Header(max_length=200, description="Same key and body: the same run.")
+    ] = None,
+) -> Response:
+    record, created = await manager.create(
+        body.run_request(), owner=caller.owner, idempotency_key=idempotency_key
+    )
+    view = to_view(record)
+    if body.stream:
+        on_disconnect = None
+        if body.on_disconnect == "cancel":
+
+            async def on_disconnect(message: object) -> None:
+                with contextlib.suppress(RunAlreadyEndedError):
+                    await manager.cancel(record.id, caller.owner, any_owner=caller.any_owner)
+
+        return event_stream(
+            manager,
+            metrics,
+            settings,
+            record.id,
+            0,
+            on_disconnect=on_disconnect,
+            headers={"Content-Location": view.links.self},
+        )
+    return _run(view, 202 if created else 200)
+
+
+@router.get(
+    "",
+    response_model=RunList,
+    summary="List runs, newest first",
+    responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+)
+async def list_runs(
+    manager: ManagerDep,
+    caller: CallerDep,
+    status: Annotated[
+        list[str] | None, Query(description="Filter by status; repeat or comma-separate.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=r"^run_[0-9A-Z]{26}$", description="next_cursor of the previous page."),
+    ] = None,
+) -> RunList:
+    statuses: list[RunStatus] = []
+    for part in ",".join(status or []).split(","):
+        if part.strip():
+            try:
+                statuses.append(RunStatus(part.strip()))
+            except ValueError:
+                allowed = ", ".join(s.value for s in RunStatus)
+                raise ApiError(
+                    422,
+                    "validation_error",
+                    f"status: {part.strip()!r} is not one of {allowed}",
+                    field="status",
+                ) from None
+    records, next_cursor = await manager.list_runs(
+        owner=caller.owner,
+        statuses=statuses,
+        limit=limit,
+        cursor=cursor,
+        any_owner=caller.any_owner,
+    )
+    return RunList(runs=[to_view(r) for r in records], next_cursor=next_cursor)
+
+
+@router.get("/{run_id}", response_model=RunView, summary="Read a run", responses=ERRORS)
+async def get_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> RunView:
+    return to_view(await manager.get(run_id, caller.owner, any_owner=caller.any_owner))
+
+
+@router.post(
+    "/{run_id}/cancel",
+    status_code=202,
+    response_model=RunView,
+    summary="Cancel a run",
+    description="Interrupts in-flight LLM and tool calls at once; answers with the run (ended, "
+    "unless it takes more than a few seconds to stop).",
+    responses={**ERRORS, 409: {"model": ErrorBody, "description": "The run has already ended."}},
+)
+async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> JSONResponse:
+    record = await manager.cancel(run_id, caller.owner, any_owner=caller.any_owner)
+    return _run(to_view(record), 202)
+
+
+@router.get(
+    "/{run_id}/wait",
+    response_model=RunView,
+    summary="Wait for a run to end",
+    description="Blocks until the run ends, or answers with the run as it stands after timeout_s.",
+    responses={**ERRORS, 422: {"model": ErrorBody}},
+)
+async def wait_run(
+    run_id: str,
+    manager: ManagerDep,
+    settings: SettingsDep,
+    caller: CallerDep,
+    timeout_s: Annotated[
+        float,
+        Query(ge=0, description="Longest wait in seconds (server cap: FINISHLINE_MAX_WAIT_S)."),
+    ] = 30.0,
+) -> RunView:
+    if timeout_s > settings.max_wait_s:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"timeout_s: {timeout_s:g} exceeds the server cap of {settings.max_wait_s:g}",
+            field="timeout_s",
+            cap=settings.max_wait_s,
+        )
+    return to_view(await manager.wait(run_id, caller.owner, timeout_s, any_owner=caller.any_owner))
+
+
+@router.delete(
+    "/{run_id}",
+    status_code=204,
+    summary="Delete an ended run and its events",
+    responses={**ERRORS, 409: {"model": ErrorBody, "description": "The run has not ended."}},
+)
+async def delete_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> Response:
+    await manager.delete(run_id, caller.owner, any_owner=caller.any_owner)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{run_id}/stream-token",
+    response_model=StreamToken,
+    summary="Get a token to follow this run's events with EventSource",
+    description="Short-lived and scoped to this run's events: pass it as ?token= where headers cannot be sent.",
+    responses=ERRORS,
+)
+async def stream_token(
+    run_id: str, manager: ManagerDep, tokens: TokensDep, caller: CallerDep
+) -> StreamToken:
+    await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
+    token, expires = tokens.issue(run_id, caller.owner)
+    return StreamToken(
+        token=token, expires_at=expires, events_url=f"/runs/{run_id}/events?token={token}"
+    )

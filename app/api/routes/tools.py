@@ -1,0 +1,47 @@
+"""What this server offers: its tools, and the per-run settings with defaults and caps."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from app.api.deps import CallerDep, RegistryDep, SettingsDep
+from app.api.errors import ErrorBody
+from app.api.schemas import ServerInfo, SettingInfo, ToolInfo
+from app.llm.models import DEMO, SCRIPTED
+from app.runs.spec import RunSettingsIn
+from app.settings import CAPS
+
+router = APIRouter(tags=["server"])
+
+
+@router.get(
+    "/tools",
+    response_model=list[ToolInfo],
+    summary="Registered tools",
+    responses={401: {"model": ErrorBody}},
+)
+async def list_tools(registry: RegistryDep, caller: CallerDep) -> list[ToolInfo]:
+    return [ToolInfo(**tool) for tool in registry.describe()]
+
+
+@router.get(
+    "/settings",
+    response_model=ServerInfo,
+    summary="Per-run settings: defaults and caps; models",
+    responses={401: {"model": ErrorBody}},
+)
+async def server_info(request: Request, settings: SettingsDep, caller: CallerDep) -> ServerInfo:
+    info = {}
+    for name, field in RunSettingsIn.model_fields.items():
+        cap = getattr(settings, CAPS[name]) if name in CAPS else None
+        info[name] = SettingInfo(
+            default=getattr(settings, name), cap=cap, description=field.description or ""
+        )
+    models = request.state.models
+    offered = [models.default_model, DEMO] + ([SCRIPTED] if settings.scripted_model_enabled else [])
+    return ServerInfo(
+        settings=info,
+        default_model=models.default_model,
+        models=list(dict.fromkeys(offered)),
+        auth=bool(settings.api_keys),
+    )

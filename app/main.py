@@ -1,0 +1,148 @@
+"""The app: `create_app()` builds it, its lifespan owns the store, the tools, the models and
+the run manager's task group. Served with `uvicorn --factory app.main:create_app`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from app import __version__
+from app.api.auth import StreamTokens
+from app.api.errors import install_error_handlers
+from app.api.routes import events, health, runs, tools, ui
+from app.llm.models import ModelFactory
+from app.logs import configure_logging
+from app.runs.factory import RunFactory, load_prompts
+from app.runs.manager import RunManager
+from app.runs.metrics import RunMetrics
+from app.runs.store import open_store
+from app.runs.webhooks import WebhookSender
+from app.settings import Settings, get_settings
+from app.tools.registry import builtin_registry
+
+log = structlog.get_logger("finishline")
+
+DESCRIPTION = """
+Run ReAct LLM agents over HTTP, and know when they are done.
+
+POST a task to `/runs`; follow every thought, tool call and result over SSE at
+`/runs/{id}/events`; every run ends with exactly one terminal event and one reason
+(finished, answered, max_steps, timeout, token_budget, nudge_limit, cancelled, error).
+"""
+
+
+def drain_on_sigterm(on_term: Callable[[], None]) -> Callable[[], None]:
+    """Chain a SIGTERM handler in front of the server's own (uvicorn's), so runs start
+    draining the moment the signal arrives; returns the undo. No-op off the main thread or
+    when nobody else handles SIGTERM (then there is no server shutdown to join)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):
+        return lambda: None
+    loop = asyncio.get_running_loop()
+
+    def handler(signum: int, frame: Any) -> None:
+        loop.call_soon_threadsafe(on_term)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+
+    def undo() -> None:
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, previous)
+
+    return undo
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    prompts = load_prompts(settings.prompts_file)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        store = open_store(settings.store_url)
+        await store.open()
+        registry = builtin_registry(
+            http_allow_hosts=settings.http_tool_allow_hosts,
+            http_max_bytes=settings.http_tool_max_bytes,
+            http_timeout_s=settings.http_tool_timeout_s,
+        )
+        models = ModelFactory(
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+            default_model=settings.llm_model,
+            scripted_enabled=settings.scripted_model_enabled,
+            demo_delay_s=settings.demo_delay_s,
+        )
+        metrics = RunMetrics()
+        manager = RunManager(
+            store=store,
+            factory=RunFactory(
+                settings=settings, registry=registry, models=models, prompts=prompts
+            ),
+            metrics=metrics,
+            webhooks=WebhookSender(
+                store=store,
+                fetcher=registry.http,
+                attempts=settings.webhook_attempts,
+                backoff_s=settings.webhook_backoff_s,
+                timeout_s=settings.webhook_timeout_s,
+            ),
+            max_concurrent_runs=settings.max_concurrent_runs,
+            max_queued_runs=settings.max_queued_runs,
+            max_event_content_chars=settings.max_event_content_chars,
+        )
+        secret = (
+            settings.token_secret.get_secret_value().encode() if settings.token_secret else None
+        )
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                manager.start(tasks)
+                interrupted = await manager.recover()
+                undo = drain_on_sigterm(lambda: manager.begin_drain(settings.shutdown_grace_s))
+                log.info(
+                    "service_started",
+                    store=settings.store_url.split("://")[0],
+                    default_model=models.default_model,
+                    auth=bool(settings.api_keys),
+                    interrupted_runs=len(interrupted),
+                )
+                try:
+                    yield {
+                        "manager": manager,
+                        "settings": settings,
+                        "registry": registry,
+                        "models": models,
+                        "metrics": metrics,
+                        "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
+                    }
+                finally:
+                    undo()
+                    await manager.drain(settings.shutdown_grace_s)
+        finally:
+            await models.aclose()
+            await registry.aclose()
+            await store.close()
+            log.info("service_stopped")
+
+    app = FastAPI(
+        title="finishline",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    for module in (runs, events, tools, health, ui):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=ui.STATIC), name="static")
+    return app

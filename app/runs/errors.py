@@ -1,0 +1,50 @@
+"""What the runs layer refuses, and why. `app.api.errors` maps each to an HTTP status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RunsError(Exception):
+    """Base of the runs layer's refusals."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidRunError(RunsError):
+    """The request is well-formed but not acceptable here (a cap, an allow-list, a name)."""
+
+    def __init__(self, field: str, message: str, **details: Any) -> None:
+        super().__init__(f"{field}: {message}", field=field, **details)
+        self.field = field
+
+
+class RunNotFoundError(RunsError):
+    """No such run, or not visible to this caller."""
+
+
+class RunNotEndedError(RunsError):
+    """The operation needs a terminal run."""
+
+
+class RunAlreadyEndedError(RunsError):
+    """The operation needs a run that has not ended."""
+
+
+class IdempotencyConflictError(RunsError):
+    """The idempotency key was used before with a different request body."""
+
+
+class QueueFullError(RunsError):
+    """Every run slot is busy and the queue is full."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.retry_after_s = retry_after_s
+
+
+class ShuttingDownError(RunsError):
+    """The server is draining and takes no new runs."""

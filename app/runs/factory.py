@@ -1,0 +1,174 @@
+"""From a request to what the engine needs: server-dependent checks at creation (caps,
+allow-lists, tool and model names), then the model, tools, limits and prompts at start."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.engine.policies import Limits, PromptLanguage
+from app.engine.ports import ChatModel, Tool
+from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
+from app.llm.models import ModelFactory, ModelUnavailableError
+from app.runs.errors import InvalidRunError
+from app.runs.records import RunRecord
+from app.runs.spec import RunRequest, RunSettingsIn
+from app.settings import CAPS, Settings
+from app.tools.guard import check_url_allowed
+from app.tools.http import HttpTool
+from app.tools.registry import ToolRegistry, UnknownToolError
+
+
+def load_prompts(path: Path | None) -> dict[PromptLanguage, Prompts]:
+    """The built-in texts, with a deployment's overrides from a TOML file ([en], [zh])."""
+    if path is None:
+        return dict(BUILTIN)
+    with path.open("rb") as handle:
+        overrides = tomllib.load(handle)
+    unknown = sorted(set(overrides) - set(BUILTIN))
+    if unknown:
+        raise ValueError(f"{path}: unknown prompt languages {unknown}; use [en] and [zh]")
+    return {lang: BUILTIN[lang].merged(overrides.get(lang, {})) for lang in BUILTIN}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    model: str
+    settings: dict[str, Any]
+    tool_names: list[str]
+
+
+@dataclass(slots=True)
+class Prepared:
+    model: ChatModel
+    tools: list[Tool]
+    limits: Limits
+    prompts: Prompts
+    _closers: list[Any] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        for closer in self._closers:
+            await closer()
+
+
+class RunFactory:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: ToolRegistry,
+        models: ModelFactory,
+        prompts: Mapping[PromptLanguage, Prompts],
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.models = models
+        self.prompts = prompts
+
+    # -- at creation ------------------------------------------------------------------------
+
+    def validate(self, request: RunRequest) -> Resolved:
+        server = self.settings
+        if len(request.task) > server.max_task_chars:
+            raise InvalidRunError(
+                "task",
+                f"{len(request.task)} chars exceeds the server cap of {server.max_task_chars}",
+                cap=server.max_task_chars,
+            )
+        metadata_bytes = len(json.dumps(request.metadata).encode())
+        if metadata_bytes > server.max_metadata_bytes:
+            raise InvalidRunError(
+                "metadata",
+                f"{metadata_bytes} bytes exceeds the server cap of {server.max_metadata_bytes}",
+                cap=server.max_metadata_bytes,
+            )
+        settings = self.resolve_settings(request.settings)
+        try:
+            self.registry.resolve(request.tools)
+        except UnknownToolError as exc:
+            raise InvalidRunError(
+                "tools", str(exc), unknown=exc.unknown, available=exc.available
+            ) from exc
+        taken = {TASK_FINISHED, *request.tools}
+        for index, tool in enumerate(request.http_tools):
+            where = f"http_tools[{index}]"
+            if tool.name in taken:
+                raise InvalidRunError(
+                    f"{where}.name", f"{tool.name!r} is already a tool of this run"
+                )
+            taken.add(tool.name)
+            problem = check_url_allowed(tool.url, server.http_tool_allow_hosts)
+            if problem is not None:
+                raise InvalidRunError(f"{where}.url", problem)
+            if tool.timeout_s is not None and tool.timeout_s > server.tool_timeout_limit_s:
+                raise InvalidRunError(
+                    f"{where}.timeout_s",
+                    f"{tool.timeout_s:g} exceeds the server cap of {server.tool_timeout_limit_s:g}",
+                    cap=server.tool_timeout_limit_s,
+                )
+            try:
+                self._http_tool(tool.model_dump())
+            except ValueError as exc:
+                raise InvalidRunError(f"{where}.parameters", str(exc)) from exc
+        if request.webhook is not None:
+            problem = check_url_allowed(request.webhook, server.http_tool_allow_hosts)
+            if problem is not None:
+                raise InvalidRunError("webhook", problem)
+        try:
+            model = self.models.resolve(request.model, has_script=request.model_script is not None)
+        except ModelUnavailableError as exc:
+            field_name = "model_script" if "model_script is only" in str(exc) else "model"
+            raise InvalidRunError(field_name, str(exc)) from exc
+        names = [*request.tools, *(t.name for t in request.http_tools)]
+        return Resolved(model=model, settings=settings, tool_names=names)
+
+    def resolve_settings(self, requested: RunSettingsIn) -> dict[str, Any]:
+        """Every per-run setting: the request's value, else the server default; none over a cap."""
+        server = self.settings
+        explicit = requested.model_fields_set
+        resolved: dict[str, Any] = {}
+        for name in RunSettingsIn.model_fields:
+            value = getattr(requested, name) if name in explicit else getattr(server, name)
+            cap_name = CAPS.get(name)
+            cap = getattr(server, cap_name) if cap_name else None
+            if cap is not None and name in explicit:
+                unbounded = value is None or (name == "max_tool_result_chars" and value == 0)
+                if unbounded or value > cap:
+                    shown = (
+                        "null (unbounded)"
+                        if value is None
+                        else ("0 (no truncation)" if unbounded else f"{value:g}")
+                    )
+                    raise InvalidRunError(
+                        f"settings.{name}",
+                        f"{shown} exceeds the server cap of {cap:g}",
+                        cap=cap,
+                        value=value,
+                    )
+            resolved[name] = value
+        return resolved
+
+    # -- at start ---------------------------------------------------------------------------
+
+    def prepare(self, record: RunRecord) -> Prepared:
+        request = RunRequest.model_validate(record.request)
+        tools: list[Tool] = list(self.registry.resolve(request.tools))
+        tools += [self._http_tool(t.model_dump()) for t in request.http_tools]
+        limits = Limits(**record.settings)
+        script = [entry.model_dump() for entry in request.model_script or ()]
+        return Prepared(
+            model=self.models.create(record.model, script),
+            tools=tools,
+            limits=limits,
+            prompts=self.prompts[limits.prompt_language],
+        )
+
+    def _http_tool(self, spec: dict[str, Any]) -> HttpTool:
+        fetcher = self.registry.http
+        if fetcher is None:
+            raise ValueError("this server's registry has no HTTP fetcher")
+        return HttpTool(fetcher=fetcher, **spec)

@@ -1,0 +1,90 @@
+"""Live delivery of a run's events to its subscribers, inside one process.
+
+A store publishes each event once it is durable. A subscriber replays from the store, then
+follows the live feed; it never blocks the publisher: its buffer is bounded and, when a slow
+client lets it overflow, the subscriber drops the buffer and catches up from the store. Seq
+numbers make replay and live feed meet without loss or duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from app.runs.records import Event
+
+Reader = Callable[..., Awaitable[list[Event]]]
+PAGE = 1000
+
+
+class _Subscriber:
+    __slots__ = ("buffer", "maxlen", "overflowed", "wake")
+
+    def __init__(self, maxlen: int) -> None:
+        self.buffer: deque[Event] = deque()
+        self.maxlen = maxlen
+        self.overflowed = False
+        self.wake = asyncio.Event()
+
+    def push(self, event: Event) -> None:
+        if len(self.buffer) >= self.maxlen:
+            self.buffer.clear()
+            self.overflowed = True
+        elif not self.overflowed:
+            self.buffer.append(event)
+        self.wake.set()
+
+
+class Fanout:
+    def __init__(self, *, buffer: int = 1024) -> None:
+        self._buffer = buffer
+        self._subscribers: dict[str, set[_Subscriber]] = {}
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(s) for s in self._subscribers.values())
+
+    def publish(self, event: Event) -> None:
+        for subscriber in self._subscribers.get(event.run_id, ()):
+            subscriber.push(event)
+
+    async def follow(self, run_id: str, after: int, read: Reader) -> AsyncIterator[Event]:
+        """Events of `run_id` after seq `after`: the stored ones, then live ones, until the
+        terminal event."""
+        subscriber = _Subscriber(self._buffer)
+        self._subscribers.setdefault(run_id, set()).add(subscriber)
+        last = after
+        try:
+            while True:
+                caught_up = False
+                while not caught_up:  # from the store
+                    subscriber.overflowed = False
+                    batch = await read(run_id, after=last, limit=PAGE)
+                    for event in batch:
+                        yield event
+                        last = event.seq
+                        if event.terminal:
+                            return
+                    caught_up = len(batch) < PAGE
+                while not subscriber.overflowed:  # live
+                    if not subscriber.buffer:
+                        subscriber.wake.clear()
+                        await subscriber.wake.wait()
+                        continue
+                    event = subscriber.buffer.popleft()
+                    if event.seq <= last:
+                        continue
+                    if event.seq != last + 1:  # a gap: fill it from the store
+                        subscriber.buffer.appendleft(event)
+                        break
+                    yield event
+                    last = event.seq
+                    if event.terminal:
+                        return
+        finally:
+            subscribers = self._subscribers.get(run_id)
+            if subscribers is not None:
+                subscribers.discard(subscriber)
+                if not subscribers:
+                    del self._subscribers[run_id]

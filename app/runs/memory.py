@@ -1,0 +1,95 @@
+"""`memory://`: everything in this process, gone at exit. For tests and throwaway servers."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from app.runs.fanout import Fanout
+from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.store import DuplicateRunError
+
+
+class MemoryRunStore:
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+        self._events: dict[str, list[Event]] = {}
+        self._checkpoints: dict[str, dict[str, Any]] = {}
+        self.fanout = Fanout()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+    async def create(self, record: RunRecord) -> None:
+        if record.id in self._runs:
+            raise DuplicateRunError(record.id)
+        if record.idempotency_key is not None and await self.find_by_idempotency_key(
+            record.owner, record.idempotency_key
+        ):
+            raise DuplicateRunError(record.idempotency_key)
+        self._runs[record.id] = record.model_copy(deep=True)
+        self._events[record.id] = []
+
+    async def save(self, record: RunRecord) -> None:
+        self._runs[record.id] = record.model_copy(deep=True)
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        record = self._runs.get(run_id)
+        return record.model_copy(deep=True) if record is not None else None
+
+    async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
+        for record in self._runs.values():
+            if record.owner == owner and record.idempotency_key == key:
+                return record.model_copy(deep=True)
+        return None
+
+    async def list_runs(
+        self,
+        *,
+        owner: str | None,
+        statuses: Sequence[RunStatus] = (),
+        limit: int = 50,
+        before_id: str | None = None,
+        any_owner: bool = False,
+    ) -> list[RunRecord]:
+        found = [
+            r
+            for r in self._runs.values()
+            if (any_owner or r.owner == owner)
+            and (not statuses or r.status in statuses)
+            and (before_id is None or r.id < before_id)
+        ]
+        found.sort(key=lambda r: r.id, reverse=True)
+        return [r.model_copy(deep=True) for r in found[:limit]]
+
+    async def delete(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+        self._events.pop(run_id, None)
+        self._checkpoints.pop(run_id, None)
+
+    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
+        log = self._events[run_id]
+        event = Event(run_id, len(log) + 1, type, time.time(), step, copy.deepcopy(data))
+        log.append(event)
+        self.fanout.publish(event)
+        return event
+
+    async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
+        return self._events.get(run_id, [])[after : after + limit]
+
+    def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        return self.fanout.follow(run_id, after, self.read)
+
+    async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
+        self._checkpoints[run_id] = {"step": step, "state": copy.deepcopy(state)}
+
+    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self._checkpoints.get(run_id))

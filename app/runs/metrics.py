@@ -1,0 +1,74 @@
+"""Prometheus metrics of runs, in a registry of their own (one per app, none global)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from app.runs.records import RunRecord
+
+_DURATIONS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class RunMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.runs = Counter(
+            "finishline_runs", "Runs ended, by status and reason.", ["status", "reason"], registry=r
+        )
+        self.created = Counter("finishline_runs_accepted", "Runs accepted.", registry=r)
+        self.duration = Histogram(
+            "finishline_run_duration_seconds",
+            "Wall time of ended runs.",
+            buckets=_DURATIONS,
+            registry=r,
+        )
+        self.steps = Histogram(
+            "finishline_run_steps",
+            "Steps of ended runs.",
+            buckets=(1, 2, 3, 5, 8, 10, 15, 20, 30, 50, 100),
+            registry=r,
+        )
+        self.llm_latency = Histogram(
+            "finishline_llm_call_seconds",
+            "Latency of LLM calls that returned.",
+            buckets=_DURATIONS,
+            registry=r,
+        )
+        self.tool_latency = Histogram(
+            "finishline_tool_call_seconds",
+            "Latency of tool calls.",
+            ["tool"],
+            buckets=_DURATIONS,
+            registry=r,
+        )
+        self.tool_timeouts = Counter(
+            "finishline_tool_timeouts", "Tool calls that timed out.", ["tool"], registry=r
+        )
+        self.active = Gauge("finishline_runs_active", "Runs executing now.", registry=r)
+        self.queued = Gauge("finishline_runs_queued", "Runs waiting for a slot.", registry=r)
+        self.sse_subscribers = Gauge(
+            "finishline_sse_subscribers", "Open SSE event streams.", registry=r
+        )
+
+    def run_queued(self) -> None:
+        self.created.inc()
+
+    def set_load(self, *, running: int, queued: int) -> None:
+        self.active.set(running)
+        self.queued.set(queued)
+
+    def llm_call(self, duration_ms: int) -> None:
+        self.llm_latency.observe(duration_ms / 1000)
+
+    def tool_call(self, tool: str, duration_ms: int, *, timed_out: bool) -> None:
+        self.tool_latency.labels(tool).observe(duration_ms / 1000)
+        if timed_out:
+            self.tool_timeouts.labels(tool).inc()
+
+    def run_ended(self, record: RunRecord) -> None:
+        reason = record.result.reason.value if record.result else "none"
+        self.runs.labels(record.status.value, reason).inc()
+        self.steps.observe(record.usage.steps)
+        if record.started_at is not None and record.ended_at is not None:
+            self.duration.observe((record.ended_at - record.started_at).total_seconds())

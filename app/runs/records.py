@@ -1,0 +1,147 @@
+"""What is stored: a run's record and its events."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from app.engine.policies import StopReason
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_run_id() -> str:
+    """`run_` + a ULID: 48 bits of milliseconds then 80 random bits, so ids sort by time."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        value, digit = divmod(value, 32)
+        chars.append(_CROCKFORD[digit])
+    return "run_" + "".join(reversed(chars))
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"  # finished or answered
+    INCOMPLETE = "incomplete"  # a limit ended it; the result may hold a degraded answer
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+def status_for(reason: StopReason) -> RunStatus:
+    if reason in (StopReason.FINISHED, StopReason.ANSWERED):
+        return RunStatus.COMPLETED
+    if reason == StopReason.CANCELLED:
+        return RunStatus.CANCELLED
+    if reason == StopReason.ERROR:
+        return RunStatus.FAILED
+    return RunStatus.INCOMPLETE
+
+
+TERMINAL_EVENTS = {
+    RunStatus.COMPLETED: "run.completed",
+    RunStatus.INCOMPLETE: "run.incomplete",
+    RunStatus.FAILED: "run.failed",
+    RunStatus.CANCELLED: "run.cancelled",
+}
+TERMINAL_EVENT_TYPES = frozenset(TERMINAL_EVENTS.values())
+
+
+class RunResult(BaseModel):
+    answer: str | None = Field(description="The final answer; null when the run produced none.")
+    reason: StopReason = Field(description="Why the run ended.")
+    degraded: bool = Field(
+        description="True when the answer did not come through the normal ending: a best "
+        "answer asked for at a limit, or the last reply when the model ignored the stop prompts."
+    )
+
+
+class RunErrorInfo(BaseModel):
+    type: str = Field(description="Stable error type, e.g. llm_status, interrupted, internal.")
+    message: str = Field(description="What went wrong, for people.")
+
+
+class Usage(BaseModel):
+    steps: int = Field(0, description="Loop turns (LLM calls, the degraded final call excepted).")
+    llm_calls: int = Field(0, description="LLM calls that returned, the final call included.")
+    tool_calls: int = Field(0, description="Tool calls the model made (task_finished excepted).")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class WebhookAttempt(BaseModel):
+    at: datetime
+    status_code: int | None = Field(None, description="HTTP status, or null when no answer.")
+    error: str | None = None
+
+
+class WebhookState(BaseModel):
+    url: str
+    delivered: bool = False
+    attempts: list[WebhookAttempt] = Field(default_factory=list)
+
+
+class RunRecord(BaseModel):
+    """A run as stored. `request` is what the client asked for; `settings` what it resolved to."""
+
+    id: str
+    owner: str | None = None
+    status: RunStatus = RunStatus.QUEUED
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    request: dict[str, Any]
+    model: str
+    settings: dict[str, Any]
+    result: RunResult | None = None
+    error: RunErrorInfo | None = None
+    usage: Usage = Field(default_factory=Usage)
+    webhook: WebhookState | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a run's append-only event log. `seq` is 1, 2, 3 … with no gaps."""
+
+    run_id: str
+    seq: int
+    type: str
+    ts: float
+    step: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_EVENT_TYPES
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: envelope fields, then the payload."""
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "type": self.type,
+            "ts": datetime.fromtimestamp(self.ts, UTC).isoformat(timespec="milliseconds"),
+            "step": self.step,
+            **self.data,
+        }

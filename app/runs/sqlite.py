@@ -1,0 +1,303 @@
+"""`sqlite:///path/to/file.db`: the embedded default store, for one process.
+
+Durability: the database is in WAL mode and, by default, `synchronous=FULL`, so a commit is
+on disk (the WAL fsynced) before it returns. Every write goes through one writer thread
+(`sqlite_threads.GroupCommitWriter`) that batches whatever is queued into one transaction;
+`create`, `save`, `delete`, `append` and `save_checkpoint` return only after their batch
+committed, and an appended event reaches subscribers only after that commit. A crash (of the
+process, the OS or the power) can therefore lose only writes that were never acknowledged,
+and nobody has seen them. With `synchronous="NORMAL"` the WAL is fsynced at checkpoints only:
+a process crash still loses nothing acknowledged, a power cut or OS crash may lose the last
+commits. Group commit keeps FULL affordable: under load, many writes share one fsync.
+
+Reads run on a small pool of reader threads, each with its own connection; WAL lets them
+read the last commit while the writer writes.
+
+One process per file: the writer keeps each run's next `seq` in memory (read from
+`MAX(seq)` on first use) and live fan-out is in-process. The schema and its migrations are in
+`sqlite_schema`; `open()` brings the file up to date.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+from app.runs.fanout import Fanout
+from app.runs.records import TERMINAL_EVENT_TYPES, Event, RunRecord, RunStatus
+from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
+from app.runs.sqlite_threads import GroupCommitWriter, ReaderPool
+from app.runs.store import DuplicateRunError, StoreError
+
+T = TypeVar("T")
+
+# Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
+_UPSERT_RUN = """
+    INSERT INTO runs (id, owner, status, idempotency_key, created_at, record)
+    VALUES (?, ?, ?, ?, ?, ?)
+"""
+_ON_CONFLICT = """
+    ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,
+        idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,
+        record = excluded.record
+"""
+
+
+class StoreClosedError(StoreError):
+    """The store is not open: `open()` was not called, or `close()` was."""
+
+
+class SqliteRunStore:
+    """A `RunStore` in one SQLite file. See the module docstring for the durability story.
+
+    `synchronous`: FULL (default) or NORMAL (EXTRA, OFF); `readers`: reader threads;
+    `busy_timeout_s`: how long a connection waits for a lock another process holds.
+    Writes are queued in the order their coroutines start; a caller cancelled while waiting
+    does not withdraw its write. `append` or `save_checkpoint` on an unknown run raise
+    KeyError (as `MemoryRunStore` does for `append`); after `close()`, every method raises
+    `StoreClosedError`. `commits` and `pending_writes` are there for tests and metrics.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "FULL",
+        readers: int = 4,
+        busy_timeout_s: float = 5.0,
+    ) -> None:
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
+        if path in ("", ":memory:") or path.startswith("file:"):
+            raise ValueError(f"SqliteRunStore needs a file path, not {path!r}")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_s = busy_timeout_s
+        self.fanout = Fanout()
+        self._state = "new"  # new -> open -> closed
+        self._next_seq: dict[str, int] = {}  # the writer thread's alone
+        self._writer = GroupCommitWriter(
+            partial(
+                prepare_writer, path, synchronous=self.synchronous, busy_timeout_s=busy_timeout_s
+            ),
+            on_abort=self._next_seq.clear,
+        )
+        self._readers = ReaderPool(self._connect_reader, readers)
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed so far: fewer than writes when group commit batches them."""
+        return self._writer.commits
+
+    @property
+    def pending_writes(self) -> int:
+        """Writes queued or in flight, not yet acknowledged."""
+        return self._writer.pending
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._state != "new":
+            raise StoreClosedError("a SqliteRunStore opens once; make a new one")
+        try:
+            await self._writer.start()  # creates the directory, the file and the schema
+        except BaseException:
+            self._state = "closed"  # the writer thread has ended: this store cannot open
+            raise
+        self._state = "open"
+
+    async def close(self) -> None:
+        """Commit the writes already queued, then stop the threads and close every connection."""
+        was_open, self._state = self._state == "open", "closed"
+        if was_open:
+            await self._writer.stop()
+            await self._readers.close()
+
+    async def ping(self) -> None:
+        self._check_open()
+        if not self._writer.alive:
+            raise StoreError("the SQLite writer thread has stopped")
+        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def create(self, record: RunRecord) -> None:
+        row = _run_row(record)
+
+        def insert(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(_UPSERT_RUN, row)
+            except sqlite3.IntegrityError as exc:
+                primary = exc.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
+                raise DuplicateRunError(record.id if primary else record.idempotency_key) from exc
+
+        await self._write(insert)
+
+    async def save(self, record: RunRecord) -> None:
+        row = _run_row(record)
+
+        def upsert(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(_UPSERT_RUN + _ON_CONFLICT, row)
+            except sqlite3.IntegrityError as exc:
+                raise DuplicateRunError(record.idempotency_key) from exc
+
+        await self._write(upsert)
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        rows = await self._read(_query("SELECT record FROM runs WHERE id = ?", (run_id,)))
+        return RunRecord.model_validate_json(rows[0][0]) if rows else None
+
+    async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
+        sql = "SELECT record FROM runs WHERE idempotency_key = ? AND owner "
+        sql += "IS NULL" if owner is None else "= ?"
+        params = (key,) if owner is None else (key, owner)
+        rows = await self._read(_query(sql, params))
+        return RunRecord.model_validate_json(rows[0][0]) if rows else None
+
+    async def list_runs(
+        self,
+        *,
+        owner: str | None,
+        statuses: Sequence[RunStatus] = (),
+        limit: int = 50,
+        before_id: str | None = None,
+        any_owner: bool = False,
+    ) -> list[RunRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if not any_owner:
+            where.append("owner IS NULL" if owner is None else "owner = ?")
+            params += [] if owner is None else [owner]
+        if statuses:
+            where.append(f"status IN ({', '.join('?' * len(statuses))})")
+            params += [RunStatus(s).value for s in statuses]
+        if before_id is not None:
+            where.append("id < ?")
+            params.append(before_id)
+        sql = "SELECT record FROM runs"
+        sql += f" WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._read(_query(sql + " ORDER BY id DESC LIMIT ?", (*params, limit)))
+        return [RunRecord.model_validate_json(row[0]) for row in rows]
+
+    async def delete(self, run_id: str) -> None:
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))  # cascades
+            self._next_seq.pop(run_id, None)
+
+        await self._write(delete)
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
+        payload = json.dumps(data, separators=(",", ":"))  # now: the caller may mutate `data`
+        ts = time.time()
+
+        def insert(conn: sqlite3.Connection) -> Event:
+            seq = self._next_seq.get(run_id)
+            if seq is None:
+                (last,) = conn.execute(
+                    "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                seq = (last or 0) + 1
+            try:
+                conn.execute(
+                    "INSERT INTO events (run_id, seq, type, ts, step, data) VALUES (?,?,?,?,?,?)",
+                    (run_id, seq, type, ts, step, payload),
+                )
+            except sqlite3.IntegrityError as exc:
+                _raise_if_no_such_run(exc, run_id)
+                raise
+            if type in TERMINAL_EVENT_TYPES:  # the run is over: free its cache entry
+                self._next_seq.pop(run_id, None)
+            else:
+                self._next_seq[run_id] = seq + 1
+            return Event(run_id, seq, type, ts, step, json.loads(payload))  # as replayed
+
+        event: Event = await self._write(insert, lambda e: self.fanout.publish(e))
+        return event
+
+    async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
+        sql = (
+            "SELECT seq, type, ts, step, data FROM events"
+            " WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        )
+        rows = await self._read(_query(sql, (run_id, after, limit)))
+        return [Event(run_id, seq, t, ts, step, json.loads(d)) for seq, t, ts, step, d in rows]
+
+    def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        return self.fanout.follow(run_id, after, self.read)
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
+        payload = json.dumps(state, separators=(",", ":"))
+
+        def upsert(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(
+                    "INSERT INTO checkpoints (run_id, step, state) VALUES (?, ?, ?) ON CONFLICT"
+                    " (run_id) DO UPDATE SET step = excluded.step, state = excluded.state",
+                    (run_id, step, payload),
+                )
+            except sqlite3.IntegrityError as exc:
+                _raise_if_no_such_run(exc, run_id)
+                raise
+
+        await self._write(upsert)
+
+    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
+        sql = "SELECT step, state FROM checkpoints WHERE run_id = ?"
+        rows = await self._read(_query(sql, (run_id,)))
+        return {"step": rows[0][0], "state": json.loads(rows[0][1])} if rows else None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            what = "closed" if self._state == "closed" else "not open yet: call open() first"
+            raise StoreClosedError(f"SqliteRunStore({self.path!r}) is {what}")
+
+    async def _write(
+        self,
+        apply: Callable[[sqlite3.Connection], T],
+        after_commit: Callable[[T], None] | None = None,
+    ) -> T:
+        self._check_open()
+        result: T = await self._writer.submit(apply, after_commit)
+        return result
+
+    async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_open()
+        return await self._readers.run(query)
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        # closed by close(), on another thread than the reader's own
+        conn = connect(self.path, busy_timeout_s=self.busy_timeout_s, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+
+def _raise_if_no_such_run(exc: sqlite3.IntegrityError, run_id: str) -> None:
+    """A foreign key failure means the run does not exist: KeyError, as `MemoryRunStore`."""
+    if exc.sqlite_errorname == "SQLITE_CONSTRAINT_FOREIGNKEY":
+        raise KeyError(run_id) from exc
+
+
+def _run_row(record: RunRecord) -> tuple[str | None, ...]:
+    return (
+        record.id,
+        record.owner,
+        record.status.value,
+        record.idempotency_key,
+        record.created_at.isoformat(),
+        record.model_dump_json(),
+    )
+
+
+def _query(sql: str, params: Sequence[Any]) -> Callable[[sqlite3.Connection], list[Any]]:
+    return lambda conn: conn.execute(sql, params).fetchall()

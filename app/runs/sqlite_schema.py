@@ -1,0 +1,97 @@
+"""The SQLite schema of `SqliteRunStore`, its migrations, and how connections are opened.
+
+`PRAGMA user_version` holds the schema version: `MIGRATIONS[n]` takes a database from
+version n to n + 1, and `prepare_writer` applies the missing ones in one transaction.
+A database newer than this code is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from app.runs.store import StoreError
+
+MIGRATIONS = (
+    # 1: runs (the RunRecord as JSON, plus the columns indexes need), events, checkpoints.
+    # An idempotency key is unique per owner; runs without an owner share one namespace,
+    # apart from every owner's (two partial indexes, as NULLs never collide in one).
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        owner TEXT,
+        status TEXT NOT NULL,
+        idempotency_key TEXT,
+        created_at TEXT NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE UNIQUE INDEX runs_owner_key ON runs (owner, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND owner IS NOT NULL;
+    CREATE UNIQUE INDEX runs_anonymous_key ON runs (idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND owner IS NULL;
+    CREATE INDEX runs_by_owner ON runs (owner, id);
+    CREATE INDEX runs_by_status ON runs (status, id);
+    CREATE TABLE events (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        ts REAL NOT NULL,
+        step INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE checkpoints (
+        run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+        step INTEGER NOT NULL,
+        state TEXT NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def connect(
+    path: str, *, busy_timeout_s: float, check_same_thread: bool = True
+) -> sqlite3.Connection:
+    """A connection in autocommit mode (we say BEGIN and COMMIT), foreign keys on."""
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=check_same_thread
+    )
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def prepare_writer(path: str, *, synchronous: str, busy_timeout_s: float) -> sqlite3.Connection:
+    """The writer's connection: the directory and file made, WAL on, the schema up to date."""
+    if synchronous not in SYNCHRONOUS_MODES:  # it is spliced into a PRAGMA
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(path, busy_timeout_s=busy_timeout_s)
+    try:
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if mode.lower() != "wal":
+            raise StoreError(f"{path}: cannot use WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        migrate(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{path}: schema version {version} is newer than {SCHEMA_VERSION}")
+        for script in MIGRATIONS[version:]:  # statement by statement: executescript() commits
+            for statement in filter(str.strip, script.split(";")):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

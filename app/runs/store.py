@@ -1,0 +1,85 @@
+"""The one protocol storage sits behind: run records, an append-only event log per run, and
+checkpoints. Implementations: `MemoryRunStore` (memory://) and `SqliteRunStore` (sqlite://);
+Redis Streams later.
+
+Ordering contract: `append` assigns the next `seq` of the run (1, 2, 3 … no gaps) and returns
+only once the event is durable; events are appended, and published to subscribers, in the
+order `append` was called for that run. `subscribe` replays everything after `after`, then
+follows live, without loss or duplicates, and ends after the terminal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
+
+from app.runs.records import Event, RunRecord, RunStatus
+
+
+class StoreError(Exception):
+    """Base of storage errors."""
+
+
+class DuplicateRunError(StoreError):
+    """A run with this id, or this owner's idempotency key, exists already."""
+
+
+class UnsupportedStoreError(StoreError):
+    """The store URL names no known backend."""
+
+
+class RunStore(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise if the store cannot serve requests."""
+
+    async def create(self, record: RunRecord) -> None:
+        """Insert a new run; DuplicateRunError if its id or (owner, idempotency_key) exists."""
+
+    async def save(self, record: RunRecord) -> None:
+        """Replace a run's record."""
+
+    async def get(self, run_id: str) -> RunRecord | None: ...
+
+    async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None: ...
+
+    async def list_runs(
+        self,
+        *,
+        owner: str | None,
+        statuses: Sequence[RunStatus] = (),
+        limit: int = 50,
+        before_id: str | None = None,
+        any_owner: bool = False,
+    ) -> list[RunRecord]:
+        """Newest first; `before_id` is the cursor (ids sort by creation time)."""
+
+    async def delete(self, run_id: str) -> None:
+        """Remove a run, its events and its checkpoint."""
+
+    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event: ...
+
+    async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
+
+    def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]: ...
+
+    async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None: ...
+
+    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None: ...
+
+
+def open_store(url: str) -> RunStore:
+    """A store for `sqlite:///path/to/file.db` or `memory://`."""
+    if url.startswith("memory://"):
+        from app.runs.memory import MemoryRunStore
+
+        return MemoryRunStore()
+    if url.startswith("sqlite://"):
+        from app.runs.sqlite import SqliteRunStore
+
+        path = url.removeprefix("sqlite://")
+        return SqliteRunStore(path[1:] if path.startswith("/") else path)
+    raise UnsupportedStoreError(f"unsupported store URL {url!r}: use sqlite:///path or memory://")

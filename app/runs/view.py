@@ -1,0 +1,79 @@
+"""The public shape of a run: what GET /runs/{id} answers and what a webhook receives."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from app.runs.records import RunErrorInfo, RunRecord, RunResult, RunStatus, Usage, WebhookState
+
+MASK = "***"
+
+
+class RunLinks(BaseModel):
+    self: str = Field(description="This run.")
+    events: str = Field(
+        description="Its event stream (SSE), or a JSON page with Accept: application/json."
+    )
+    cancel: str = Field(description="POST here to cancel it.")
+
+
+class RunView(BaseModel):
+    id: str = Field(description="The run's identifier.")
+    status: RunStatus = Field(
+        description="queued, running, completed (finished/answered), incomplete (a limit ended it), failed, cancelled."
+    )
+    created_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    task: str
+    system_prompt: str | None = None
+    model: str = Field(description="The model that runs it.")
+    tools: list[str] = Field(description="Registered tools it may call.")
+    http_tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="Tools declared in the request; header values masked."
+    )
+    settings: dict[str, Any] = Field(description="Every per-run setting, resolved.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    result: RunResult | None = Field(None, description="Set once the run has ended.")
+    error: RunErrorInfo | None = Field(None, description="Set when it failed.")
+    usage: Usage
+    webhook: WebhookState | None = Field(
+        None, description="Delivery state of the run's webhook, if it has one."
+    )
+    links: RunLinks
+
+
+def links_for(run_id: str) -> RunLinks:
+    return RunLinks(
+        self=f"/runs/{run_id}", events=f"/runs/{run_id}/events", cancel=f"/runs/{run_id}/cancel"
+    )
+
+
+def to_view(record: RunRecord) -> RunView:
+    request = record.request
+    http_tools = [
+        {**tool, "headers": dict.fromkeys(tool.get("headers", {}), MASK)}
+        for tool in request.get("http_tools", [])
+    ]
+    return RunView(
+        id=record.id,
+        status=record.status,
+        created_at=record.created_at,
+        started_at=record.started_at,
+        ended_at=record.ended_at,
+        task=request["task"],
+        system_prompt=request.get("system_prompt"),
+        model=record.model,
+        tools=request.get("tools", []),
+        http_tools=http_tools,
+        settings=record.settings,
+        metadata=request.get("metadata", {}),
+        result=record.result,
+        error=record.error,
+        usage=record.usage,
+        webhook=record.webhook,
+        links=links_for(record.id),
+    )

@@ -1,0 +1,125 @@
+"""Serve an ASGI app with uvicorn inside the current event loop, for tests.
+
+    async with Served(app) as server:          # lifespan="off" by default
+        server.url("/path")                    # http://127.0.0.1:PORT/path
+
+The socket is bound to 127.0.0.1:0 and listening before `serve()`, so there is no start-up
+race and no sleep; entering waits for start-up on an event under a bound. The socket says
+IPPROTO_TCP so asyncio turns TCP_NODELAY on (else every response waits ~40 ms on Nagle and
+delayed ACK). No signal handlers: the test runner owns SIGINT. No logging config: uvicorn
+leaves the process's loggers alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import Any, Literal, Self
+
+import anyio
+import uvicorn
+
+
+class _Server(uvicorn.Server):
+    """uvicorn.Server that reports start-up and exits on events, not flags and ticks."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+        self._exit = asyncio.Event()
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+        return contextlib.nullcontext()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().serve(sockets=sockets)
+        finally:
+            self.ready.set()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.ready.set()
+
+    async def main_loop(self) -> None:
+        await self.on_tick(0)
+        await self._exit.wait()
+
+    def request_exit(self) -> None:
+        self.should_exit = True
+        self._exit.set()
+
+
+class Served:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        lifespan: Literal["on", "off"] = "off",
+        timeout_graceful_shutdown: float = 5,
+        start_timeout_s: float = 10,
+    ) -> None:
+        self.app = app
+        self.port = 0
+        self._lifespan = lifespan
+        self._grace = timeout_graceful_shutdown
+        self._start_timeout_s = start_timeout_s
+        self._server: _Server | None = None
+        self._serving: asyncio.Task[None] | None = None
+
+    def url(self, path: str = "", *, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def __aenter__(self) -> Self:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(1024)
+            self.port = sock.getsockname()[1]
+            config = uvicorn.Config(
+                self.app,
+                interface="asgi3",
+                http="h11",
+                ws="none",
+                lifespan=self._lifespan,
+                log_config=None,
+                proxy_headers=False,
+                server_header=False,
+                date_header=False,
+                timeout_graceful_shutdown=self._grace,
+            )
+            self._server = _Server(config)
+            self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            with anyio.fail_after(self._start_timeout_s):
+                await self._server.ready.wait()
+        except BaseException:
+            await self.stop()
+            raise
+        if not self._server.started:
+            await asyncio.wait([self._serving])
+            self._server = None
+            raise RuntimeError(f"the server did not start: {self._serving!r}")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def stop(self) -> None:
+        if self._server is None or self._serving is None:
+            return
+        self._server.request_exit()
+        try:
+            with anyio.fail_after(self._grace + 10):
+                await self._serving
+        finally:
+            if not self._serving.done():
+                self._serving.cancel()
+                await asyncio.wait([self._serving])
+            self._server = None

@@ -1,0 +1,437 @@
+"""The `RunStore` contract, run against every implementation: what the rest of finishline may
+rely on whichever store a deployment picks."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from app.engine.policies import StopReason
+from app.runs.fanout import Fanout
+from app.runs.memory import MemoryRunStore
+from app.runs.records import (
+    Event,
+    RunErrorInfo,
+    RunRecord,
+    RunResult,
+    RunStatus,
+    Usage,
+    WebhookAttempt,
+    WebhookState,
+    new_run_id,
+)
+from app.runs.sqlite import SqliteRunStore
+from app.runs.store import DuplicateRunError, RunStore
+
+Store = MemoryRunStore | SqliteRunStore
+BOUND_S = 10  # a failure bound, not a wait: every test here finishes in milliseconds
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    made: Store = (
+        MemoryRunStore() if request.param == "memory" else SqliteRunStore(str(tmp_path / "r.db"))
+    )
+    conforming: RunStore = made  # both satisfy the protocol
+    await conforming.open()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+def record(*, owner: str | None = None, key: str | None = None, **fields: object) -> RunRecord:
+    return RunRecord.model_validate(
+        {
+            "id": new_run_id(),
+            "owner": owner,
+            "idempotency_key": key,
+            "request": {"task": "add two numbers"},
+            "model": "scripted",
+            "settings": {"max_steps": 10},
+            **fields,
+        }
+    )
+
+
+async def created(store: Store, **fields: object) -> RunRecord:
+    run = record(**fields)
+    await store.create(run)
+    return run
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+async def test_a_run_reads_back_equal_after_create_and_after_save(store: Store) -> None:
+    started = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    run = record(
+        owner="alice",
+        key="key-1",
+        request={"task": "sum", "tools": ["calculator"], "metadata": {"nested": [1, {"a": None}]}},
+        settings={"max_steps": 3, "stop_tool": True, "max_time_s": 1.5},
+        request_hash="abc123",
+        webhook=WebhookState(url="https://hooks.example/x"),
+    )
+    await store.create(run)
+    assert await store.get(run.id) == run
+
+    run.status = RunStatus.COMPLETED
+    run.started_at = started
+    run.ended_at = started + timedelta(seconds=2)
+    run.result = RunResult(answer="42 ✓", reason=StopReason.FINISHED, degraded=False)
+    run.error = RunErrorInfo(type="llm_status", message="retried")
+    run.usage = Usage(steps=2, llm_calls=3, tool_calls=1, prompt_tokens=10, total_tokens=15)
+    run.webhook = WebhookState(
+        url="https://hooks.example/x",
+        delivered=True,
+        attempts=[
+            WebhookAttempt(at=started, status_code=None, error="connect timeout"),
+            WebhookAttempt(at=started + timedelta(seconds=1), status_code=204),
+        ],
+    )
+    await store.save(run)
+
+    again = await store.get(run.id)
+    assert again == run
+    assert again is not None
+    assert again.webhook is not None
+    assert again.webhook.attempts[1].at == started + timedelta(seconds=1)
+
+
+async def test_get_returns_a_copy_that_does_not_change_the_store(store: Store) -> None:
+    run = await created(store)
+    got = await store.get(run.id)
+    assert got is not None
+    got.status = RunStatus.FAILED
+    got.request["task"] = "changed"
+    assert await store.get(run.id) == run
+
+
+async def test_get_of_an_unknown_run_is_none(store: Store) -> None:
+    assert await store.get(new_run_id()) is None
+
+
+async def test_ping_succeeds_on_an_open_store(store: Store) -> None:
+    await store.ping()
+
+
+async def test_creating_a_run_with_an_existing_id_raises_duplicate_run_error(store: Store) -> None:
+    run = await created(store, owner="alice")
+    copy = run.model_copy(update={"owner": "bob", "request": {"task": "other"}})
+    with pytest.raises(DuplicateRunError):
+        await store.create(copy)
+    assert await store.get(run.id) == run  # the first one is untouched
+
+
+@pytest.mark.parametrize("owner", ["alice", None])
+async def test_reusing_an_idempotency_key_for_the_same_owner_raises_duplicate_run_error(
+    store: Store, owner: str | None
+) -> None:
+    first = await created(store, owner=owner, key="k")
+    second = record(owner=owner, key="k")
+    with pytest.raises(DuplicateRunError):
+        await store.create(second)
+    assert await store.get(second.id) is None
+    assert await store.find_by_idempotency_key(owner, "k") == first
+
+
+async def test_the_same_idempotency_key_is_free_for_other_owners(store: Store) -> None:
+    alice = await created(store, owner="alice", key="k")
+    bob = await created(store, owner="bob", key="k")
+    nobody = await created(store, owner=None, key="k")
+    empty = await created(store, owner="", key="k")
+    assert await store.find_by_idempotency_key("alice", "k") == alice
+    assert await store.find_by_idempotency_key("bob", "k") == bob
+    assert await store.find_by_idempotency_key(None, "k") == nobody
+    assert await store.find_by_idempotency_key("", "k") == empty
+
+
+async def test_runs_without_an_idempotency_key_never_collide(store: Store) -> None:
+    for owner in ("alice", "alice", None, None):
+        await created(store, owner=owner)
+    assert len(await store.list_runs(owner=None, any_owner=True)) == 4
+
+
+async def test_find_by_idempotency_key_is_none_for_an_unknown_key_or_owner(store: Store) -> None:
+    await created(store, owner="alice", key="k")
+    assert await store.find_by_idempotency_key("alice", "other") is None
+    assert await store.find_by_idempotency_key("bob", "k") is None
+    assert await store.find_by_idempotency_key(None, "k") is None
+
+
+# -- listing ------------------------------------------------------------------------------
+
+
+async def test_list_runs_returns_newest_first(store: Store) -> None:
+    runs = [await created(store) for _ in range(5)]
+    listed = await store.list_runs(owner=None)
+    assert [r.id for r in listed] == sorted((r.id for r in runs), reverse=True)
+    assert [r.id for r in await store.list_runs(owner=None, limit=2)] == [r.id for r in listed[:2]]
+
+
+async def test_list_runs_filters_by_status(store: Store) -> None:
+    queued = await created(store)
+    running = await created(store, status=RunStatus.RUNNING)
+    done = await created(store, status=RunStatus.COMPLETED)
+    failed = await created(store, status=RunStatus.FAILED)
+
+    only_done = await store.list_runs(owner=None, statuses=[RunStatus.COMPLETED])
+    assert [r.id for r in only_done] == [done.id]
+    active = await store.list_runs(owner=None, statuses=[RunStatus.QUEUED, RunStatus.RUNNING])
+    assert {r.id for r in active} == {queued.id, running.id}
+    assert len(await store.list_runs(owner=None)) == 4
+    failed.status = RunStatus.CANCELLED
+    await store.save(failed)
+    assert await store.list_runs(owner=None, statuses=[RunStatus.FAILED]) == []
+
+
+async def test_list_runs_shows_an_owner_only_its_own_runs(store: Store) -> None:
+    alice = await created(store, owner="alice")
+    bob = await created(store, owner="bob")
+    nobody = await created(store, owner=None)
+    assert [r.id for r in await store.list_runs(owner="alice")] == [alice.id]
+    assert [r.id for r in await store.list_runs(owner="bob")] == [bob.id]
+    assert [r.id for r in await store.list_runs(owner=None)] == [nobody.id]
+    assert await store.list_runs(owner="carol") == []
+
+
+async def test_list_runs_with_any_owner_shows_every_run(store: Store) -> None:
+    runs = [await created(store, owner=owner) for owner in ("alice", "bob", None)]
+    listed = await store.list_runs(owner="carol", any_owner=True)
+    assert {r.id for r in listed} == {r.id for r in runs}
+    running = await created(store, owner="dave", status=RunStatus.RUNNING)
+    active = await store.list_runs(owner=None, statuses=[RunStatus.RUNNING], any_owner=True)
+    assert [r.id for r in active] == [running.id]
+
+
+async def test_paging_with_before_id_visits_every_run_once_newest_first(store: Store) -> None:
+    runs = [await created(store, owner="alice") for _ in range(25)]
+    await created(store, owner="bob")
+    pages: list[list[str]] = []
+    cursor: str | None = None
+    while True:
+        page = await store.list_runs(owner="alice", limit=10, before_id=cursor)
+        if not page:
+            break
+        pages.append([r.id for r in page])
+        cursor = page[-1].id
+    assert [len(p) for p in pages] == [10, 10, 5]
+    assert [i for p in pages for i in p] == sorted((r.id for r in runs), reverse=True)
+
+
+# -- delete -------------------------------------------------------------------------------
+
+
+async def test_delete_removes_the_record_its_events_and_its_checkpoint(store: Store) -> None:
+    run = await created(store)
+    kept = await created(store)
+    for r in (run, kept):
+        await store.append(r.id, "run.queued", 0, {})
+        await store.save_checkpoint(r.id, 1, {"messages": []})
+    await store.delete(run.id)
+    assert await store.get(run.id) is None
+    assert await store.read(run.id) == []
+    assert await store.load_checkpoint(run.id) is None
+    assert await store.list_runs(owner=None) == [kept]
+    assert len(await store.read(kept.id)) == 1
+    assert await store.load_checkpoint(kept.id) is not None
+
+
+async def test_deleting_an_unknown_run_does_nothing(store: Store) -> None:
+    await store.delete(new_run_id())
+
+
+# -- the event log ------------------------------------------------------------------------
+
+
+async def test_append_numbers_a_runs_events_from_one_without_gaps(store: Store) -> None:
+    run = await created(store)
+    other = await created(store)
+    appended = [await store.append(run.id, "thought", i, {"text": f"t{i}"}) for i in range(1, 6)]
+    assert [e.seq for e in appended] == [1, 2, 3, 4, 5]
+    assert (await store.append(other.id, "run.queued", 0, {})).seq == 1
+    first = appended[0]
+    assert (first.run_id, first.type, first.step, first.data) == (
+        run.id,
+        "thought",
+        1,
+        {"text": "t1"},
+    )
+    assert isinstance(first.ts, float)
+    assert await store.read(run.id) == appended
+
+
+async def test_read_returns_the_events_after_a_seq_up_to_a_limit(store: Store) -> None:
+    run = await created(store)
+    for i in range(10):
+        await store.append(run.id, "thought", i, {"i": i, "nested": {"list": [i, None, "x"]}})
+    assert [e.seq for e in await store.read(run.id, after=3, limit=4)] == [4, 5, 6, 7]
+    assert [e.seq for e in await store.read(run.id, after=8)] == [9, 10]
+    assert await store.read(run.id, after=10) == []
+    assert (await store.read(run.id, after=4, limit=1))[0].data == {
+        "i": 4,
+        "nested": {"list": [4, None, "x"]},
+    }
+
+
+async def test_read_of_an_unknown_run_is_empty(store: Store) -> None:
+    assert await store.read(new_run_id()) == []
+
+
+async def test_append_to_an_unknown_run_raises_key_error(store: Store) -> None:
+    with pytest.raises(KeyError):
+        await store.append(new_run_id(), "thought", 1, {})
+
+
+async def test_concurrent_appends_keep_every_runs_seq_contiguous(store: Store) -> None:
+    runs = [await created(store) for _ in range(8)]
+
+    async def writer(run_id: str, worker: int) -> None:
+        for i in range(10):
+            await store.append(run_id, "thought", i, {"worker": worker, "i": i})
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            for run in runs:
+                for worker in range(5):
+                    tg.start_soon(writer, run.id, worker)
+
+    for run in runs:
+        events = await store.read(run.id)
+        assert [e.seq for e in events] == list(range(1, 51))
+        for worker in range(5):  # each task's appends are in the order it made them
+            mine = [e.data["i"] for e in events if e.data["worker"] == worker]
+            assert mine == list(range(10))
+
+
+# -- subscribe ----------------------------------------------------------------------------
+
+
+async def append_all(store: Store, run_id: str, types: list[str]) -> list[Event]:
+    return [await store.append(run_id, type, 1, {"n": n}) for n, type in enumerate(types)]
+
+
+async def test_subscribe_replays_then_follows_live_and_stops_at_the_terminal_event(
+    store: Store,
+) -> None:
+    run = await created(store)
+    replayed = await append_all(store, run.id, ["run.queued", "run.started", "thought"])
+    send, receive = anyio.create_memory_object_stream[Event](100)
+
+    async def follow() -> None:
+        async with send:
+            async for event in store.subscribe(run.id):
+                await send.send(event)
+
+    with anyio.fail_after(BOUND_S), receive:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            assert [await receive.receive() for _ in range(3)] == replayed
+            live = await append_all(store, run.id, ["action", "observation", "run.completed"])
+            await store.append(run.id, "thought", 9, {"after": "the end"})
+            rest = [event async for event in receive]  # ends when the subscription does
+    assert rest == live
+    assert rest[-1].type == "run.completed"
+
+
+async def test_subscribe_after_a_seq_replays_only_the_later_events(store: Store) -> None:
+    run = await created(store)
+    events = await append_all(store, run.id, ["run.queued", "run.started", "thought"])
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            seen: list[Event] = []
+
+            async def follow() -> None:
+                seen.extend([event async for event in store.subscribe(run.id, after=2)])
+
+            tg.start_soon(follow)
+            events += await append_all(store, run.id, ["thought", "run.completed"])
+    assert seen == events[2:]
+
+
+async def test_a_subscriber_after_the_terminal_event_gets_the_replay_and_ends(
+    store: Store,
+) -> None:
+    run = await created(store)
+    events = await append_all(store, run.id, ["run.queued", "thought", "run.completed"])
+    with anyio.fail_after(BOUND_S):
+        assert [e async for e in store.subscribe(run.id)] == events
+        assert [e async for e in store.subscribe(run.id, after=1)] == events[1:]
+
+
+async def test_two_subscribers_on_one_run_both_see_every_event(store: Store) -> None:
+    run = await created(store)
+    first = await append_all(store, run.id, ["run.queued"])
+    seen: dict[int, list[Event]] = {0: [], 1: []}
+    started = [anyio.Event(), anyio.Event()]
+
+    async def follow(index: int) -> None:
+        async for event in store.subscribe(run.id):
+            seen[index].append(event)
+            started[index].set()
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow, 0)
+            tg.start_soon(follow, 1)
+            for event in started:
+                await event.wait()  # both are following live now
+            rest = await append_all(store, run.id, ["thought"] * 20 + ["run.completed"])
+    assert seen[0] == seen[1] == first + rest
+
+
+async def test_a_slow_subscriber_gets_every_event_once_in_order_by_catching_up(
+    store: Store,
+) -> None:
+    store.fanout = Fanout(buffer=4)
+    run = await created(store)
+    first = await append_all(store, run.id, ["run.queued"])
+    with anyio.fail_after(BOUND_S):
+        async with contextlib.aclosing(store.subscribe(run.id)) as events:
+            assert await anext(events) == first[0]  # following now
+            more = await append_all(store, run.id, ["thought"] * 30)  # overflows its buffer
+            got = [await anext(events) for _ in range(10)]
+            more += await append_all(store, run.id, ["thought"] * 30 + ["run.completed"])
+            got += [event async for event in events]
+    assert got == more
+    assert store.fanout.subscribers == 0
+
+
+# -- checkpoints --------------------------------------------------------------------------
+
+
+async def test_load_checkpoint_returns_the_latest_saved(store: Store) -> None:
+    run = await created(store)
+    assert await store.load_checkpoint(run.id) is None
+    await store.save_checkpoint(run.id, 1, {"messages": [{"role": "user", "content": "hi"}]})
+    state = {"messages": [{"role": "assistant", "content": "ok"}], "usage": {"steps": 2}}
+    await store.save_checkpoint(run.id, 2, state)
+    assert await store.load_checkpoint(run.id) == {"step": 2, "state": state}
+
+
+async def test_a_checkpoint_is_a_snapshot_of_the_state_when_saved(store: Store) -> None:
+    run = await created(store)
+    messages = [{"role": "user", "content": "hi"}]
+    await store.save_checkpoint(run.id, 1, {"messages": messages})
+    messages[0]["content"] = "elided"  # the live run goes on changing its state
+    messages.append({"role": "assistant", "content": "later"})
+    loaded = await store.load_checkpoint(run.id)
+    assert loaded == {"step": 1, "state": {"messages": [{"role": "user", "content": "hi"}]}}
+    loaded["state"]["messages"].clear()
+    assert await store.load_checkpoint(run.id) != loaded
+
+
+async def test_an_events_stored_data_is_fixed_when_appended(store: Store) -> None:
+    run = await created(store)
+    data = {"content": "full text", "nested": {"n": 1}}
+    await store.append(run.id, "observation", 1, data)
+    data["content"] = "changed"
+    data["nested"]["n"] = 2
+    (stored,) = await store.read(run.id)
+    assert stored.data == {"content": "full text", "nested": {"n": 1}}
