@@ -18,7 +18,15 @@ from app.engine.policies import InterventionKind, StopReason
 from app.engine.ports import Message, Reply, ToolCall
 from app.engine.prompts import TASK_FINISHED
 from app.engine.steps import Action, Intervention, Observation, Step
-from app.engine.toolcalls import CallResult, PreparedCall, execute, parse_arguments, prepare
+from app.engine.toolcalls import (
+    CallResult,
+    PreparedCall,
+    execute,
+    execute_within,
+    parse_arguments,
+    prepare,
+    timed_out,
+)
 from app.engine.truncate import truncate
 
 if TYPE_CHECKING:
@@ -52,7 +60,7 @@ class ToolStep:
     async def _steps(self) -> AsyncIterator[Step]:
         run, st = self.run, self.run.state
         calls = self.reply.tool_calls
-        st.messages.append(assistant_message(self.reply))
+        st.append(assistant_message(self.reply))
         finishing = run.limits.stop_tool and all(c.name == TASK_FINISHED for c in calls)
         prepared: list[PreparedCall] = []
         for call in calls:
@@ -71,45 +79,73 @@ class ToolStep:
                         log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
-            tasks = {
-                asyncio.ensure_future(
-                    execute(item, run.ctx, run.limits.tool_timeout_s, run.prompts)
-                ): index
-                for index, item in enumerate(prepared)
-                if item.runnable
-            }
-            pending = set(tasks)
+            runnable = [index for index, item in enumerate(prepared) if item.runnable]
             try:
-                while pending:
-                    done = await run.guard.wait_any(pending, run.deadline)
-                    for task in sorted(done, key=tasks.__getitem__):
-                        pending.discard(task)
-                        index = tasks[task]
-                        yield self._observe(index, prepared[index], task.result())
+                if len(runnable) == 1:  # the common case: no task needed
+                    index = runnable[0]
+                    result = await self._execute_alone(prepared[index])
+                    yield self._observe(index, prepared[index], result)
+                elif runnable:
+                    async for observation in self._execute_concurrently(prepared, runnable):
+                        yield observation
             except (CancelRequestedError, DeadlineError) as exc:
-                reason = (
-                    StopReason.CANCELLED
-                    if isinstance(exc, CancelRequestedError)
-                    else StopReason.TIMEOUT
-                )
-                for task in sorted(pending, key=tasks.__getitem__):
-                    abandon(task)
-                    index = tasks[task]
-                    text = run.prompts.call_interrupted.format(
-                        tool=prepared[index].call.name, reason=reason.value
-                    )
-                    yield self._observe(index, prepared[index], CallResult(text, True, 0))
+                cancelled = isinstance(exc, CancelRequestedError)
+                reason = StopReason.CANCELLED if cancelled else StopReason.TIMEOUT
+                for index in runnable:
+                    if index not in self._shown:
+                        item = prepared[index]
+                        text = run.prompts.call_interrupted.format(
+                            tool=item.call.name, reason=reason.value
+                        )
+                        yield self._observe(index, item, CallResult(text, True, 0))
                 raise
         finally:
             for index, item in enumerate(prepared):
                 if index in self._shown:
-                    st.messages.append(
+                    st.append(
                         {
                             "role": "tool",
                             "tool_call_id": item.call.id,
                             "content": self._shown[index],
                         }
                     )
+
+    async def _execute_alone(self, item: PreparedCall) -> CallResult:
+        """One call, awaited in the run's own task under one scope for both the per-tool
+        timeout and the run's deadline and cancel."""
+        run = self.run
+        tool_deadline = run.clock() + run.limits.tool_timeout_s
+        try:
+            async with run.guard.scope(min(tool_deadline, run.deadline)):
+                return await execute(item, run.ctx, run.prompts)
+        except DeadlineError:
+            if tool_deadline >= run.deadline:
+                raise
+            return timed_out(item, run.limits.tool_timeout_s, run.prompts)
+
+    async def _execute_concurrently(
+        self, prepared: list[PreparedCall], runnable: list[int]
+    ) -> AsyncIterator[Observation]:
+        """Run the calls in tasks of their own; observe each as it ends. On a cancel or the
+        deadline, the unfinished ones are abandoned (the caller reports them interrupted)."""
+        limits, ctx, prompts = self.run.limits, self.run.ctx, self.run.prompts
+        tasks = {
+            asyncio.ensure_future(
+                execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)
+            ): i
+            for i in runnable
+        }
+        pending = set(tasks)
+        try:
+            while pending:
+                done = await self.run.guard.wait_any(pending, self.run.deadline)
+                for task in sorted(done, key=tasks.__getitem__):
+                    pending.discard(task)
+                    index = tasks[task]
+                    yield self._observe(index, prepared[index], task.result())
+        finally:
+            for task in pending:
+                abandon(task)
 
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run

@@ -1,15 +1,22 @@
-"""Racing a run's in-flight work against its cancel request and a deadline.
+"""Interrupting a run's in-flight work when it is cancelled or its deadline passes.
 
-Every await in the loop that can take long (an LLM call, tool calls, a retry back-off) goes
-through `Guard`, so a deadline or a cancel interrupts it at once instead of waiting for the
-top of the next step. The interrupted work is cancelled; the run is not: the loop catches
-`DeadlineError` / `CancelRequestedError` and ends the run with the right reason.
+Every await in the loop that can take long (an LLM call, tool calls, a retry back-off) runs
+inside `Guard.scope(deadline)`. The scope works like `asyncio.timeout`: it arms a timer for
+the deadline and registers for the run's cancel request; either one cancels the current
+task, and the scope turns that cancellation into `DeadlineError` or `CancelRequestedError`
+on exit. Any other cancellation of the task (a server shutdown) passes through untouched.
+No task is created for the awaited work, so guarding costs a timer and two set operations.
+
+Tool calls still run in tasks of their own (they run concurrently, and a tool that ignores
+cancellation must not hold the run): the scope then guards `asyncio.wait` on them, and
+`abandon` cancels what is left without waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from types import TracebackType
 from typing import TypeVar
 
 from app.engine.ports import Clock
@@ -37,54 +44,95 @@ def abandon(task: asyncio.Future[object]) -> None:
     task.add_done_callback(_discard_outcome)
 
 
+class _Scope:
+    __slots__ = ("_cancelling", "_deadline", "_fired", "_guard", "_handle", "_task")
+
+    def __init__(self, guard: Guard, deadline: float) -> None:
+        self._guard = guard
+        self._deadline = deadline
+        self._fired: type[Exception] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[object] | None = None
+        self._cancelling = 0
+
+    async def __aenter__(self) -> _Scope:
+        guard = self._guard
+        if guard.cancelled:
+            raise CancelRequestedError
+        remaining = self._deadline - guard.clock()
+        if remaining <= 0:
+            raise DeadlineError
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._handle = asyncio.get_running_loop().call_later(remaining, self.fire, DeadlineError)
+        guard.watch(self)
+        return self
+
+    def fire(self, error: type[Exception]) -> None:
+        if self._fired is None and self._task is not None:
+            self._fired = error
+            self._task.cancel()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._handle is not None and self._task is not None  # noqa: PT018
+        self._handle.cancel()
+        self._guard.unwatch(self)
+        if self._fired is not None:
+            uncancelled = self._task.uncancel()
+            if uncancelled <= self._cancelling and exc_type is asyncio.CancelledError:
+                raise self._fired from exc
+
+
 class Guard:
     def __init__(self, cancel: asyncio.Event | None, clock: Clock) -> None:
         self._cancel = cancel if cancel is not None else asyncio.Event()
-        self._clock = clock
-        self._cancel_waiter: asyncio.Task[bool] | None = None
+        self.clock = clock
+        self._scopes: set[_Scope] = set()
+        self._waiter: asyncio.Task[bool] | None = None
 
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
-    def _waiter(self) -> asyncio.Task[bool]:
-        if self._cancel_waiter is None:
-            self._cancel_waiter = asyncio.ensure_future(self._cancel.wait())
-        return self._cancel_waiter
+    def scope(self, deadline: float) -> _Scope:
+        """`async with guard.scope(deadline):` — raises CancelRequestedError or DeadlineError."""
+        return _Scope(self, deadline)
+
+    def watch(self, scope: _Scope) -> None:
+        self._scopes.add(scope)
+        if self._waiter is None:
+            self._waiter = asyncio.ensure_future(self._cancel.wait())
+            self._waiter.add_done_callback(self._on_cancel)
+
+    def unwatch(self, scope: _Scope) -> None:
+        self._scopes.discard(scope)
+
+    def _on_cancel(self, waiter: asyncio.Future[bool]) -> None:
+        if waiter.cancelled():
+            return
+        for scope in list(self._scopes):
+            scope.fire(CancelRequestedError)
 
     async def wait_any(
         self, tasks: set[asyncio.Future[T]], deadline: float
     ) -> set[asyncio.Future[T]]:
         """Wait until one of `tasks` is done; raise if cancelled or past `deadline` first."""
-        if self._cancel.is_set():
-            raise CancelRequestedError
-        timeout = deadline - self._clock()
-        if timeout <= 0:
-            raise DeadlineError
-        waiter = self._waiter()
-        done, _ = await asyncio.wait(
-            (*tasks, waiter), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        done.discard(waiter)  # type: ignore[arg-type]
-        if done:
-            return done  # type: ignore[return-value]
-        if self._cancel.is_set():
-            raise CancelRequestedError
-        raise DeadlineError
-
-    async def wait(self, task: asyncio.Future[T], deadline: float) -> T:
-        """The result of `task`; on cancel or deadline the task is abandoned and we raise."""
-        try:
-            await self.wait_any({task}, deadline)
-        except BaseException:
-            abandon(task)
-            raise
-        return task.result()
+        async with self.scope(deadline):
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        return done
 
     async def stream(
         self, task: asyncio.Future[T], deltas: asyncio.Queue[str], deadline: float
     ) -> AsyncIterator[str]:
-        """Yield what `task` puts into `deltas` while it runs; then `task.result()` is ready."""
+        """Yield what `task` puts into `deltas` while it runs; then `task.result()` is ready.
+        No scope is held across a yield: the consumer's own awaits are never interrupted."""
         getter: asyncio.Task[str] | None = None
         try:
             while not task.done():
@@ -105,11 +153,12 @@ class Guard:
 
     async def sleep(self, seconds: float, deadline: float) -> None:
         """Sleep, interruptibly; a sleep that would pass `deadline` raises DeadlineError."""
-        if self._clock() + seconds > deadline:
+        if self.clock() + seconds > deadline:
             raise DeadlineError
-        await self.wait(asyncio.ensure_future(asyncio.sleep(seconds)), deadline)
+        async with self.scope(deadline):
+            await asyncio.sleep(seconds)
 
     def close(self) -> None:
-        if self._cancel_waiter is not None:
-            abandon(self._cancel_waiter)
-            self._cancel_waiter = None
+        if self._waiter is not None:
+            abandon(self._waiter)
+            self._waiter = None

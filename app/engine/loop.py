@@ -150,9 +150,9 @@ class ReactRun:
             system = self.system_prompt or ""
             if self.limits.stop_tool:
                 system = f"{system}\n\n{self.prompts.stop_tool_prompt}".strip()
-            st.messages = [{"role": "user", "content": self.task}]
             if system:
-                st.messages.insert(0, {"role": "system", "content": system})
+                st.append({"role": "system", "content": system})
+            st.append({"role": "user", "content": self.task})
         if self.ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
         self.started = self.clock() - st.elapsed_s
@@ -221,7 +221,7 @@ class ReactRun:
             assert reply is not None
 
             if not reply.tool_calls:
-                st.messages.append({"role": "assistant", "content": reply.content or ""})
+                st.append({"role": "assistant", "content": reply.content or ""})
                 if not limits.stop_tool:
                     yield self._end(StopReason.ANSWERED, reply.content or "")
                     return
@@ -271,8 +271,8 @@ class ReactRun:
                         yield TokenDelta(st.step, delta)
                     reply = task.result()
                 else:
-                    task = asyncio.ensure_future(self.model.complete(st.messages, specs))
-                    reply = await self.guard.wait(task, call_deadline)
+                    async with self.guard.scope(call_deadline):
+                        reply = await self.model.complete(st.messages, specs)
             except DeadlineError:
                 if bounded_by_run:
                     raise
@@ -307,7 +307,7 @@ class ReactRun:
         st = self.state
         usage = reply.usage
         if usage is None:
-            usage = estimate_reply_tokens(st.messages, reply, self.spec_tokens)
+            usage = estimate_reply_tokens(st.prompt_estimate + self.spec_tokens, reply)
         st.llm_calls += 1
         st.add_tokens(usage)
         return LLMCalled(
@@ -345,7 +345,7 @@ class ReactRun:
             log.warning("final_answer_failed", reason=reason.value, error=str(exc) or "deadline")
         answer = reply.content if reply is not None and reply.content else None
         if answer is not None:
-            self.state.messages.append({"role": "assistant", "content": answer})
+            self.state.append({"role": "assistant", "content": answer})
         yield self._end(reason, answer, degraded=answer is not None)
 
     def _end(
@@ -363,7 +363,7 @@ class ReactRun:
     # -- injected messages --------------------------------------------------------------
 
     def _inject(self, kind: InterventionKind, text: str) -> Intervention:
-        self.state.messages.append({"role": "user", "content": text})
+        self.state.append({"role": "user", "content": text})
         return self._intervention(kind, text)
 
     def _intervention(self, kind: InterventionKind, text: str) -> Intervention:

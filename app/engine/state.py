@@ -12,13 +12,17 @@ from typing import Any
 
 from app.engine.ports import Message, Plan, PlanItem, TokenUsage
 from app.engine.steps import RunUsage
+from app.engine.tokens import estimate_message, estimate_tokens
 
 CHECKPOINT_VERSION = 1
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def canonical_call(tool: str, arguments: dict[str, Any]) -> str:
     """The identity of a call for repetition detection: tool name + canonical JSON."""
-    return tool + "\x00" + json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    return tool + "\x00" + _CANONICAL.encode(arguments)
 
 
 @dataclass(slots=True)
@@ -37,6 +41,20 @@ class RunState:
     elided: set[int] = field(default_factory=set)
     """Indexes of tool messages whose content was elided to fit the context."""
     plan: Plan = field(default_factory=Plan)
+    prompt_estimate: int = field(init=False, default=0)
+    """Estimated tokens of `messages`, kept current by `append` and `replace`."""
+
+    def __post_init__(self) -> None:
+        self.prompt_estimate = estimate_tokens(self.messages)
+
+    def append(self, message: Message) -> None:
+        self.messages.append(message)
+        self.prompt_estimate += estimate_message(message)
+
+    def replace(self, index: int, message: Message) -> None:
+        old = self.messages[index]
+        self.messages[index] = message
+        self.prompt_estimate += estimate_message(message) - estimate_message(old)
 
     def usage(self) -> RunUsage:
         return RunUsage(

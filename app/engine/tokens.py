@@ -7,10 +7,13 @@ character, about one token a character) it errs low by a quarter rather than wil
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from app.engine.ports import Message, Reply, TokenUsage
 from app.engine.prompts import Prompts
-from app.engine.state import RunState
+
+if TYPE_CHECKING:
+    from app.engine.state import RunState
 
 MESSAGE_OVERHEAD = 4
 
@@ -31,13 +34,13 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
     return sum(estimate_message(m) for m in messages)
 
 
-def estimate_reply_tokens(
-    messages: Sequence[Message], reply: Reply, spec_tokens: int
-) -> TokenUsage:
+def estimate_reply_tokens(prompt_tokens: int, reply: Reply) -> TokenUsage:
+    """Usage of a reply the provider reported none for; `prompt_tokens` is the prompt's
+    estimate (`RunState.prompt_estimate` plus the tool specs)."""
     completion = estimate_text(reply.content) + sum(
         estimate_text(c.name) + estimate_text(c.arguments) for c in reply.tool_calls
     )
-    return TokenUsage(estimate_tokens(messages) + spec_tokens, completion, estimated=True)
+    return TokenUsage(prompt_tokens, completion, estimated=True)
 
 
 def trim_context(state: RunState, budget: int, prompts: Prompts) -> int:
@@ -45,14 +48,12 @@ def trim_context(state: RunState, budget: int, prompts: Prompts) -> int:
 
     The elided results stay whole in the event log; the model sees a one-line stub.
     """
-    messages = state.messages
-    total = estimate_tokens(messages)
-    if total <= budget:
+    if state.prompt_estimate <= budget:
         return 0
     names: dict[str, str] = {}
     count = 0
-    for index, message in enumerate(messages):
-        if total <= budget:
+    for index, message in enumerate(state.messages):
+        if state.prompt_estimate <= budget:
             break
         for call in message.get("tool_calls") or ():
             names[call["id"]] = call["function"]["name"]
@@ -61,8 +62,7 @@ def trim_context(state: RunState, budget: int, prompts: Prompts) -> int:
         content = message.get("content") or ""
         tool = names.get(message.get("tool_call_id", ""), "a tool")
         stub = prompts.context_trim_stub.format(tool=tool, chars=len(content))
-        total -= estimate_text(content) - estimate_text(stub)
-        messages[index] = {**message, "content": stub}
+        state.replace(index, {**message, "content": stub})
         state.elided.add(index)
         count += 1
     return count

@@ -98,24 +98,18 @@ class CallResult:
     timed_out: bool = False
 
 
-async def execute(
-    prepared: PreparedCall, ctx: ToolContext, timeout_s: float, prompts: Prompts
-) -> CallResult:
-    """Run one validated call. A tool that raises or times out is reported, not propagated."""
+async def execute(prepared: PreparedCall, ctx: ToolContext, prompts: Prompts) -> CallResult:
+    """Run one validated call; a tool that raises is reported, not propagated. The timeout is
+    the caller's: a guard scope, or `execute_within`."""
     assert prepared.tool is not None
     assert isinstance(prepared.arguments, dict)
     name = prepared.call.name
     started = time.perf_counter()
-    deadline = asyncio.timeout(timeout_s)
     try:
-        async with deadline:
-            text = await prepared.tool.call(prepared.arguments, ctx)
-        is_error = timed_out = False
+        text = await prepared.tool.call(prepared.arguments, ctx)
+        is_error = False
     except Exception as exc:  # the model sees the failure; the run goes on
-        timed_out = isinstance(exc, TimeoutError) and deadline.expired()
-        if timed_out:
-            text = prompts.tool_timeout.format(tool=name, seconds=timeout_s)
-        elif isinstance(exc, ToolError):
+        if isinstance(exc, ToolError):
             text = prompts.tool_failed.format(tool=name, error=exc)
         else:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -123,4 +117,20 @@ async def execute(
         is_error = True
     if not isinstance(text, str):
         text = json.dumps(text, ensure_ascii=False, default=str)
-    return CallResult(text, is_error, int((time.perf_counter() - started) * 1000), timed_out)
+    return CallResult(text, is_error, int((time.perf_counter() - started) * 1000))
+
+
+def timed_out(prepared: PreparedCall, timeout_s: float, prompts: Prompts) -> CallResult:
+    text = prompts.tool_timeout.format(tool=prepared.call.name, seconds=timeout_s)
+    return CallResult(text, True, int(timeout_s * 1000), timed_out=True)
+
+
+async def execute_within(
+    prepared: PreparedCall, ctx: ToolContext, timeout_s: float, prompts: Prompts
+) -> CallResult:
+    """`execute` bounded by the per-tool timeout, for a call running in a task of its own."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await execute(prepared, ctx, prompts)
+    except TimeoutError:
+        return timed_out(prepared, timeout_s, prompts)
