@@ -11,8 +11,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-import structlog
-
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.policies import InterventionKind, StopReason
 from app.engine.ports import Message, Reply, ToolCall
@@ -31,8 +29,6 @@ from app.engine.truncate import truncate
 
 if TYPE_CHECKING:
     from app.engine.loop import ReactRun
-
-log = structlog.get_logger("finishline.engine")
 
 
 def assistant_message(reply: Reply) -> Message:
@@ -66,7 +62,7 @@ class ToolStep:
         for call in calls:
             item = self._prepare(call, finishing)
             prepared.append(item)
-            log.info("tool_called", tool=call.name, call_id=call.id)
+            self.run.log.info("tool_called", tool=call.name, call_id=call.id)
             yield Action(st.step, call.id, call.name, item.arguments)
         if self.finished is not None:
             return
@@ -76,7 +72,7 @@ class ToolStep:
             for index, item in enumerate(prepared):
                 if not item.runnable:
                     if item.repeated:
-                        log.info("intervened", kind=InterventionKind.REPETITION.value)
+                        self.run.log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
             runnable = [index for index, item in enumerate(prepared) if item.runnable]
@@ -173,7 +169,7 @@ class ToolStep:
         self._shown[index] = shown.text
         if item.runnable and item.key is not None:
             run.state.earlier_results[item.key] = shown.text
-        log.info(
+        self.run.log.info(
             "tool_returned",
             tool=item.call.name,
             call_id=item.call.id,

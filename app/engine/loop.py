@@ -138,6 +138,7 @@ class ReactRun:
             self.specs.append(task_finished_spec(prompts))
         self.spec_tokens = estimate_tokens([{"content": str(s.to_openai())} for s in self.specs])
         self.guard = Guard(cancel, clock)
+        self.log = log.bind()  # resolved once per run, with the logging config of the moment
         self.ctx = ToolContext(run_id=run_id, plan=state.plan)
         self.started = 0.0
         self.deadline = 0.0
@@ -282,7 +283,7 @@ class ReactRun:
             else:
                 yield self._account(reply, started, final)
                 if reply.content:
-                    log.info("thought_emitted", chars=len(reply.content), final=final)
+                    self.log.info("thought_emitted", chars=len(reply.content), final=final)
                     yield Thought(st.step, reply.content)
                 yield reply
                 return
@@ -299,7 +300,9 @@ class ReactRun:
                 delay = base / 2 + base / 2 * self.jitter()
             if self.clock() + delay >= deadline:
                 raise LLMGaveUpError(error, f"a retry in {delay:g} s would pass the deadline")
-            log.warning("llm_retried", attempt=attempt, error=str(error), delay_s=round(delay, 3))
+            self.log.warning(
+                "llm_retried", attempt=attempt, error=str(error), delay_s=round(delay, 3)
+            )
             yield LLMRetry(st.step, attempt, str(error), round(delay, 3))
             await self.guard.sleep(delay, deadline)
 
@@ -342,7 +345,9 @@ class ReactRun:
             yield self._end(StopReason.CANCELLED)
             return
         except (DeadlineError, LLMError) as exc:
-            log.warning("final_answer_failed", reason=reason.value, error=str(exc) or "deadline")
+            self.log.warning(
+                "final_answer_failed", reason=reason.value, error=str(exc) or "deadline"
+            )
         answer = reply.content if reply is not None and reply.content else None
         if answer is not None:
             self.state.append({"role": "assistant", "content": answer})
@@ -357,7 +362,7 @@ class ReactRun:
         error: RunError | None = None,
     ) -> Finished:
         usage = self.state.usage()
-        log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
+        self.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
         return Finished(self.state.step, reason, answer, degraded, usage, error)
 
     # -- injected messages --------------------------------------------------------------
@@ -367,7 +372,7 @@ class ReactRun:
         return self._intervention(kind, text)
 
     def _intervention(self, kind: InterventionKind, text: str) -> Intervention:
-        log.info("intervened", kind=kind.value)
+        self.log.info("intervened", kind=kind.value)
         return Intervention(self.state.step, kind, text)
 
     def _progress_text(self) -> str:
