@@ -26,6 +26,8 @@ FORBIDDEN = {
     "runs": ("fastapi", "starlette", "sse_starlette", "uvicorn", "app.api"),
     "llm": ("fastapi", "starlette", "app.runs", "app.api", "app.settings"),
     "tools": ("fastapi", "starlette", "app.runs", "app.api", "app.settings", "app.llm"),
+    # the CLI is an HTTP client of the service (only `serve` reads app.settings, lazily)
+    "cli": ("fastapi", "starlette", "app.runs", "app.api", "app.llm", "app.tools", "app.main"),
 }
 
 

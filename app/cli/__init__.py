@@ -1,0 +1,182 @@
+"""`finishline`: start runs, watch them live, list, show, follow and cancel them, serve.
+
+A client of the HTTP API (FINISHLINE_URL, FINISHLINE_API_KEY). This module only parses the
+command line, with the standard library, so `finishline --help` imports neither httpx, rich
+nor the service; `app.cli.commands` does the work.
+
+    main(["run", "What is 6*7?", "--tool", "calculator"])   # -> exit code
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from app.cli.exits import EPILOG
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["build_parser", "main", "parse_pair", "parse_value"]
+
+
+def parse_value(text: str) -> Any:
+    """A `--set`/`--metadata` value: true/false/null (any case), a number, or any JSON
+    value ("quoted", [lists], {objects}); anything else is the string itself."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, float) and not math.isfinite(value):
+        return text
+    return value
+
+
+def parse_pair(text: str) -> tuple[str, Any]:
+    """`key=value` -> (key, parsed value); argparse reports a malformed one (exit 2)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), parse_value(value)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="finishline",
+        description="Run ReAct agents on a finishline service and watch them live.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--url", help="the service (default: $FINISHLINE_URL, else http://127.0.0.1:8000)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    run = commands.add_parser(
+        "run",
+        help="start a run and watch it live",
+        description="Start a run (POST /runs) and, unless --no-follow, show it live: steps and "
+        "time against their limits, each thought, action and observation, interventions and "
+        "retries, then the answer, the reason and the usage. Exits with the code of how the "
+        "run ended. Ctrl-C asks whether to cancel the run.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("task", help="what the agent should do")
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        type=parse_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a per-run setting (repeatable): max_steps=5, stop_tool=false, max_total_tokens=null",
+    )
+    run.add_argument("--model", help="model name; 'demo' and 'scripted' are built in")
+    run.add_argument(
+        "--tool",
+        dest="tools",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a registered tool the agent may call (repeatable)",
+    )
+    run.add_argument("--system", metavar="PROMPT", help="system prompt")
+    run.add_argument(
+        "--metadata",
+        action="append",
+        type=parse_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="your own data kept on the run (repeatable)",
+    )
+    run.add_argument(
+        "--script",
+        metavar="FILE",
+        help="JSON list of replies for the scripted model ('-': stdin); implies --model scripted",
+    )
+    run.add_argument(
+        "--follow",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="watch the run to its end (default); --no-follow prints its id and returns",
+    )
+    run.add_argument("--json", action="store_true", help="events as JSON lines")
+
+    runs = commands.add_parser("runs", help="list runs, newest first")
+    runs.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        help="queued, running, completed, incomplete, failed or cancelled (repeatable)",
+    )
+    runs.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
+    runs.add_argument("--cursor", help="the next_cursor of the previous page")
+    runs.add_argument("--json", action="store_true", help="the raw JSON")
+
+    show = commands.add_parser("show", help="show one run: status, result, usage, settings")
+    show.add_argument("run_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="the raw JSON")
+
+    events = commands.add_parser(
+        "events",
+        help="print a run's events, one line each",
+        description="Print a run's stored events, one line each; with --follow, keep going "
+        "live to the run's end and exit with the code of how it ended.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    events.add_argument("run_id", metavar="ID")
+    events.add_argument(
+        "--after", type=_non_negative, default=0, metavar="N", help="start after event N"
+    )
+    events.add_argument("--follow", action="store_true", help="follow live to the run's end")
+    events.add_argument("--json", action="store_true", help="JSON lines")
+
+    cancel = commands.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id", metavar="ID")
+    cancel.add_argument("--json", action="store_true", help="the run as JSON")
+
+    serve = commands.add_parser("serve", help="run the service with uvicorn")
+    serve.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="default 8000")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    console: Console | None = None,
+    err_console: Console | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run one command; its exit code. Output goes to `console`, errors and prompts to
+    `err_console` (default: stdout and stderr)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+
+    from app.cli.commands import Context, dispatch
+
+    context = Context.create(console, err_console, os.environ if environ is None else environ)
+    return dispatch(args, context)

@@ -1,0 +1,204 @@
+"""What each `finishline` command does, given its parsed arguments and a `Context`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from app.cli.client import DEFAULT_URL, Api
+from app.cli.errors import ApiError, CliError, UsageError
+from app.cli.exits import ExitCode
+from app.cli.follow import Confirm, ask_on, follow_run
+from app.cli.lines import JsonRenderer, LineRenderer, print_raw
+from app.cli.render import RunRenderer
+from app.cli.tables import print_run, print_whole, runs_table
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Where a command writes, what it asks with, and how it reaches the service."""
+
+    console: Console
+    err: Console
+    environ: Mapping[str, str]
+    confirm: Confirm
+
+    @classmethod
+    def create(
+        cls, console: Console | None, err: Console | None, environ: Mapping[str, str]
+    ) -> Context:
+        err = err or Console(stderr=True)
+        return cls(console or Console(), err, environ, ask_on(err))
+
+    def api(self, args: argparse.Namespace) -> Api:
+        url = args.url or self.environ.get("FINISHLINE_URL") or DEFAULT_URL
+        return Api(url, self.environ.get("FINISHLINE_API_KEY") or None)
+
+
+Command = Callable[[argparse.Namespace, Context], int]
+
+
+def dispatch(args: argparse.Namespace, context: Context) -> int:
+    try:
+        return int(COMMANDS[args.command](args, context))
+    except CliError as exc:
+        report(context.err, exc)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        context.err.print("interrupted")
+        return int(ExitCode.DETACHED)
+
+
+def report(err: Console, exc: CliError) -> None:
+    # the message may hold brackets (`model_script[0]`): Text, never markup
+    err.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
+    if isinstance(exc, ApiError) and exc.status == 401:
+        err.print("set FINISHLINE_API_KEY to one of the service's keys", highlight=False)
+
+
+# -- run --------------------------------------------------------------------------------------
+
+
+def load_script(source: str) -> list[Any]:
+    """The scripted model's replies: a JSON list, from a file or '-' (stdin)."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--script: cannot read {source}: {exc.strerror}") from None
+    try:
+        script = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--script: {source} is not JSON: {exc}") from None
+    if not isinstance(script, list):
+        raise UsageError(f"--script: {source} must hold a JSON list of replies")
+    return script
+
+
+def run_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The POST /runs body the command line asks for."""
+    body: dict[str, Any] = {"task": args.task}
+    if args.system is not None:
+        body["system_prompt"] = args.system
+    model = args.model or ("scripted" if args.script is not None else None)
+    if model:
+        body["model"] = model
+    if args.tools:
+        body["tools"] = args.tools
+    if args.settings:
+        body["settings"] = dict(args.settings)
+    if args.metadata:
+        body["metadata"] = dict(args.metadata)
+    if args.script is not None:
+        body["model_script"] = load_script(args.script)
+    return body
+
+
+def run(args: argparse.Namespace, context: Context) -> int:
+    body = run_body(args)
+    with context.api(args) as api:
+        created = api.create_run(body)
+        if not args.follow:
+            print_raw(context.console, json.dumps(created) if args.json else created["id"])
+            return ExitCode.OK
+        renderer: JsonRenderer | RunRenderer
+        if args.json:
+            renderer = JsonRenderer(context.console)
+        else:
+            renderer = RunRenderer(context.console)
+            renderer.show_run(created)
+        return follow_run(api, created["id"], renderer, err=context.err, confirm=context.confirm)
+
+
+# -- the others -------------------------------------------------------------------------------
+
+
+def list_runs(args: argparse.Namespace, context: Context) -> int:
+    statuses = [s for value in args.status for s in value.split(",") if s.strip()]
+    with context.api(args) as api:
+        page = api.list_runs(statuses=statuses, limit=args.limit, cursor=args.cursor)
+    if args.json:
+        print_raw(context.console, json.dumps(page, indent=2))
+        return ExitCode.OK
+    if not page["runs"]:
+        context.console.print("no runs")
+    else:
+        print_whole(context.console, runs_table(page["runs"]))
+    if page.get("next_cursor"):
+        context.err.print(f"more: finishline runs --cursor {page['next_cursor']}", highlight=False)
+    return ExitCode.OK
+
+
+def show(args: argparse.Namespace, context: Context) -> int:
+    with context.api(args) as api:
+        found = api.get_run(args.run_id)
+    if args.json:
+        print_raw(context.console, json.dumps(found, indent=2, ensure_ascii=False))
+    else:
+        print_run(context.console, found)
+    return ExitCode.OK
+
+
+def events(args: argparse.Namespace, context: Context) -> int:
+    renderer = JsonRenderer(context.console) if args.json else LineRenderer(context.console)
+    with context.api(args) as api:
+        if args.follow:
+            return follow_run(
+                api,
+                args.run_id,
+                renderer,
+                err=context.err,
+                confirm=context.confirm,
+                after=args.after,
+            )
+        after = args.after
+        while True:
+            page = api.event_page(args.run_id, after=after)
+            for event in page["events"]:
+                renderer.show(event)
+            if page["done"] or not page["events"]:
+                return ExitCode.OK
+            after = page["next_after"]
+
+
+def cancel(args: argparse.Namespace, context: Context) -> int:
+    with context.api(args) as api:
+        cancelled = api.cancel_run(args.run_id)
+    if args.json:
+        print_raw(context.console, json.dumps(cancelled, indent=2, ensure_ascii=False))
+    else:
+        context.console.print(f"{cancelled['id']} {cancelled['status']}", highlight=False)
+    return ExitCode.OK
+
+
+def serve(args: argparse.Namespace, context: Context) -> int:
+    import uvicorn
+
+    from app.settings import Settings
+
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        # runs get the settings' grace to end on SIGTERM, then a little to be recorded
+        timeout_graceful_shutdown=int(Settings().shutdown_grace_s + 5),
+    )
+    return ExitCode.OK
+
+
+COMMANDS: dict[str, Command] = {
+    "run": run,
+    "runs": list_runs,
+    "show": show,
+    "events": events,
+    "cancel": cancel,
+    "serve": serve,
+}

@@ -1,0 +1,94 @@
+"""Following a run to its end, and what Ctrl-C does meanwhile.
+
+Ctrl-C asks whether to cancel the run. Yes: POST its cancel, then keep following to show the
+end (exit code of that end, normally 7). No (or a second Ctrl-C, or no terminal to answer
+on): detach, print how to resume, exit 130; the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from rich.console import Console
+
+from app.cli.client import TERMINAL_EVENT_TYPES, Api, Event, Reconnect, follow_events
+from app.cli.errors import ApiError
+from app.cli.exits import ExitCode, exit_code_for, reason_of
+from app.cli.render import Renderer
+
+Confirm = Callable[[str], bool]
+"""Asks the user a yes/no question; True for yes."""
+
+EventHook = Callable[[Event], None]
+"""Called after each event is shown (tests raise KeyboardInterrupt from it)."""
+
+
+def ask_on(console: Console) -> Confirm:
+    """A y/N question on `console`; no answer (EOF, another Ctrl-C) counts as no."""
+
+    def confirm(question: str) -> bool:
+        try:
+            answer = console.input(f"{question} [y/N] ")
+        except (EOFError, KeyboardInterrupt):
+            console.print()
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+    return confirm
+
+
+def follow_run(
+    api: Api,
+    run_id: str,
+    renderer: Renderer,
+    *,
+    err: Console,
+    confirm: Confirm,
+    after: int = 0,
+    reconnect: Reconnect | None = None,
+    on_event: EventHook | None = None,
+) -> ExitCode:
+    """Show the run's events after seq `after` through its terminal event; the exit code
+    of how it ended, or DETACHED when the user leaves it going."""
+    last, ended = after, None
+    while True:
+        try:
+            with (
+                renderer.live(),
+                contextlib.closing(
+                    follow_events(api, run_id, after=last, reconnect=reconnect)
+                ) as events,
+            ):
+                for event in events:
+                    renderer.show(event)
+                    last = int(event["seq"])
+                    if event.get("type") in TERMINAL_EVENT_TYPES:
+                        ended = exit_code_for(reason_of(event))
+                    if on_event is not None:
+                        on_event(event)
+                    if ended is not None:
+                        return ended
+            raise AssertionError("follow_events ended without a terminal event")  # pragma: no cover
+        except KeyboardInterrupt:
+            if ended is not None:  # too late to cancel: its end is already shown
+                return ended
+            err.print()
+            if not confirm(f"Cancel run {run_id}?"):
+                err.print(
+                    f"Detached from {run_id} after event {last}; the run goes on. Resume with:\n"
+                    f"  finishline events {run_id} --after {last} --follow",
+                    markup=False,
+                    highlight=False,
+                )
+                return ExitCode.DETACHED
+            _cancel(api, run_id, err)
+
+
+def _cancel(api: Api, run_id: str, err: Console) -> None:
+    try:
+        api.cancel_run(run_id)
+    except ApiError as exc:
+        if exc.status != 409:  # 409: it ended meanwhile; following shows how
+            raise
+    err.print(f"Cancelling {run_id}…", highlight=False)

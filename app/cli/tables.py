@@ -1,0 +1,121 @@
+"""Runs as a table (`finishline runs`) and one run in full (`finishline show`)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from app.cli.render import LABEL_WIDTH, STATUS_STYLES, ending_rows
+from app.cli.text import local_time
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def runs_table(runs: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    table.add_column("id", no_wrap=True, style="cyan")
+    table.add_column("status", no_wrap=True)
+    table.add_column("reason", no_wrap=True)
+    table.add_column("model", overflow="ellipsis", no_wrap=True, min_width=6, max_width=24)
+    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    for run in runs:
+        result = run.get("result") or {}
+        reason = str(result.get("reason") or "–")
+        if result.get("degraded"):
+            reason += " (degraded)"
+        table.add_row(
+            str(run.get("id")),
+            _status(str(run.get("status"))),
+            reason,
+            str(run.get("model")),
+            str((run.get("usage") or {}).get("steps", 0)),
+            local_time(run.get("created_at")),
+        )
+    return table
+
+
+def _duration(run: dict[str, Any]) -> str:
+    try:
+        start = datetime.fromisoformat(run["started_at"])
+        end = datetime.fromisoformat(run["ended_at"])
+    except (KeyError, TypeError, ValueError):
+        return ""
+    return f" ({(end - start).total_seconds():.1f} s)"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def run_detail(run: dict[str, Any]) -> RenderableType:
+    """Everything a person wants of a run: what it was asked, how it ended, what it spent,
+    and the settings it ran with."""
+    facts = Table.grid(padding=(0, 1))
+    facts.add_column(style="bold", no_wrap=True, width=LABEL_WIDTH)
+    facts.add_column(ratio=1)
+    facts.add_row("run", Text(str(run.get("id")), style="bold cyan"))
+    facts.add_row("status", _status(str(run.get("status"))))
+    facts.add_row("model", str(run.get("model")))
+    facts.add_row("task", Text(str(run.get("task"))))
+    if run.get("system_prompt"):
+        facts.add_row("system", Text(str(run["system_prompt"])))
+    tools = [*run.get("tools", []), *(t.get("name", "?") for t in run.get("http_tools", []))]
+    facts.add_row("tools", ", ".join(tools) or "none")
+    facts.add_row("created", local_time(run.get("created_at")))
+    facts.add_row("started", local_time(run.get("started_at")))
+    facts.add_row("ended", local_time(run.get("ended_at")) + _duration(run))
+    if run.get("metadata"):
+        facts.add_row("metadata", Text(_value(run["metadata"])))
+    webhook = run.get("webhook")
+    if webhook:
+        state = "delivered" if webhook.get("delivered") else "not delivered"
+        facts.add_row(
+            "webhook",
+            f"{webhook.get('url')} ({state}, {len(webhook.get('attempts', []))} attempts)",
+        )
+
+    parts: list[RenderableType] = [facts, Text()]
+    terminal = run.get("status") not in ("queued", "running")
+    parts += ending_rows(
+        None, run.get("result") if terminal else None, run.get("error"), run.get("usage")
+    )
+
+    settings = Table.grid(padding=(0, 2))
+    settings.add_column(no_wrap=True)
+    settings.add_column()
+    for name, value in sorted((run.get("settings") or {}).items()):
+        settings.add_row(name, _value(value))
+    parts += [Text(), Text("settings", style="bold"), Padding(settings, (0, 0, 0, 2))]
+    return Group(*parts)
+
+
+def print_whole(console: Console, table: Table) -> None:
+    """On a terminal, fit the table to it; piped, print it whole rather than cut to the
+    80-column default (ids cut short are no use to a script)."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    width = console.width
+    console.width = max(
+        width, Measurement.get(console, console.options.update_width(10_000), table).maximum
+    )
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
+def print_run(console: Console, run: dict[str, Any]) -> None:
+    console.print(run_detail(run))

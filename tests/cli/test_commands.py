@@ -1,0 +1,212 @@
+"""`finishline runs`, `show`, `events`, `cancel` and `serve`, and the API key they send."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from app.cli import main
+from app.cli.exits import ExitCode
+from tests.cli.kit import calc, cli, cli_settings, console, finish, hanging, script, text_of
+from tests.fakes.service import served_app
+
+
+async def _start(server: Any, tmp_path: Path, *replies: dict[str, Any], **env: str) -> str:
+    """A run started with --no-follow; its id."""
+    result = await cli(
+        server,
+        "run",
+        "t",
+        "--no-follow",
+        "--tool",
+        "calculator",
+        "--script",
+        script(tmp_path, *replies),
+        env=env,
+    )
+    assert result.code == ExitCode.OK, result
+    return result.out.strip()
+
+
+async def _ended(client: Any, run_id: str) -> dict[str, Any]:
+    return (await client.get(f"/runs/{run_id}/wait", params={"timeout_s": 10})).json()
+
+
+async def test_runs_lists_runs_newest_first_in_a_table(tmp_path: Path) -> None:
+    async with served_app(cli_settings()) as (server, client):
+        first = await _start(server, tmp_path, finish("one"))
+        second = await _start(server, tmp_path, calc())  # fails: its script runs out
+        await _ended(client, first)
+        await _ended(client, second)
+        table = await cli(server, "runs")
+        failed = await cli(server, "runs", "--status", "failed")
+        limited = await cli(server, "runs", "--limit", "1")
+        raw = await cli(server, "runs", "--json")
+    assert table.code == ExitCode.OK
+    header = next(line for line in table.out.splitlines() if "id" in line)
+    assert header.split() == ["id", "status", "reason", "model", "steps", "created"]
+    rows = [line.split() for line in table.out.splitlines() if line.startswith("run_")]
+    assert [row[0] for row in rows] == [second, first]
+    assert rows[0][1:4] == ["failed", "error", "scripted"]
+    assert rows[1][1:4] == ["completed", "finished", "scripted"]
+    assert [line.split()[0] for line in failed.out.splitlines() if line.startswith("run_")] == [
+        second
+    ]
+    assert [line.split()[0] for line in limited.out.splitlines() if line.startswith("run_")] == [
+        second
+    ]
+    assert f"finishline runs --cursor {second}" in limited.err
+    assert [run["id"] for run in json.loads(raw.out)["runs"]] == [second, first]
+
+
+async def test_runs_with_an_unknown_status_prints_the_server_refusal() -> None:
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, "runs", "--status", "done")
+    assert result.code == ExitCode.API_ERROR
+    assert "422 validation_error: status: 'done' is not one of" in result.err
+
+
+async def test_show_prints_status_result_usage_and_settings(tmp_path: Path) -> None:
+    async with served_app(cli_settings()) as (server, client):
+        run_id = await _start(server, tmp_path, calc(), finish("forty-two"))
+        await _ended(client, run_id)
+        shown = await cli(server, "show", run_id)
+        raw = await cli(server, "show", run_id, "--json")
+    assert shown.code == ExitCode.OK
+    lines = shown.out.splitlines()
+    assert any(line.split()[:2] == ["run", run_id] for line in lines)
+    assert any(line.split()[:2] == ["status", "completed"] for line in lines)
+    assert any(line.split()[:2] == ["tools", "calculator"] for line in lines)
+    assert "forty-two" in shown.out
+    assert any(line.split()[:2] == ["reason", "finished"] for line in lines)
+    assert any(
+        line.startswith("usage") and "steps 2" in line and "tool calls 1" in line for line in lines
+    )
+    assert any(line.split() == ["max_steps", "10"] for line in lines)
+    assert any(line.split() == ["stop_tool", "true"] for line in lines)
+    run = json.loads(raw.out)
+    assert run["id"] == run_id
+    assert run["result"] == {"answer": "forty-two", "reason": "finished", "degraded": False}
+
+
+async def test_show_of_an_unknown_run_prints_not_found() -> None:
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, "show", "run_01J00000000000000000000000")
+    assert result.code == ExitCode.API_ERROR
+    assert "404 not_found: no run 'run_01J00000000000000000000000'" in result.err
+
+
+async def test_events_prints_one_line_each_or_json_lines_from_after(tmp_path: Path) -> None:
+    async with served_app(cli_settings()) as (server, client):
+        run_id = await _start(server, tmp_path, calc(content="Let me compute."), finish("42"))
+        await _ended(client, run_id)
+        lines = await cli(server, "events", run_id)
+        after = await cli(server, "events", run_id, "--after", "3", "--json")
+        followed = await cli(server, "events", run_id, "--follow")
+    assert lines.code == ExitCode.OK
+    rows = lines.out.splitlines()
+    assert [int(row.split()[0]) for row in rows] == list(range(1, len(rows) + 1))
+    kinds = [row.split()[3] for row in rows]
+    assert kinds[:3] == ["run.queued", "run.started", "step.started"]
+    assert kinds[-1] == "run.completed"
+    assert {"thought", "action", "observation", "llm.call"} <= set(kinds)
+    assert any("thought" in row and "Let me compute." in row for row in rows)
+    assert any("action" in row and 'calculator(expression="6*7")' in row for row in rows)
+    assert any("observation" in row and "calculator → 42" in row for row in rows)
+    assert any("run.completed" in row and 'reason=finished answer="42"' in row for row in rows)
+    assert [e["seq"] for e in after.json_lines()] == list(range(4, len(rows) + 1))
+    # following an ended run replays it to the end and exits with the code of its end
+    assert followed.code == ExitCode.OK
+    assert followed.out.splitlines() == rows
+
+
+async def test_events_follow_exits_with_the_code_of_a_cancel(tmp_path: Path) -> None:
+    async with served_app(cli_settings()) as (server, client):
+        run_id = await _start(server, tmp_path, *hanging())
+        async with anyio.create_task_group() as tasks:
+            results: dict[str, Any] = {}
+
+            async def follow() -> None:
+                results["follow"] = await cli(server, "events", run_id, "--follow")
+
+            tasks.start_soon(follow)
+            cancelled = await cli(server, "cancel", run_id)
+        again = await cli(server, "cancel", run_id)
+        run = await _ended(client, run_id)
+    assert cancelled.code == ExitCode.OK
+    assert cancelled.out.split() == [run_id, "cancelled"]
+    assert run["status"] == "cancelled"
+    assert results["follow"].code == ExitCode.CANCELLED
+    assert results["follow"].out.splitlines()[-1].split()[3] == "run.cancelled"
+    assert again.code == ExitCode.API_ERROR
+    assert "409 run_already_ended" in again.err
+    assert "has already ended (cancelled)" in again.err
+
+
+async def test_the_api_key_is_sent_as_a_bearer_token(tmp_path: Path) -> None:
+    async with served_app(cli_settings(api_keys=["k1", "k2"])) as (server, _):
+        refused = await cli(server, "runs")
+        run_id = await _start(server, tmp_path, finish(), FINISHLINE_API_KEY="k1")
+        listed = await cli(server, "runs", env={"FINISHLINE_API_KEY": "k1"})
+        other = await cli(server, "show", run_id, env={"FINISHLINE_API_KEY": "k2"})
+        wrong = await cli(server, "runs", env={"FINISHLINE_API_KEY": "nope"})
+    assert refused.code == ExitCode.API_ERROR
+    assert "401 unauthorized" in refused.err
+    assert "set FINISHLINE_API_KEY" in refused.err
+    assert listed.code == ExitCode.OK
+    assert run_id in listed.out
+    assert other.code == ExitCode.API_ERROR
+    assert "404 not_found" in other.err
+    assert wrong.code == ExitCode.API_ERROR
+    assert "401 unauthorized" in wrong.err
+
+
+def test_a_service_that_is_not_there_exits_10() -> None:
+    with socket.socket() as sock:  # bound, not listening: connecting is refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        err = console()
+        code = main(["runs"], console=console(), err_console=err, environ={"FINISHLINE_URL": url})
+    assert code == ExitCode.UNREACHABLE == 10
+    assert f"cannot connect to {url}" in text_of(err)
+
+
+def test_the_url_option_wins_over_the_environment() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        err = console()
+        code = main(
+            ["--url", url, "runs"],
+            console=console(),
+            err_console=err,
+            environ={"FINISHLINE_URL": "http://example.invalid"},
+        )
+    assert code == ExitCode.UNREACHABLE
+    assert f"cannot connect to {url}" in text_of(err)
+
+
+def test_serve_runs_uvicorn_with_the_app_factory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import uvicorn
+
+    monkeypatch.chdir(tmp_path)  # no .env of the checkout is read
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setenv("FINISHLINE_SHUTDOWN_GRACE_S", "3")
+    code = main(
+        ["serve", "--host", "0.0.0.0", "--port", "9001"], console=console(), err_console=console()
+    )
+    assert code == ExitCode.OK
+    assert calls == [
+        (
+            ("app.main:create_app",),
+            {"factory": True, "host": "0.0.0.0", "port": 9001, "timeout_graceful_shutdown": 8},
+        )
+    ]

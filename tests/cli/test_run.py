@@ -1,0 +1,220 @@
+"""`finishline run`: what it sends, what it shows as the run goes, and how it exits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.cli.exits import ExitCode
+from tests.cli.kit import calc, cli, cli_settings, finish, script
+from tests.fakes.llm_server import FakeLLMServer, FakeReply
+from tests.fakes.service import served_app
+
+
+async def test_run_shows_each_thought_action_observation_intervention_and_the_end(
+    tmp_path: Path,
+) -> None:
+    replies = [
+        calc("6*7", content="Let me compute."),
+        {"content": "It is 42, I think."},  # no tool call: the stop prompt follows
+        {"tool_calls": [{"name": "nope", "arguments": {}}]},  # unknown tool: an error result
+        finish("The answer is 42."),
+    ]
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(
+            server,
+            "run",
+            "What is 6*7?",
+            "--tool",
+            "calculator",
+            "--script",
+            script(tmp_path, *replies),
+        )
+    assert result.code == ExitCode.OK, result
+    out = result.out
+    lines = out.splitlines()
+    assert any(line.startswith("run run_") and "model scripted" in line for line in lines)
+    assert "step 1/10" in out
+    assert any(line.startswith("thought") and "Let me compute." in line for line in lines)
+    assert any(
+        line.startswith("action") and 'calculator(expression="6*7")' in line for line in lines
+    )
+    assert any(line.startswith("observation") and "42" in line for line in lines)
+    assert any(line.startswith("intervention") and "stop_prompt:" in line for line in lines)
+    assert any(line.startswith("error") and "nope" in line for line in lines)
+    assert "The answer is 42." in out
+    assert any(line.startswith("reason") and "finished" in line for line in lines)
+    assert "DEGRADED" not in out
+    assert any(line.startswith("status") and "completed" in line for line in lines)
+    assert any(line.startswith("usage") and "steps 4" in line for line in lines)
+    # in the order they happened
+    order = ["Let me compute.", "stop_prompt:", "The answer is 42.", "reason"]
+    positions = [out.index(marker) for marker in order]
+    assert positions == sorted(positions)
+
+
+REASONS: list[tuple[str, list[dict[str, Any]], list[str], ExitCode]] = [
+    ("finished", [finish("42")], [], ExitCode.OK),
+    ("answered", [{"content": "42"}], ["stop_tool=false"], ExitCode.OK),
+    ("max_steps", [calc()], ["max_steps=1", "final_answer_on_limit=false"], ExitCode.MAX_STEPS),
+    (
+        "timeout",
+        [{"content": "slow", "delay_s": 30}],
+        ["max_time_s=0.3", "final_answer_on_limit=false"],
+        ExitCode.TIMEOUT,
+    ),
+    (
+        "token_budget",
+        [calc(usage={"prompt_tokens": 500, "completion_tokens": 500})],
+        ["max_total_tokens=100", "final_answer_on_limit=false"],
+        ExitCode.TOKEN_BUDGET,
+    ),
+    ("nudge_limit", [{"content": "maybe 42"}], ["max_nudges=0"], ExitCode.NUDGE_LIMIT),
+    ("error", [calc()], [], ExitCode.FAILED),  # the script runs out at the second call
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "replies", "settings", "code"), REASONS, ids=[r[0] for r in REASONS]
+)
+async def test_run_exits_with_the_code_of_its_reason(
+    tmp_path: Path, reason: str, replies: list[dict[str, Any]], settings: list[str], code: ExitCode
+) -> None:
+    argv = ["run", "t", "--tool", "calculator", "--script", script(tmp_path, *replies)]
+    for setting in settings:
+        argv += ["--set", setting]
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, *argv)
+    assert result.code == code, result
+    assert any(line.startswith("reason") and reason in line for line in result.out.splitlines())
+    if reason == "error":
+        assert "script_exhausted" in result.out
+
+
+async def test_an_answer_given_at_a_limit_is_marked_degraded(tmp_path: Path) -> None:
+    replies = [calc(), {"content": "My best guess: 42."}]
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(
+            server,
+            "run",
+            "t",
+            "--tool",
+            "calculator",
+            "--set",
+            "max_steps=1",
+            "--script",
+            script(tmp_path, *replies),
+        )
+    assert result.code == ExitCode.MAX_STEPS
+    assert "answer (degraded)" in result.out
+    assert "My best guess: 42." in result.out
+    assert any(
+        line.startswith("reason") and "max_steps" in line and "DEGRADED" in line
+        for line in result.out.splitlines()
+    )
+    assert any(
+        line.startswith("intervention") and "max_steps:" in line for line in result.out.splitlines()
+    )
+
+
+async def test_a_failing_model_shows_its_retries() -> None:
+    async with (
+        FakeLLMServer([FakeReply.http_error(503, "overloaded"), FakeReply.finish("ok")]) as llm,
+        served_app(cli_settings(llm_base_url=llm.base_url)) as (server, _),
+    ):
+        result = await cli(server, "run", "t")
+    assert result.code == ExitCode.OK, result
+    retry = [line for line in result.out.splitlines() if line.startswith("llm retry")]
+    assert len(retry) == 1
+    assert "attempt 1" in retry[0]
+    assert "503" in retry[0]
+
+
+async def test_set_values_are_parsed_and_sent_with_tools_system_prompt_and_metadata(
+    tmp_path: Path,
+) -> None:
+    async with served_app(cli_settings()) as (server, client):
+        result = await cli(
+            server,
+            "run",
+            "a task",
+            "--no-follow",
+            "--script",
+            script(tmp_path, finish()),
+            "--tool",
+            "calculator",
+            "--tool",
+            "current_time",
+            "--system",
+            "Be brief.",
+            "--set",
+            "max_steps=3",
+            "--set",
+            "max_time_s=12.5",
+            "--set",
+            "stop_tool=false",
+            "--set",
+            "max_total_tokens=null",
+            "--set",
+            "prompt_language=zh",
+            "--metadata",
+            "ticket=42",
+            "--metadata",
+            "team=core",
+        )
+        assert result.code == ExitCode.OK, result
+        run_id = result.out.strip()
+        assert run_id.startswith("run_")
+        run = (await client.get(f"/runs/{run_id}")).json()
+    assert run["model"] == "scripted"
+    assert run["tools"] == ["calculator", "current_time"]
+    assert run["system_prompt"] == "Be brief."
+    assert run["metadata"] == {"ticket": 42, "team": "core"}
+    settings = run["settings"]
+    assert settings["max_steps"] == 3
+    assert settings["max_time_s"] == 12.5
+    assert settings["stop_tool"] is False
+    assert settings["max_total_tokens"] is None
+    assert settings["prompt_language"] == "zh"
+
+
+async def test_an_unknown_setting_is_refused_with_the_server_message() -> None:
+    async with served_app(cli_settings()) as (server, client):
+        result = await cli(server, "run", "t", "--model", "demo", "--set", "max_stepz=3")
+        assert (await client.get("/runs")).json()["runs"] == []
+    assert result.code == ExitCode.API_ERROR == 9
+    assert "error: 422 validation_error: settings.max_stepz: unknown field" in result.err
+    assert result.out == ""
+
+
+async def test_a_setting_over_its_cap_is_refused_naming_the_cap() -> None:
+    async with served_app(cli_settings(max_steps=5, max_steps_limit=5)) as (server, _):
+        result = await cli(server, "run", "t", "--model", "demo", "--set", "max_steps=50")
+    assert result.code == ExitCode.API_ERROR
+    assert "422 validation_error: settings.max_steps: 50 exceeds the server cap of 5" in result.err
+
+
+async def test_run_with_json_prints_every_event_as_a_json_line(tmp_path: Path) -> None:
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, "run", "t", "--json", "--script", script(tmp_path, finish("42")))
+    assert result.code == ExitCode.OK
+    events = result.json_lines()
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[0]["type"] == "run.queued"
+    assert events[-1]["type"] == "run.completed"
+    assert events[-1]["result"]["answer"] == "42"
+
+
+def test_a_script_that_is_not_a_json_list_is_a_usage_error(tmp_path: Path) -> None:
+    from app.cli import main
+    from tests.cli.kit import console, text_of
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"content": "not a list"}), encoding="utf-8")
+    err = console()
+    code = main(["run", "t", "--script", str(bad)], console=console(), err_console=err, environ={})
+    assert code == ExitCode.USAGE == 2
+    assert "must hold a JSON list" in text_of(err)
