@@ -76,6 +76,13 @@ class SettingInfo(BaseModel):
     default: Any
     cap: Any = Field(None, description="The largest value a request may ask for; null = none.")
     description: str
+    kind: Literal["integer", "number", "boolean", "choice"] = Field(
+        description="The value's type; a choice is one of `choices`."
+    )
+    choices: list[str] | None = Field(None, description="The allowed values of a choice.")
+    minimum: float | None = Field(
+        None, description="The lower bound (timeouts must be above it, others at least it)."
+    )
 
 
 class ServerInfo(BaseModel):

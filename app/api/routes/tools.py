@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal, get_args, get_origin
+
 from fastapi import APIRouter, Request
+from pydantic.fields import FieldInfo
 
 from app.api.deps import CallerDep, RegistryDep, SettingsDep
 from app.api.errors import ErrorBody
@@ -24,6 +27,18 @@ async def list_tools(registry: RegistryDep, caller: CallerDep) -> list[ToolInfo]
     return [ToolInfo(**tool) for tool in registry.describe()]
 
 
+def _value_type(field: FieldInfo) -> dict[str, Any]:
+    """kind, choices and minimum of a per-run setting, so a form can type its input."""
+    base = next(a for a in (*get_args(field.annotation), field.annotation) if a is not type(None))
+    minimum = next(
+        (getattr(m, n) for m in field.metadata for n in ("ge", "gt") if hasattr(m, n)), None
+    )
+    if get_origin(base) is Literal:
+        return {"kind": "choice", "choices": [str(c) for c in get_args(base)]}
+    kinds = {bool: "boolean", int: "integer", float: "number"}
+    return {"kind": kinds[base], "minimum": minimum}
+
+
 @router.get(
     "/settings",
     response_model=ServerInfo,
@@ -35,7 +50,10 @@ async def server_info(request: Request, settings: SettingsDep, caller: CallerDep
     for name, field in RunSettingsIn.model_fields.items():
         cap = getattr(settings, CAPS[name]) if name in CAPS else None
         info[name] = SettingInfo(
-            default=getattr(settings, name), cap=cap, description=field.description or ""
+            default=getattr(settings, name),
+            cap=cap,
+            description=field.description or "",
+            **_value_type(field),
         )
     models = request.state.models
     offered = [models.default_model, DEMO] + ([SCRIPTED] if settings.scripted_model_enabled else [])

@@ -1,0 +1,68 @@
+// The viewer's entry point: load what the server offers, then route on the URL's hash
+// ("#/runs/<id>" shows that run, anything else the form), so a reload restores the view.
+
+import { auth, get } from "./api.js";
+import { askForKey } from "./auth.js";
+import { RunForm } from "./form.js";
+import { RunList } from "./runs.js";
+import { RunView } from "./runview.js";
+
+const $ = (selector) => document.querySelector(selector);
+
+const newRun = $("#new-run");
+const runSection = $("#run-view");
+const banner = $("#banner");
+
+const runs = new RunList($("#runs"));
+const view = new RunView(runSection, { onEnded: () => runs.refresh() });
+const form = new RunForm($("#run-form"), {
+  onCreated(run) {
+    location.hash = `#/runs/${encodeURIComponent(run.id)}`;
+    runs.refresh();
+  },
+});
+
+function route({ initial = false } = {}) {
+  if (location.hash && !location.hash.startsWith("#/")) return; // an in-page anchor
+  const match = /^#\/runs\/([^/?#]+)$/.exec(location.hash);
+  const id = match ? decodeURIComponent(match[1]) : null;
+  newRun.hidden = Boolean(id);
+  runSection.hidden = !id;
+  runs.select(id);
+  if (id) {
+    if (view.id !== id) view.open(id);
+    if (!initial) $("#run-title")?.focus();
+  } else {
+    view.close();
+    if (!initial) $("#new-run-title").focus();
+  }
+}
+
+async function boot() {
+  $("#key-button").addEventListener("click", async () => {
+    // a new key takes over (runs are visible only to the key that made them): start afresh
+    if (await askForKey("Enter the API key to use from now on.")) location.reload();
+  });
+  let info;
+  let tools;
+  try {
+    info = await get("settings");
+    auth.required = info.auth;
+    tools = await get("tools");
+  } catch (error) {
+    banner.textContent =
+      error.status === 401
+        ? "This server needs an API key. Reload the page to enter one."
+        : `The server did not answer: ${error.message}. Reload to try again.`;
+    banner.hidden = false;
+    return;
+  }
+  $("#key-button").hidden = !auth.required;
+  form.fill(info, tools);
+  window.addEventListener("hashchange", () => route());
+  route({ initial: true });
+  await runs.refresh();
+  document.body.dataset.ready = "true";
+}
+
+boot();

@@ -1,0 +1,286 @@
+// One run, live: its header and Cancel button, step and time meters, usage counters, the
+// answer once it ends, and the timeline fed by RunStream.
+
+import { ApiError, get, post, runPath } from "./api.js";
+import { clear, count, el, seconds } from "./dom.js";
+import { RunStream, TERMINAL } from "./stream.js";
+import { Timeline } from "./timeline.js";
+
+const ENDED = new Set(["completed", "incomplete", "failed", "cancelled"]);
+
+const STATUS_OF = {
+  "run.started": "running",
+  "run.completed": "completed",
+  "run.incomplete": "incomplete",
+  "run.failed": "failed",
+  "run.cancelled": "cancelled",
+};
+
+const CONNECTION = {
+  connecting: "connecting…",
+  live: "live",
+  reconnecting: "reconnecting…",
+  reconnected: "reconnected",
+  ended: "",
+};
+
+export class RunView {
+  /** `section` is emptied and filled; onEnded(run id) fires once the run has ended. */
+  constructor(section, { onEnded }) {
+    this.section = section;
+    this.onEnded = onEnded;
+    this.id = null;
+    this.stream = null;
+    this.timer = null;
+    this.opening = 0; // which call of open() is current: a later one wins
+  }
+
+  close() {
+    this.opening += 1;
+    this.id = null;
+    this.stream?.close();
+    this.stream = null;
+    clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  async open(id) {
+    this.close();
+    const opening = this.opening;
+    this.id = id;
+    this.status = null;
+    this.maxSteps = null;
+    this.maxTime = null;
+    this.startedAt = null;
+    this.endedAt = null;
+    this.usage = { steps: 0, llm_calls: 0, tool_calls: 0, total_tokens: 0 };
+    this.#build();
+    let run;
+    try {
+      run = await get(runPath(id));
+    } catch (error) {
+      if (opening !== this.opening) return;
+      this.#showError(error instanceof ApiError && error.status === 404
+        ? `No run ${id} here (it may have been deleted, or belong to another API key).`
+        : `Could not load the run: ${error.message}`);
+      this.#setStatus("unknown");
+      return;
+    }
+    if (opening !== this.opening) return; // opened again, or closed, meanwhile
+    this.#fromRun(run);
+    this.stream = new RunStream(id, {
+      onEvent: (event) => this.#onEvent(event),
+      onState: (state, error) => this.#onConnection(state, error),
+    });
+    this.stream.start();
+    this.timer = setInterval(() => this.#renderTime(), 500);
+  }
+
+  // -- building -------------------------------------------------------------------------
+
+  #build() {
+    const s = this.section;
+    clear(s);
+    this.statusBadge = el("span", { class: "badge", id: "run-status" });
+    this.reason = el("span", { class: "reason", id: "run-reason" });
+    this.connection = el("span", { class: "connection", id: "connection", role: "status" });
+    this.cancelButton = el("button", {
+      type: "button",
+      id: "cancel",
+      class: "danger",
+      disabled: true,
+      on: { click: () => this.#cancel() },
+    }, "Cancel run");
+    this.task = el("p", { class: "task", id: "run-task" });
+    this.model = el("span", { class: "meta", id: "run-model" });
+    this.alert = el("p", { class: "error", role: "alert", id: "run-error" });
+    this.stepsMeter = el("progress", { id: "steps-meter", max: 1, value: 0 });
+    this.stepsText = el("span", { class: "meter-text", id: "steps-text" });
+    this.timeMeter = el("progress", { id: "time-meter", max: 1, value: 0 });
+    this.timeText = el("span", { class: "meter-text", id: "time-text" });
+    this.usageList = el("dl", { class: "usage", id: "usage" });
+    this.answer = el("section", {
+      class: "answer",
+      id: "answer",
+      "aria-labelledby": "answer-title",
+      "aria-live": "polite",
+      hidden: true,
+    });
+    this.timelineList = el("ol", { class: "timeline", id: "timeline" });
+    this.timeline = new Timeline(this.timelineList);
+
+    s.append(
+      el("div", { class: "run-head" },
+        el("h1", { id: "run-title", tabindex: "-1" }, "Run ", el("code", { text: this.id })),
+        this.cancelButton),
+      el("p", { class: "run-state" }, this.statusBadge, " ", this.reason, " ", this.connection),
+      this.task,
+      el("p", {}, this.model),
+      this.alert,
+      el("div", { class: "meters" },
+        el("div", { class: "meter" }, el("label", { for: "steps-meter" }, "Steps"),
+          this.stepsMeter, this.stepsText),
+        el("div", { class: "meter" }, el("label", { for: "time-meter" }, "Time"),
+          this.timeMeter, this.timeText)),
+      this.usageList,
+      this.answer,
+      el("h2", { text: "Timeline" }),
+      this.timelineList,
+    );
+    this.#renderUsage();
+  }
+
+  // -- state from the run and from events -----------------------------------------------
+
+  #fromRun(run) {
+    this.task.textContent = run.task;
+    const tools = run.tools.length ? ` · tools ${run.tools.join(", ")}` : "";
+    this.model.textContent = `model ${run.model}${tools}`;
+    this.maxSteps = run.settings.max_steps;
+    this.maxTime = run.settings.max_time_s;
+    this.startedAt = run.started_at ? Date.parse(run.started_at) : null;
+    this.endedAt = run.ended_at ? Date.parse(run.ended_at) : null;
+    // usage counts up from the replayed events; the terminal event brings the exact figures
+    this.#setStatus(run.status);
+    if (run.result) this.reason.textContent = run.result.reason;
+    this.#renderSteps(0);
+    this.#renderTime();
+  }
+
+  #onEvent(event) {
+    this.timeline.add(event);
+    const u = this.usage;
+    switch (event.type) {
+      case "run.queued":
+        this.maxSteps = event.settings?.max_steps ?? this.maxSteps;
+        this.maxTime = event.settings?.max_time_s ?? this.maxTime;
+        break;
+      case "run.started":
+        this.startedAt = Date.parse(event.ts);
+        break;
+      case "step.started":
+        this.maxSteps = event.max_steps;
+        u.steps = Math.max(u.steps, event.step);
+        break;
+      case "llm.call":
+        u.llm_calls += 1;
+        u.total_tokens += event.prompt_tokens + event.completion_tokens;
+        break;
+      case "observation":
+        u.tool_calls += 1;
+        break;
+      default:
+        break;
+    }
+    const endedHere = TERMINAL.has(event.type) && !ENDED.has(this.status);
+    if (STATUS_OF[event.type]) this.#setStatus(STATUS_OF[event.type]);
+    if (TERMINAL.has(event.type)) this.#ended(event, endedHere);
+    this.#renderUsage();
+    this.#renderSteps(u.steps);
+  }
+
+  /** `live`: it ended while we watched (not a replay of a run known to have ended). */
+  #ended(event, live) {
+    this.endedAt = Date.parse(event.ts);
+    if (event.usage) this.usage = { ...event.usage };
+    const result = event.result;
+    const reason = result?.reason ?? (event.type === "run.failed" ? "error" : "cancelled");
+    this.reason.textContent = reason;
+    this.#renderAnswer(event, reason);
+    this.#renderTime();
+    clearInterval(this.timer);
+    if (live) this.onEnded?.(this.id);
+  }
+
+  #setStatus(status) {
+    // the replay of an ended run passes "run.started" again: never go back from an end
+    if (ENDED.has(this.status) && !ENDED.has(status)) return;
+    this.status = status;
+    this.statusBadge.textContent = status;
+    this.statusBadge.className = `badge status-${status}`;
+    this.cancelButton.disabled = !["queued", "running"].includes(status);
+  }
+
+  #onConnection(state, error) {
+    if (state === "failed") {
+      this.connection.textContent = "disconnected";
+      this.#showError(`Stopped following the run: ${error.message}`);
+      return;
+    }
+    this.connection.textContent = CONNECTION[state] ?? state;
+    this.connection.dataset.state = state;
+  }
+
+  async #cancel() {
+    this.cancelButton.disabled = true;
+    this.#showError("");
+    try {
+      const run = await post(runPath(this.id, "/cancel"));
+      if (ENDED.has(run.status)) this.#setStatus(run.status);
+    } catch (error) {
+      this.#showError(error.status === 409 ? "The run has already ended." : error.message);
+      this.cancelButton.disabled = ENDED.has(this.status);
+    }
+  }
+
+  #showError(message) {
+    this.alert.textContent = message;
+  }
+
+  // -- rendering ------------------------------------------------------------------------
+
+  #renderAnswer(event, reason) {
+    const result = event.result;
+    const a = this.answer;
+    clear(a);
+    a.className = `answer ended-${this.status}${result?.degraded ? " degraded" : ""}`;
+    const badges = el("p", { class: "badges" },
+      el("span", { class: `badge status-${this.status}` }, reason));
+    if (result?.degraded) {
+      const title = "A best answer asked for at a limit, or the last reply when the model " +
+        "ignored the stop prompts.";
+      const badge = el("span", { class: "badge degraded", id: "degraded", title }, "degraded");
+      badges.append(" ", badge);
+    }
+    const heading = event.type === "run.failed" ? "Error" : "Answer";
+    a.append(el("h2", { id: "answer-title", text: heading }), badges);
+    if (event.error) {
+      a.append(el("p", { class: "answer-text" }, `${event.error.type}: ${event.error.message}`));
+    } else if (result?.answer != null) {
+      a.append(el("p", { class: "answer-text", id: "answer-text", text: result.answer }));
+    } else {
+      a.append(el("p", { class: "meta" }, "No answer."));
+    }
+    a.hidden = false;
+  }
+
+  #renderUsage() {
+    const u = this.usage;
+    const items = [
+      ["Steps", count(u.steps)],
+      ["LLM calls", count(u.llm_calls)],
+      ["Tool calls", count(u.tool_calls)],
+      ["Tokens", count(u.total_tokens)],
+    ];
+    clear(this.usageList);
+    for (const [term, value] of items) {
+      this.usageList.append(el("div", {}, el("dt", { text: term }), el("dd", { text: value })));
+    }
+  }
+
+  #renderSteps(steps) {
+    const max = this.maxSteps || 1;
+    this.stepsMeter.max = max;
+    this.stepsMeter.value = Math.min(steps, max);
+    this.stepsText.textContent = `${steps} of ${this.maxSteps ?? "?"}`;
+  }
+
+  #renderTime() {
+    if (this.maxTime == null) return;
+    const end = this.endedAt ?? Date.now();
+    const used = this.startedAt == null ? 0 : Math.max(0, (end - this.startedAt) / 1000);
+    this.timeMeter.max = this.maxTime;
+    this.timeMeter.value = Math.min(used, this.maxTime);
+    this.timeText.textContent = `${seconds(used)} of ${seconds(this.maxTime)}`;
+  }
+}

@@ -1,0 +1,96 @@
+"""How the timeline shows what went wrong on the way: truncated results, interventions, model
+retries, and a degraded answer at a limit."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.async_api import Browser, expect
+
+from tests.browser.conftest import open_viewer
+from tests.fakes.llm_server import FakeLLMServer, FakeReply
+
+pytestmark = pytest.mark.browser
+
+BIG = {"expression": "2**3999"}  # a 1,204-digit result
+
+
+async def test_truncation_interventions_retries_and_a_degraded_answer_are_shown(
+    browser: Browser,
+) -> None:
+    replies = [
+        FakeReply.call("calculator", BIG),  # step 1: a result over max_tool_result_chars
+        FakeReply.http_error(503, "overloaded"),  # step 2: retried
+        FakeReply(content="Let me think about it."),  # no tool call: a stop prompt next
+        FakeReply.call("calculator", BIG),  # step 3: the same call again: a repetition hint
+        FakeReply(content="2**3999 is a 1204-digit number."),  # the final call at max_steps
+    ]
+    body = {
+        "task": "How long is 2**3999?",
+        "tools": ["calculator"],
+        "settings": {"max_steps": 3, "max_tool_result_chars": 500},
+    }
+    async with (
+        FakeLLMServer(replies) as llm,
+        open_viewer(browser, llm_base_url=llm.base_url) as v,
+    ):
+        run = (await v.client.post("/runs", json=body)).json()
+        await v.open_run(run["id"])
+        page = v.page
+        await expect(page.locator("#run-status")).to_have_text("incomplete")
+        events = await v.events(run["id"])
+        first = next(e for e in events if e["type"] == "observation")
+        assert first["truncated"]
+        assert first["original_chars"] == 1204
+
+        # truncated: what the model saw, the sizes, and the full result on demand
+        observation = page.locator(".observation").first
+        note = observation.locator(".truncation")
+        await expect(note).to_contain_text(
+            f"showing {first['shown_chars']:,} of {first['original_chars']:,} chars"
+        )
+        await expect(note).to_contain_text("of 1,204 chars")
+        content = observation.locator(".content")
+        await expect(content).to_have_text(first["model_content"])
+        expand = observation.get_by_role("button", name="Show the full result")
+        await expect(expand).to_have_attribute("aria-expanded", "false")
+        await expand.click()
+        await expect(content).to_have_text(first["content"])
+        assert len(first["content"]) == 1204
+        await expect(observation.locator(".truncation button")).to_have_attribute(
+            "aria-expanded", "true"
+        )
+
+        # interventions, each highlighted by kind
+        nudge = page.locator(".intervention[data-kind='stop_prompt']")
+        await expect(nudge).to_be_visible()
+        await expect(nudge).to_contain_text("Nudge: stop prompt")
+        await expect(page.locator(".intervention[data-kind='repetition']")).to_contain_text(
+            "Repetition hint"
+        )
+        await expect(page.locator(".intervention[data-kind='max_steps']")).to_contain_text(
+            "Limit: steps"
+        )
+        thought_bg = await page.locator(".thought").first.evaluate(
+            "n => getComputedStyle(n).backgroundColor"
+        )
+        for kind in ("stop_prompt", "repetition", "max_steps"):
+            entry = page.locator(f".intervention[data-kind='{kind}']")
+            background = await entry.evaluate("n => getComputedStyle(n).backgroundColor")
+            border = await entry.evaluate("n => getComputedStyle(n).borderLeftWidth")
+            assert background != thought_bg, kind
+            assert border != "0px", kind
+
+        # the model call that failed and was retried
+        retry = page.locator(".retry")
+        await expect(retry).to_contain_text("attempt 1")
+        await expect(retry).to_contain_text("overloaded")
+
+        # the degraded answer at the step limit
+        await expect(page.locator("#answer-text")).to_have_text("2**3999 is a 1204-digit number.")
+        await expect(page.locator("#degraded")).to_have_text("degraded")
+        await expect(page.locator("#run-reason")).to_have_text("max_steps")
+        await expect(page.locator("#steps-text")).to_have_text("3 of 3")
+        await expect(page.locator("#steps-meter")).to_have_attribute("max", "3")
+        assert await page.locator("#steps-meter").evaluate("n => n.value") == 3
+        await expect(page.locator("#usage")).to_contain_text("LLM calls4")
+        assert len(llm.requests) == 5
