@@ -146,9 +146,7 @@ class ToolStep:
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run
         if not (run.limits.stop_tool and call.name == TASK_FINISHED):
-            return prepare(
-                call, run.tools, run.state, run.limits, run.prompts, run.available_tools()
-            )
+            return prepare(call, run.tools, run.state, run.limits, run.prompts, run.available_tools)
         arguments, shown, error = parse_arguments(call.arguments)
         item = PreparedCall(call=call, arguments=shown, is_error=True)
         if not finishing:

@@ -1,11 +1,12 @@
 """Interrupting a run's in-flight work when it is cancelled or its deadline passes.
 
 Every await in the loop that can take long (an LLM call, tool calls, a retry back-off) runs
-inside `Guard.scope(deadline)`. The scope works like `asyncio.timeout`: it arms a timer for
-the deadline and registers for the run's cancel request; either one cancels the current
-task, and the scope turns that cancellation into `DeadlineError` or `CancelRequestedError`
-on exit. Any other cancellation of the task (a server shutdown) passes through untouched.
-No task is created for the awaited work, so guarding costs a timer and two set operations.
+inside `Guard.scope(deadline)`. The scope works like `asyncio.timeout`: on its deadline or the
+run's cancel request it cancels the current task, and on exit it turns that cancellation into
+`DeadlineError` or `CancelRequestedError`. Any other cancellation of the task (a server
+shutdown) passes through untouched. No task is created for the awaited work, and one timer
+per run serves every scope (re-armed only when a scope's deadline comes sooner), so guarding
+an await costs two set operations and a comparison.
 
 Tool calls still run in tasks of their own (they run concurrently, and a tool that ignores
 cancellation must not hold the run): the scope then guards `asyncio.wait` on them, and
@@ -22,6 +23,8 @@ from typing import TypeVar
 from app.engine.ports import Clock
 
 T = TypeVar("T")
+_TIMER_SLACK_S = 0.001
+"""A timer may run a hair before its deadline by the clock; that counts as reached."""
 
 
 class CancelRequestedError(Exception):
@@ -45,13 +48,12 @@ def abandon(task: asyncio.Future[object]) -> None:
 
 
 class _Scope:
-    __slots__ = ("_cancelling", "_deadline", "_fired", "_guard", "_handle", "_task")
+    __slots__ = ("_cancelling", "_fired", "_guard", "_task", "deadline")
 
     def __init__(self, guard: Guard, deadline: float) -> None:
         self._guard = guard
-        self._deadline = deadline
+        self.deadline = deadline
         self._fired: type[Exception] | None = None
-        self._handle: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
 
@@ -59,14 +61,12 @@ class _Scope:
         guard = self._guard
         if guard.cancelled:
             raise CancelRequestedError
-        remaining = self._deadline - guard.clock()
-        if remaining <= 0:
+        if self.deadline <= guard.clock():
             raise DeadlineError
         task = asyncio.current_task()
         assert task is not None
         self._task = task
         self._cancelling = task.cancelling()
-        self._handle = asyncio.get_running_loop().call_later(remaining, self.fire, DeadlineError)
         guard.watch(self)
         return self
 
@@ -81,8 +81,7 @@ class _Scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._handle is not None and self._task is not None  # noqa: PT018
-        self._handle.cancel()
+        assert self._task is not None
         self._guard.unwatch(self)
         if self._fired is not None:
             uncancelled = self._task.uncancel()
@@ -96,6 +95,7 @@ class Guard:
         self.clock = clock
         self._scopes: set[_Scope] = set()
         self._waiter: asyncio.Task[bool] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -110,9 +110,35 @@ class Guard:
         if self._waiter is None:
             self._waiter = asyncio.ensure_future(self._cancel.wait())
             self._waiter.add_done_callback(self._on_cancel)
+        self._arm(scope.deadline)
 
     def unwatch(self, scope: _Scope) -> None:
         self._scopes.discard(scope)
+
+    def _arm(self, deadline: float) -> None:
+        """Make sure the one timer fires no later than `deadline`. It is re-armed only when a
+        scope needs it sooner: most scopes reuse it, and a timer that fires early re-arms
+        itself for the scopes still waiting (`_on_timer`)."""
+        timer = self._timer
+        loop = asyncio.get_running_loop()
+        when = loop.time() + (deadline - self.clock())
+        if timer is not None and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timer = loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = self.clock()
+        sooner: float | None = None
+        for scope in list(self._scopes):
+            if scope.deadline <= now + _TIMER_SLACK_S:
+                scope.fire(DeadlineError)
+            elif sooner is None or scope.deadline < sooner:
+                sooner = scope.deadline
+        if sooner is not None:
+            self._arm(sooner)
 
     def _on_cancel(self, waiter: asyncio.Future[bool]) -> None:
         if waiter.cancelled():
@@ -159,6 +185,9 @@ class Guard:
             await asyncio.sleep(seconds)
 
     def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._waiter is not None:
             abandon(self._waiter)
             self._waiter = None

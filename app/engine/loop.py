@@ -136,6 +136,7 @@ class ReactRun:
         self.specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
         if limits.stop_tool:
             self.specs.append(task_finished_spec(prompts))
+        self.available_tools = ", ".join(spec.name for spec in self.specs) or "none"
         self.spec_tokens = estimate_tokens([{"content": str(s.to_openai())} for s in self.specs])
         self.guard = Guard(cancel, clock)
         self.log = log.bind()  # resolved once per run, with the logging config of the moment
@@ -390,6 +391,3 @@ class ReactRun:
                 completed=plan.completed, total=len(plan.items), next_item=plan.next_item or "-"
             )
         return text
-
-    def available_tools(self) -> str:
-        return ", ".join(spec.name for spec in self.specs) or "none"
