@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint format bench clean
+.PHONY: run test lint format bench clean image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
+
+## image: build the container image (Dockerfile); `docker compose up` builds and runs it
+image:
+	docker build -t finishline .
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

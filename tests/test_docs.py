@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VARIABLES = sorted(f"FINISHLINE_{name.upper()}" for name in Settings.model_fields)
 
 
-@pytest.mark.parametrize("document", [".env.example", "README.md"])
+@pytest.mark.parametrize("document", [".env.example", "README.md", "Dockerfile"])
 def test_every_server_variable_is_documented(document: str) -> None:
     text = (ROOT / document).read_text(encoding="utf-8")
     assert [v for v in VARIABLES if v not in text] == []

@@ -1,0 +1,117 @@
+# finishline as a container.
+#
+#   docker build -t finishline .
+#   docker run --init -p 8000:8000 -v finishline-data:/data --stop-timeout 40 finishline
+#
+# or `docker compose up` (docker-compose.yml). Two stages: `build` makes the wheels of
+# finishline and its dependencies and installs them into a virtualenv; the runtime stage gets
+# that virtualenv on a clean slim base, so no compiler, pip cache or source tree ships. The
+# venv is made with `python3 -m venv` and used by absolute path, so the file works on any
+# Debian-based Python 3.11+ image whichever directory its interpreter lives in.
+#
+# Configuration is by environment (`docker run -e`, compose `environment:` / `env_file:`).
+# Every server variable, with its default (README.md and .env.example say more):
+#
+#   storage and service
+#     FINISHLINE_STORE_URL=sqlite:////data/finishline.db   (set below: the /data volume)
+#     FINISHLINE_API_KEYS=                       comma-separated bearer keys; empty = no auth
+#     FINISHLINE_MAX_CONCURRENT_RUNS=16          runs executing at once
+#     FINISHLINE_MAX_QUEUED_RUNS=100             runs waiting for a slot; past it, 429
+#     FINISHLINE_SHUTDOWN_GRACE_S=30.0           on SIGTERM, how long runs may go on
+#     FINISHLINE_SSE_PING_S=15.0                 keep-alive comment interval on SSE
+#     FINISHLINE_SSE_SEND_TIMEOUT_S=30.0         a client slower than this to accept a write is dropped
+#     FINISHLINE_STREAM_TOKEN_TTL_S=300          lifetime of a run-scoped EventSource token
+#     FINISHLINE_TOKEN_SECRET=                   signs stream tokens; set it when replicas share a store
+#     FINISHLINE_MAX_EVENT_CONTENT_CHARS=100000  storage cap on one tool result in the event log
+#     FINISHLINE_MAX_WAIT_S=300.0                longest GET /runs/{id}/wait?timeout_s=
+#     FINISHLINE_MAX_TASK_CHARS=100000           longest accepted task
+#     FINISHLINE_MAX_METADATA_BYTES=16384        largest accepted metadata (JSON)
+#     FINISHLINE_WEBHOOK_ATTEMPTS=5              delivery attempts of a run's webhook
+#     FINISHLINE_WEBHOOK_BACKOFF_S=1.0           first delay between attempts; doubles
+#     FINISHLINE_WEBHOOK_TIMEOUT_S=10.0          one delivery attempt
+#     FINISHLINE_LOG_FORMAT=json                 (set below) auto, json or console
+#     FINISHLINE_LOG_LEVEL=INFO                  level of finishline's own loggers
+#   models and tools
+#     FINISHLINE_LLM_BASE_URL=                   OpenAI-compatible …/v1 URL (or OPENAI_BASE_URL);
+#                                                unset with no key: the built-in demo model
+#     FINISHLINE_LLM_API_KEY=                    bearer key of that endpoint (or OPENAI_API_KEY)
+#     FINISHLINE_LLM_MODEL=gpt-4o-mini           model name sent when a run names none
+#     FINISHLINE_SCRIPTED_MODEL_ENABLED=true     allow model "scripted" with a model_script
+#     FINISHLINE_DEMO_DELAY_S=0.3                pause per demo-model reply
+#     FINISHLINE_PROMPTS_FILE=                   TOML file overriding runtime texts (mount it)
+#     FINISHLINE_HTTP_TOOL_ALLOW_HOSTS=          hosts HTTP tools and webhooks may call
+#     FINISHLINE_HTTP_TOOL_MAX_BYTES=1000000     response size cap of HTTP tools
+#     FINISHLINE_HTTP_TOOL_TIMEOUT_S=20.0        default timeout of HTTP tools
+#   per-run defaults, and the caps a request may not exceed (422 past a cap)
+#     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
+#     FINISHLINE_MAX_TIME_S=60.0                 FINISHLINE_MAX_TIME_LIMIT_S=3600.0
+#     FINISHLINE_TOOL_TIMEOUT_S=30.0             FINISHLINE_TOOL_TIMEOUT_LIMIT_S=600.0
+#     FINISHLINE_LLM_TIMEOUT_S=60.0              FINISHLINE_LLM_TIMEOUT_LIMIT_S=600.0
+#     FINISHLINE_FINAL_ANSWER_TIMEOUT_S=15.0     FINISHLINE_FINAL_ANSWER_TIMEOUT_LIMIT_S=120.0
+#     FINISHLINE_MAX_NUDGES=3                    FINISHLINE_MAX_NUDGES_LIMIT=20
+#     FINISHLINE_LLM_RETRIES=3                   FINISHLINE_LLM_RETRIES_LIMIT=10
+#     FINISHLINE_LLM_RETRY_DELAY_S=10.0          FINISHLINE_LLM_RETRY_DELAY_LIMIT_S=120.0
+#     FINISHLINE_REPETITION_THRESHOLD=2          FINISHLINE_REPETITION_THRESHOLD_LIMIT=100
+#     FINISHLINE_MAX_TOOL_RESULT_CHARS=2000      FINISHLINE_MAX_TOOL_RESULT_CHARS_LIMIT=100000
+#     FINISHLINE_MAX_TOTAL_TOKENS=               FINISHLINE_MAX_TOTAL_TOKENS_LIMIT=
+#     FINISHLINE_MAX_CONTEXT_TOKENS=             FINISHLINE_MAX_CONTEXT_TOKENS_LIMIT=
+#     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
+#     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
+#     FINISHLINE_PROMPT_LANGUAGE=en
+#   the server process (uvicorn reads these)
+#     UVICORN_HOST=0.0.0.0  UVICORN_PORT=8000    where it listens (the healthcheck follows the port)
+#     FORWARDED_ALLOW_IPS=*                      proxies whose X-Forwarded-* headers are trusted;
+#                                                narrow it to your proxy's address if clients
+#                                                can reach the container directly
+
+# The wheelhouse stage is empty: the build stage installs from the package index. An offline
+# build (CI) passes `--build-arg WHEELHOUSE=<image holding wheels>` and `PIP_NO_INDEX=1`.
+ARG WHEELHOUSE=scratch
+FROM ${WHEELHOUSE} AS wheelhouse
+
+FROM python:3.11-slim AS build
+ARG PIP_NO_INDEX
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_FIND_LINKS=/wheelhouse
+WORKDIR /src
+COPY --from=wheelhouse / /wheelhouse/
+# Dependencies first, in their own layer: a change to the code alone does not rebuild them.
+COPY pyproject.toml ./
+RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+ && python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip wheel --no-cache-dir --wheel-dir /wheels -r requirements.txt \
+ && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels -r requirements.txt
+COPY README.md ./
+COPY app ./app
+RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+ && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/finishline-*.whl \
+ && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
+
+FROM python:3.11-slim
+LABEL org.opencontainers.image.title="finishline" \
+      org.opencontainers.image.description="Run ReAct LLM agents over HTTP, and know when they are done." \
+      org.opencontainers.image.licenses="MIT"
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    FINISHLINE_STORE_URL=sqlite:////data/finishline.db \
+    FINISHLINE_LOG_FORMAT=json \
+    UVICORN_HOST=0.0.0.0 \
+    UVICORN_PORT=8000 \
+    FORWARDED_ALLOW_IPS=*
+RUN groupadd --system --gid 10001 finishline \
+ && useradd --system --uid 10001 --gid finishline --home-dir /data --no-create-home \
+      --shell /usr/sbin/nologin finishline \
+ && mkdir -p /data \
+ && chown finishline:finishline /data
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /srv
+USER 10001:10001
+VOLUME ["/data"]
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["/opt/venv/bin/python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('UVICORN_PORT', '8000'), timeout=4)"]
+STOPSIGNAL SIGTERM
+# SIGTERM drains: runs get FINISHLINE_SHUTDOWN_GRACE_S (30 s) to end, uvicorn waits up to 35 s
+# for them; give `docker stop` more than that (compose: stop_grace_period 40s).
+CMD ["/opt/venv/bin/uvicorn", "--factory", "app.main:create_app", "--proxy-headers", "--timeout-graceful-shutdown", "35"]
