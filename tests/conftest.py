@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Iterator
 
 import pytest
+import structlog
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -31,3 +33,13 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith(_SCRUBBED_PREFIXES) or name in _PROXY_VARS:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "*")
+
+
+@pytest.fixture(autouse=True)
+def _default_structlog() -> Iterator[None]:
+    """Each test starts with structlog's defaults: an app built earlier (create_app
+    configures logging for the process, at WARNING in tests) cannot filter what a test reads
+    with `capture_logs()`."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()

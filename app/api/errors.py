@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.runs.errors import (
     IdempotencyConflictError,
@@ -134,9 +135,28 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     type_ = STATUS_TYPES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    headers = getattr(exc, "headers", None)
+    if exc.status_code == 400 and exc.__cause__ is not None:
+        # FastAPI's answer to a JSON body it could not decode (not UTF-8, nested too deep):
+        # malformed JSON, refused like any other
+        problem = f"invalid JSON: {str(exc.__cause__)[:200]}"
+        errors = [{"field": "body", "message": problem, "type": "json_invalid"}]
+        return error_response(422, "validation_error", f"body: {problem}", {"errors": errors})
     if exc.status_code == 404 and message == "Not Found":
         message = f"no route {request.method} {request.url.path}"
-    return error_response(exc.status_code, type_, message, headers=getattr(exc, "headers", None))
+    elif exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": _allowed_methods(request)}
+    return error_response(exc.status_code, type_, message, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route of this path takes (Starlette names only the first route's)."""
+    routes = request.app.router.routes
+    return ", ".join(
+        method
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

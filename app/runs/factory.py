@@ -110,6 +110,11 @@ class RunFactory:
                     f"{tool.timeout_s:g} exceeds the server cap of {server.tool_timeout_limit_s:g}",
                     cap=server.tool_timeout_limit_s,
                 )
+            if tool.parameters.get("type", "object") != "object":
+                # chat APIs take a function's arguments as one JSON object
+                raise InvalidRunError(
+                    f"{where}.parameters", "must be a JSON schema of type 'object'"
+                )
             try:
                 self._http_tool(tool.model_dump())
             except ValueError as exc:

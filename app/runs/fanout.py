@@ -52,6 +52,12 @@ class Fanout:
     async def follow(self, run_id: str, after: int, read: Reader) -> AsyncIterator[Event]:
         """Events of `run_id` after seq `after`: the stored ones, then live ones, until the
         terminal event."""
+        if after > 0:
+            # resuming right after the terminal event (EventSource reconnects whenever a
+            # stream closes): nothing follows it, so end now instead of waiting forever
+            seen = await read(run_id, after=after - 1, limit=1)
+            if seen and seen[0].terminal:
+                return
         subscriber = _Subscriber(self._buffer)
         self._subscribers.setdefault(run_id, set()).add(subscriber)
         last = after
@@ -74,6 +80,8 @@ class Fanout:
                         continue
                     event = subscriber.buffer.popleft()
                     if event.seq <= last:
+                        if event.terminal:  # the client resumed past the end
+                            return
                         continue
                     if event.seq != last + 1:  # a gap: fill it from the store
                         subscriber.buffer.appendleft(event)

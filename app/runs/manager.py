@@ -51,6 +51,7 @@ from app.runs.webhooks import WebhookSender
 log = structlog.get_logger("finishline.runs")
 
 CANCEL_SETTLE_S = 5.0
+EVENT_PAGE = 1000
 
 
 @dataclass(eq=False)
@@ -273,8 +274,20 @@ class RunManager:
             )
         await self.store.delete(run_id)
 
-    def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
-        return self.store.subscribe(run_id, after=after)
+    async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
+        """The run's events after seq `after`, live until its terminal event. A run not active
+        here has every event stored already: replay and stop, wherever `after` points."""
+        if run_id in self._active:
+            async for event in self.store.subscribe(run_id, after=after):
+                yield event
+            return
+        while True:
+            batch = await self.store.read(run_id, after=after, limit=EVENT_PAGE)
+            for event in batch:
+                yield event
+                after = event.seq
+            if len(batch) < EVENT_PAGE:
+                return
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,11 +15,19 @@ from pydantic import BaseModel, Field
 from app.engine.policies import StopReason
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_last_id = 0
+_id_lock = threading.Lock()
 
 
 def new_run_id() -> str:
-    """`run_` + a ULID: 48 bits of milliseconds then 80 random bits, so ids sort by time."""
+    """`run_` + a ULID: 48 bits of milliseconds then 80 random bits, so ids sort by time.
+
+    Monotonic within the process (ULID's monotonic mode): an id made in the same millisecond
+    as the previous one is that one plus one, so runs list in creation order."""
+    global _last_id
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    with _id_lock:
+        value = _last_id = max(value, _last_id + 1)
     chars = []
     for _ in range(26):
         value, digit = divmod(value, 32)

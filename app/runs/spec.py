@@ -8,9 +8,28 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-STRICT = ConfigDict(extra="forbid")
+STRICT = ConfigDict(extra="forbid", strict=True)
+"""Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
+for 1, no "30" for 30)."""
+MAX_JSON_DEPTH = 32
+"""How deeply free-form JSON (metadata, tool schemas, scripted arguments) may nest: far past
+any real use, well short of what serializing it again can handle."""
+
+
+def json_integer(value: Any) -> Any:
+    """JSON Schema's integers include 2.0: take it as 2 (strict mode refuses any float)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def json_depth(value: Any) -> int:
+    """How many levels of objects and arrays nest in `value` (0 for a scalar); no recursion."""
+    depth, level = 0, [value]
+    while level := [v for v in level if isinstance(v, dict | list)]:
+        depth += 1
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
+    return depth
 
 
 class RunSettingsIn(BaseModel):
@@ -18,8 +37,14 @@ class RunSettingsIn(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"max_steps": 8, "max_time_s": 30, "progress": True}]},
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _json_integers(cls, value: Any) -> Any:
+        return json_integer(value)
 
     max_steps: int | None = Field(
         None, ge=1, description="LLM turns before the run ends with max_steps (default 10)."
@@ -98,6 +123,7 @@ class HttpToolIn(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -151,6 +177,11 @@ class ScriptedUsageIn(BaseModel):
     prompt_tokens: int = Field(ge=0)
     completion_tokens: int = Field(ge=0)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _json_integers(cls, value: Any) -> Any:
+        return json_integer(value)
+
 
 class ScriptedReplyIn(BaseModel):
     """One reply of the scripted model, used for one LLM call."""
@@ -167,6 +198,7 @@ class RunRequest(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -210,3 +242,10 @@ class RunRequest(BaseModel):
         max_length=2000,
         description="URL (allow-listed host) that receives the run as JSON once it ends.",
     )
+
+    @field_validator("metadata", "http_tools", "model_script", mode="before")
+    @classmethod
+    def _not_too_deep(cls, value: Any) -> Any:
+        if json_depth(value) > MAX_JSON_DEPTH:
+            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
+        return value

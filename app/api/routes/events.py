@@ -20,6 +20,23 @@ from app.settings import Settings
 
 router = APIRouter(tags=["events"])
 
+SSE_EVENT = {
+    "type": "object",
+    "description": "One server-sent event (OpenAPI 3.1: the schema of each event of the stream).",
+    "properties": {
+        "id": {"type": "string", "description": "The event's seq: 1, 2, 3 … with no gaps."},
+        "event": {"type": "string", "description": "The event's type, as in its data."},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/EventOut"},
+        },
+        "retry": {"type": "integer"},
+    },
+    "required": ["data"],
+}
+SSE_CONTENT = {"text/event-stream": {"schema": SSE_EVENT}}
+
 
 def event_stream(
     manager: RunManager,
@@ -86,7 +103,7 @@ def _start(after: int | None, last_event_id: str | None) -> int:
     response_model=EventPage,
     responses={
         200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": SSE_CONTENT,
             "description": "SSE stream, or a JSON page.",
         },
         401: {"model": ErrorBody},

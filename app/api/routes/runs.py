@@ -7,10 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import Field
 
 from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep, TokensDep
 from app.api.errors import ApiError, ErrorBody
-from app.api.routes.events import event_stream
+from app.api.routes.events import SSE_CONTENT, event_stream
 from app.api.schemas import RunCreate, RunList, StreamToken
 from app.runs.errors import RunAlreadyEndedError
 from app.runs.records import RunStatus
@@ -19,6 +20,8 @@ from app.runs.view import RunView, to_view
 router = APIRouter(prefix="/runs", tags=["runs"])
 
 ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+WAIT_DEFAULT_S = 30.0
+STATUS_LIST = r"^ *[a-z]+( *, *[a-z]+)* *$"
 
 
 def require_json(request: Request) -> None:
@@ -52,7 +55,7 @@ def _run(view: RunView, status: int) -> JSONResponse:
         200: {
             "model": RunView,
             "description": "Idempotent replay, or the SSE stream when stream is true.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": SSE_CONTENT,
         },
         401: {"model": ErrorBody},
         409: {"model": ErrorBody, "description": "The Idempotency-Key was used with another body."},
@@ -112,7 +115,8 @@ async def list_runs(
     manager: ManagerDep,
     caller: CallerDep,
     status: Annotated[
-        list[str] | None, Query(description="Filter by status; repeat or comma-separate.")
+        list[Annotated[str, Field(pattern=STATUS_LIST)]] | None,
+        Query(description="Filter by status; repeat or comma-separate."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
@@ -175,11 +179,17 @@ async def wait_run(
     settings: SettingsDep,
     caller: CallerDep,
     timeout_s: Annotated[
-        float,
-        Query(ge=0, description="Longest wait in seconds (server cap: FINISHLINE_MAX_WAIT_S)."),
-    ] = 30.0,
+        float | None,
+        Query(
+            ge=0,
+            description="Longest wait in seconds (server cap: FINISHLINE_MAX_WAIT_S); "
+            "default 30, or the cap when it is lower.",
+        ),
+    ] = None,
 ) -> RunView:
-    if timeout_s > settings.max_wait_s:
+    if timeout_s is None:
+        timeout_s = min(WAIT_DEFAULT_S, settings.max_wait_s)
+    elif timeout_s > settings.max_wait_s:
         raise ApiError(
             422,
             "validation_error",

@@ -1,0 +1,141 @@
+"""FINISHLINE_API_KEYS: bearer keys on every endpoint with run content or server details,
+and each run visible only to the key that made it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from tests.api.kit import (
+    cancel,
+    create,
+    error_of,
+    finishing,
+    hanging,
+    run_to_end,
+    settings,
+)
+from tests.fakes.service import api_client
+
+K1 = {"Authorization": "Bearer k1"}
+K2 = {"Authorization": "Bearer k2"}
+RUN = "run_00000000000000000000000000"
+
+PROTECTED = [
+    ("POST", "/runs"),
+    ("GET", "/runs"),
+    ("GET", f"/runs/{RUN}"),
+    ("GET", f"/runs/{RUN}/events"),
+    ("POST", f"/runs/{RUN}/cancel"),
+    ("GET", f"/runs/{RUN}/wait"),
+    ("DELETE", f"/runs/{RUN}"),
+    ("POST", f"/runs/{RUN}/stream-token"),
+    ("GET", "/tools"),
+    ("GET", "/settings"),
+]
+
+
+def keyed() -> Settings:
+    return settings(api_keys=["k1", "k2"])
+
+
+async def send(
+    client: httpx.AsyncClient, method: str, url: str, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    body = finishing() if method == "POST" and url == "/runs" else None
+    return await client.request(method, url, json=body, headers=headers)
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer nope", "Bearer ", "k1", "Basic azE6", "Bearer k1k2"],
+    ids=["missing", "bad-key", "empty-key", "no-scheme", "basic", "glued-keys"],
+)
+async def test_protected_endpoints_are_401_with_a_challenge_without_a_valid_key(
+    authorization: str | None,
+) -> None:
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    async with api_client(keyed()) as client:
+        for method, url in PROTECTED:
+            response = await send(client, method, url, headers)
+
+            assert response.status_code == 401, (method, url, response.text)
+            error_of(response, 401, "unauthorized")
+            assert response.headers["www-authenticate"] == "Bearer", (method, url)
+
+
+@pytest.mark.parametrize("key", ["k1", "k2"])
+async def test_each_configured_key_is_accepted(key: str) -> None:
+    async with api_client(keyed()) as client:
+        headers = {"Authorization": f"Bearer {key}"}
+        run = await run_to_end(client, finishing(), headers)
+        assert run["status"] == "completed"
+
+
+async def test_bearer_scheme_is_case_insensitive() -> None:
+    async with api_client(keyed()) as client:
+        assert (
+            await client.get("/runs", headers={"Authorization": "bearer k1"})
+        ).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/healthz", "/readyz", "/metrics", "/", "/static/index.html"])
+async def test_health_metrics_and_the_viewer_are_open_without_a_key(url: str) -> None:
+    async with api_client(keyed()) as client:
+        assert (await client.get(url)).status_code == 200
+
+
+async def test_a_run_is_invisible_to_another_key() -> None:
+    async with api_client(keyed()) as client:
+        mine = await run_to_end(client, finishing(), K1)
+        rid = mine["id"]
+
+        error_of(await client.get(f"/runs/{rid}", headers=K2), 404, "not_found")
+        error_of(await client.get(f"/runs/{rid}/wait", headers=K2), 404)
+        error_of(await client.post(f"/runs/{rid}/cancel", headers=K2), 404)
+        error_of(await client.delete(f"/runs/{rid}", headers=K2), 404)
+        error_of(await client.post(f"/runs/{rid}/stream-token", headers=K2), 404)
+        error_of(
+            await client.get(f"/runs/{rid}/events", headers={**K2, "Accept": "application/json"}),
+            404,
+        )
+        error_of(await client.get(f"/runs/{rid}/events", headers=K2), 404)
+        assert (await client.get(f"/runs/{rid}", headers=K1)).status_code == 200
+
+
+async def test_cancel_by_another_key_is_404_and_leaves_the_run_running() -> None:
+    async with api_client(keyed()) as client:
+        run = await create(client, hanging(), K1)
+
+        error_of(await client.post(f"/runs/{run['id']}/cancel", headers=K2), 404)
+
+        assert (await client.get(f"/runs/{run['id']}", headers=K1)).json()["status"] in (
+            "queued",
+            "running",
+        )
+        await cancel(client, run["id"], K1)
+
+
+async def test_list_shows_each_key_only_its_own_runs() -> None:
+    async with api_client(keyed()) as client:
+        a = [(await create(client, finishing(), K1))["id"] for _ in range(3)]
+        b = [(await create(client, finishing(), K2))["id"] for _ in range(2)]
+
+        listed_1 = (await client.get("/runs", headers=K1)).json()["runs"]
+        listed_2 = (await client.get("/runs", headers=K2)).json()["runs"]
+
+        assert [r["id"] for r in listed_1] == a[::-1]
+        assert [r["id"] for r in listed_2] == b[::-1]
+
+
+async def test_idempotency_keys_belong_to_each_api_key() -> None:
+    async with api_client(keyed()) as client:
+        same = {"Idempotency-Key": "job-1"}
+        first = await client.post("/runs", json=finishing(), headers={**K1, **same})
+        second = await client.post("/runs", json=finishing(), headers={**K2, **same})
+        other_body = await client.post("/runs", json=finishing("x"), headers={**K2, **same})
+
+        assert (first.status_code, second.status_code) == (202, 202)
+        assert first.json()["id"] != second.json()["id"]
+        error_of(other_body, 409, "idempotency_conflict")

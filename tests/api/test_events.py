@@ -1,0 +1,234 @@
+"""GET /runs/{id}/events: a JSON page with Accept: application/json, else the SSE stream
+(here buffered whole by ASGITransport: live following is tested in tests/e2e)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.api.kit import (
+    TERMINAL_EVENTS,
+    assert_sequential,
+    error_of,
+    json_events,
+    run_to_end,
+    settings,
+    sse,
+)
+from tests.fakes.service import api_client
+
+DEMO = {"task": "What is 2 + 3?", "tools": ["calculator"]}
+JSON = {"Accept": "application/json"}
+UNKNOWN = "run_00000000000000000000000000"
+
+
+async def ended_demo_run(client: httpx.AsyncClient) -> tuple[str, int]:
+    """A finished run and its event count."""
+    run = await run_to_end(client, DEMO)
+    page = await json_events(client, run["id"])
+    return run["id"], len(page["events"])
+
+
+async def test_json_page_holds_every_event_in_order_and_says_done() -> None:
+    async with api_client(settings()) as client:
+        run = await run_to_end(client, DEMO)
+
+        page = await json_events(client, run["id"])
+
+        events = page["events"]
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert events[0]["type"] == "run.queued"
+        assert events[1]["type"] == "run.started"
+        assert events[-1]["type"] == "run.completed"
+        assert {"thought", "action", "observation"} <= {e["type"] for e in events}
+        for event in events:
+            assert event["run_id"] == run["id"]
+            assert {"run_id", "seq", "type", "ts", "step"} <= set(event)
+        assert events[-1]["result"] == run["result"]
+        assert events[-1]["usage"] == run["usage"]
+        assert page["next_after"] == len(events)
+        assert page["done"] is True
+
+
+async def test_json_page_after_n_starts_at_n_plus_1() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        page = await json_events(client, run_id, after=3)
+
+        assert [e["seq"] for e in page["events"]] == list(range(4, count + 1))
+        assert page["done"] is True
+
+
+async def test_json_pages_of_limit_walk_the_log_with_next_after() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        seen: list[int] = []
+        after = 0
+        while True:
+            page = await json_events(client, run_id, after=after, limit=2)
+            assert len(page["events"]) <= 2
+            seen += [e["seq"] for e in page["events"]]
+            after = page["next_after"]
+            if page["done"]:
+                break
+            assert page["events"], "a page before the end is never empty"
+
+        assert seen == list(range(1, count + 1))
+
+
+async def test_json_page_past_the_end_is_empty() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        page = await json_events(client, run_id, after=count)
+
+        assert page == {"events": [], "next_after": count, "done": False}
+
+
+async def test_json_page_of_a_queued_or_running_run_is_not_done() -> None:
+    async with api_client(settings(max_concurrent_runs=1)) as client:
+        blocker = await client.post(
+            "/runs", json={"task": "x", "model": "scripted", "model_script": [{"delay_s": 600}]}
+        )
+        queued = (await client.post("/runs", json=DEMO)).json()
+
+        page = await json_events(client, queued["id"])
+
+        assert [e["type"] for e in page["events"]] == ["run.queued"]
+        assert page["done"] is False
+        for run in (queued, blocker.json()):
+            assert (await client.post(f"/runs/{run['id']}/cancel")).status_code == 202
+
+
+async def test_sse_replays_a_finished_run_then_closes() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        response, events = await sse(client, "GET", f"/runs/{run_id}/events")
+
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-store"
+        assert len(events) == count
+        assert_sequential(events)
+        assert events[-1].event in TERMINAL_EVENTS
+        page = await json_events(client, run_id)
+        assert [e.data for e in events] == page["events"]
+
+
+async def test_sse_resumes_after_last_event_id() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        _, events = await sse(
+            client, "GET", f"/runs/{run_id}/events", headers={"Last-Event-ID": "4"}
+        )
+
+        assert [e.id for e in events] == [str(n) for n in range(5, count + 1)]
+
+
+async def test_sse_resumes_after_the_after_parameter() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        _, events = await sse(client, "GET", f"/runs/{run_id}/events", params={"after": 6})
+
+        assert [e.id for e in events] == [str(n) for n in range(7, count + 1)]
+
+
+async def test_last_event_id_wins_over_after_on_reconnection() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        _, events = await sse(
+            client,
+            "GET",
+            f"/runs/{run_id}/events",
+            params={"after": 2},
+            headers={"Last-Event-ID": str(count - 1)},
+        )
+
+        assert [e.id for e in events] == [str(count)]
+
+
+async def test_sse_after_the_terminal_event_closes_with_no_event() -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        response, events = await sse(
+            client, "GET", f"/runs/{run_id}/events", headers={"Last-Event-ID": str(count)}
+        )
+
+        assert response.status_code == 200
+        assert events == []
+
+
+async def test_accept_with_both_json_and_event_stream_gets_sse() -> None:
+    async with api_client(settings()) as client:
+        run_id, _ = await ended_demo_run(client)
+
+        response, events = await sse(
+            client,
+            "GET",
+            f"/runs/{run_id}/events",
+            headers={"Accept": "text/event-stream, application/json"},
+        )
+
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert events
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", ""])
+async def test_invalid_last_event_id_is_422(value: str) -> None:
+    async with api_client(settings()) as client:
+        run_id, _ = await ended_demo_run(client)
+
+        response = await client.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": value})
+
+        error = error_of(response, 422, "validation_error")
+        assert error["details"] == {"field": "Last-Event-ID"}
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"after": "-1"}, "after"),
+        ({"after": "x"}, "after"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"),
+    ],
+)
+async def test_invalid_after_or_limit_is_422(params: dict[str, Any], field: str) -> None:
+    async with api_client(settings()) as client:
+        run_id, _ = await ended_demo_run(client)
+
+        response = await client.get(f"/runs/{run_id}/events", params=params, headers=JSON)
+
+        assert error_of(response, 422)["details"]["errors"][0]["field"] == field
+
+
+@pytest.mark.parametrize("accept", ["application/json", "text/event-stream"])
+async def test_events_of_an_unknown_run_are_404(accept: str) -> None:
+    async with api_client(settings()) as client:
+        response = await client.get(f"/runs/{UNKNOWN}/events", headers={"Accept": accept})
+
+        error_of(response, 404, "not_found")
+
+
+@pytest.mark.parametrize("past", [1, 1000])
+async def test_sse_resumed_past_the_end_of_an_ended_run_closes_with_no_event(past: int) -> None:
+    async with api_client(settings()) as client:
+        run_id, count = await ended_demo_run(client)
+
+        with anyio.fail_after(5):
+            response, events = await sse(
+                client, "GET", f"/runs/{run_id}/events", params={"after": count + past}
+            )
+
+        assert response.status_code == 200
+        assert events == []

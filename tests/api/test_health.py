@@ -1,0 +1,96 @@
+"""/healthz, /readyz, /metrics and the viewer at /: open, and saying what they should."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.api.kit import app_with_state, finishing, run_to_end, scripted, settings
+from tests.fakes.service import api_client
+
+
+async def test_healthz_is_200() -> None:
+    async with api_client(settings()) as client:
+        response = await client.get("/healthz")
+        assert response.status_code == 200
+        assert response.json()["status"] == "ok"
+
+
+async def test_readyz_is_200_when_the_store_answers() -> None:
+    async with api_client(settings()) as client:
+        response = await client.get("/readyz")
+        assert response.status_code == 200
+        assert response.json() == {"status": "ready", "detail": None}
+
+
+async def test_readyz_is_503_while_draining() -> None:
+    async with app_with_state(settings()) as (client, state):
+        state["manager"].begin_drain(0)
+
+        response = await client.get("/readyz")
+
+        assert response.status_code == 503
+        assert response.json()["status"] == "draining"
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_readyz_is_503_when_the_store_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def unreachable() -> None:
+        raise OSError("disk I/O error")
+
+    async with app_with_state(settings()) as (client, state):
+        monkeypatch.setattr(state["manager"].store, "ping", unreachable)
+
+        response = await client.get("/readyz")
+
+        assert response.status_code == 503
+        assert response.json() == {"status": "unavailable", "detail": "store: disk I/O error"}
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_metrics_count_runs_by_status_and_reason_in_prometheus_text() -> None:
+    async with api_client(settings()) as client:
+        await run_to_end(client, {"task": "What is 2 + 3?", "tools": ["calculator"]})
+        await run_to_end(client, finishing())
+        await run_to_end(client, scripted({"content": "x"}, settings={"max_steps": 2}))
+
+        response = await client.get("/metrics")
+
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        values = samples(response.text)
+        completed = (("reason", "finished"), ("status", "completed"))
+        failed = (("reason", "error"), ("status", "failed"))
+        assert values[("finishline_runs_total", completed)] == 2
+        assert values[("finishline_runs_total", failed)] == 1
+        assert values[("finishline_runs_accepted_total", ())] == 3
+        assert values[("finishline_run_steps_count", ())] == 3
+        assert values[("finishline_llm_call_seconds_count", ())] >= 4
+        assert values[("finishline_tool_call_seconds_count", (("tool", "calculator"),))] == 1
+        assert values[("finishline_runs_active", ())] == 0
+        assert values[("finishline_runs_queued", ())] == 0
+        assert ("finishline_sse_subscribers", ()) in values
+
+
+async def test_metrics_of_two_apps_are_separate() -> None:
+    async with api_client(settings()) as first:
+        await run_to_end(first, finishing())
+    async with api_client(settings()) as second:
+        values = samples((await second.get("/metrics")).text)
+        assert values[("finishline_runs_accepted_total", ())] == 0
+
+
+async def test_root_serves_the_run_viewer_page() -> None:
+    async with api_client(settings()) as client:
+        response = await client.get("/")
+
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/html")
+        assert "<html" in response.text.lower()
