@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.api.auth import StreamTokens
-from app.api.errors import install_error_handlers
+from app.api.errors import ErrorBody, install_error_handlers
 from app.api.routes import events, health, runs, tools, ui
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
@@ -142,7 +142,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for module in (runs, events, tools, health, ui):
+    # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
+    invalid = {422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}}
+    for module in (runs, events, tools):
+        app.include_router(module.router, responses=invalid)
+    for module in (health, ui):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=ui.STATIC), name="static")
     return app

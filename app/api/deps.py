@@ -1,4 +1,7 @@
-"""Named dependencies: the manager, the settings, and who the caller is."""
+"""Named dependencies: the manager, the settings, and who the caller is.
+
+Each is `async def` though none awaits: FastAPI runs a plain `def` dependency in a worker
+thread, a hop that cost more than everything these do."""
 
 from __future__ import annotations
 
@@ -14,23 +17,23 @@ from app.settings import Settings
 from app.tools.registry import ToolRegistry
 
 
-def get_manager(request: Request) -> RunManager:
+async def get_manager(request: Request) -> RunManager:
     return request.state.manager
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.state.settings
 
 
-def get_registry(request: Request) -> ToolRegistry:
+async def get_registry(request: Request) -> ToolRegistry:
     return request.state.registry
 
 
-def get_metrics(request: Request) -> RunMetrics:
+async def get_metrics(request: Request) -> RunMetrics:
     return request.state.metrics
 
 
-def get_tokens(request: Request) -> StreamTokens:
+async def get_tokens(request: Request) -> StreamTokens:
     return request.state.tokens
 
 
@@ -54,7 +57,7 @@ def bearer_caller(settings: Settings, authorization: str | None) -> Caller:
     return Caller(owner_of(key.strip()))
 
 
-def get_caller(
+async def get_caller(
     settings: SettingsDep,
     authorization: Annotated[
         str | None, Header(description="Bearer <API key>, when the server has keys.")
@@ -63,7 +66,7 @@ def get_caller(
     return bearer_caller(settings, authorization)
 
 
-def get_event_caller(
+async def get_event_caller(
     run_id: str,
     settings: SettingsDep,
     tokens: TokensDep,

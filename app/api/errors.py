@@ -30,13 +30,20 @@ log = structlog.get_logger("finishline.api")
 
 
 class ErrorInfo(BaseModel):
+    """What went wrong."""
+
     type: str = Field(description="Stable error type, e.g. validation_error, not_found, conflict.")
     message: str = Field(description="What is wrong, naming the field or the run.")
-    details: dict[str, Any] = Field(default_factory=dict)
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Facts for programs: the field, the cap, the run id, validation errors.",
+    )
 
 
 class ErrorBody(BaseModel):
-    error: ErrorInfo
+    """Every error answer has this shape."""
+
+    error: ErrorInfo = Field(description="The error.")
 
 
 class ApiError(Exception):

@@ -32,7 +32,9 @@ class RunCreate(RunRequest):
 
 
 class RunList(BaseModel):
-    runs: list[RunView]
+    """A page of runs, newest first."""
+
+    runs: list[RunView] = Field(description="The runs of this page.")
     next_cursor: str | None = Field(
         None, description="Pass as ?cursor= for the next (older) page; null on the last page."
     )
@@ -42,24 +44,28 @@ class EventOut(BaseModel):
     """One event: the envelope, then the type's payload fields."""
 
     model_config = ConfigDict(extra="allow")
-    run_id: str
+    run_id: str = Field(description="The run it belongs to.")
     seq: int = Field(description="1, 2, 3 … with no gaps; the SSE id.")
     type: str = Field(
         description="run.queued, run.started, step.started, thought, token, llm.call, llm.retry, action, observation, intervention, run.completed, run.incomplete, run.failed, run.cancelled."
     )
     ts: str = Field(description="When it was appended (ISO 8601, UTC).")
-    step: int
+    step: int = Field(description="The step it happened in; 0 before the first.")
 
 
 class EventPage(BaseModel):
-    events: list[EventOut]
+    """Stored events of a run, in order."""
+
+    events: list[EventOut] = Field(description="The events of this page.")
     next_after: int = Field(description="Pass as ?after= for the next page.")
     done: bool = Field(description="True when the page ends with the terminal event.")
 
 
 class ToolInfo(BaseModel):
-    name: str
-    description: str
+    """A registered tool."""
+
+    name: str = Field(description="What a request lists in `tools`, and the model calls.")
+    description: str = Field(description="What the model is told the tool does.")
     parameters: dict[str, Any] = Field(description="JSON schema of the arguments.")
     idempotent: bool = Field(
         description="False: repeated identical calls run until past the repetition threshold."
@@ -67,15 +73,19 @@ class ToolInfo(BaseModel):
 
 
 class StreamToken(BaseModel):
+    """A short-lived token for one run's events."""
+
     token: str = Field(description="Use as ?token= on the run's events URL.")
     expires_at: int = Field(description="Epoch seconds.")
-    events_url: str
+    events_url: str = Field(description="The run's events URL with the token, for EventSource.")
 
 
 class SettingInfo(BaseModel):
-    default: Any
+    """One per-run setting on this server."""
+
+    default: Any = Field(description="The value a run gets when its request omits it.")
     cap: Any = Field(None, description="The largest value a request may ask for; null = none.")
-    description: str
+    description: str = Field(description="What the setting does.")
     kind: Literal["integer", "number", "boolean", "choice"] = Field(
         description="The value's type; a choice is one of `choices`."
     )
@@ -86,10 +96,12 @@ class SettingInfo(BaseModel):
 
 
 class ServerInfo(BaseModel):
+    """What this server offers a run."""
+
     settings: dict[str, SettingInfo] = Field(
         description="Every per-run setting with its default and cap."
     )
-    default_model: str
+    default_model: str = Field(description="The model a run gets when it names none.")
     models: list[str] = Field(
         description="Model names this server offers by name (an endpoint accepts others too)."
     )
@@ -97,5 +109,7 @@ class ServerInfo(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
-    detail: str | None = None
+    """A health probe's answer."""
+
+    status: str = Field(description="ok, ready, draining or unavailable.")
+    detail: str | None = Field(None, description="Why it is not ready.")

@@ -40,6 +40,8 @@ def utcnow() -> datetime:
 
 
 class RunStatus(StrEnum):
+    """Where a run is: queued, running, or how it ended."""
+
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"  # finished or answered
@@ -75,6 +77,8 @@ TERMINAL_EVENT_TYPES = frozenset(TERMINAL_EVENTS.values())
 
 
 class RunResult(BaseModel):
+    """How a run ended: its answer, if any, and the one reason."""
+
     answer: str | None = Field(description="The final answer; null when the run produced none.")
     reason: StopReason = Field(description="Why the run ended.")
     degraded: bool = Field(
@@ -84,29 +88,41 @@ class RunResult(BaseModel):
 
 
 class RunErrorInfo(BaseModel):
+    """Why a run failed."""
+
     type: str = Field(description="Stable error type, e.g. llm_status, interrupted, internal.")
     message: str = Field(description="What went wrong, for people.")
 
 
 class Usage(BaseModel):
+    """What a run spent."""
+
     steps: int = Field(0, description="Loop turns (LLM calls, the degraded final call excepted).")
     llm_calls: int = Field(0, description="LLM calls that returned, the final call included.")
     tool_calls: int = Field(0, description="Tool calls the model made (task_finished excepted).")
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
+    prompt_tokens: int = Field(0, description="Prompt tokens (the provider's, else estimated).")
+    completion_tokens: int = Field(
+        0, description="Completion tokens (the provider's, else estimated)."
+    )
+    total_tokens: int = Field(0, description="prompt_tokens + completion_tokens.")
 
 
 class WebhookAttempt(BaseModel):
-    at: datetime
+    """One delivery attempt of a run's webhook."""
+
+    at: datetime = Field(description="When the attempt was made.")
     status_code: int | None = Field(None, description="HTTP status, or null when no answer.")
-    error: str | None = None
+    error: str | None = Field(None, description="Why the attempt failed; null when delivered.")
 
 
 class WebhookState(BaseModel):
-    url: str
-    delivered: bool = False
-    attempts: list[WebhookAttempt] = Field(default_factory=list)
+    """Delivery of the run, as JSON, to the webhook once it ends."""
+
+    url: str = Field(description="Where the run is POSTed.")
+    delivered: bool = Field(False, description="True once an attempt got a 2xx answer.")
+    attempts: list[WebhookAttempt] = Field(
+        default_factory=list, description="Every attempt, oldest first."
+    )
 
 
 class RunRecord(BaseModel):

@@ -164,18 +164,22 @@ class HttpToolIn(BaseModel):
 
 
 class ScriptedToolCallIn(BaseModel):
+    """One tool call of a scripted reply."""
+
     model_config = STRICT
-    name: str
+    name: str = Field(description="The tool to call.")
     arguments: dict[str, Any] | str = Field(
         default_factory=dict, description="An object, or raw text to script malformed JSON."
     )
-    id: str | None = None
+    id: str | None = Field(None, description="Call id; generated when omitted.")
 
 
 class ScriptedUsageIn(BaseModel):
+    """Token usage the scripted model reports for a reply."""
+
     model_config = STRICT
-    prompt_tokens: int = Field(ge=0)
-    completion_tokens: int = Field(ge=0)
+    prompt_tokens: int = Field(ge=0, description="Prompt tokens to report.")
+    completion_tokens: int = Field(ge=0, description="Completion tokens to report.")
 
     @field_validator("*", mode="before")
     @classmethod
@@ -187,8 +191,10 @@ class ScriptedReplyIn(BaseModel):
     """One reply of the scripted model, used for one LLM call."""
 
     model_config = STRICT
-    content: str | None = None
-    tool_calls: list[ScriptedToolCallIn] = Field(default_factory=list)
+    content: str | None = Field(None, description="The reply's text (a thought, or the answer).")
+    tool_calls: list[ScriptedToolCallIn] = Field(
+        default_factory=list, description="Tool calls of the reply."
+    )
     usage: ScriptedUsageIn | None = Field(None, description="Reported usage; omitted: estimated.")
     delay_s: float = Field(0, ge=0, le=600, description="Latency before this reply.")
 

@@ -13,6 +13,8 @@ MASK = "***"
 
 
 class RunLinks(BaseModel):
+    """Where to find the run, follow it and cancel it."""
+
     self: str = Field(description="This run.")
     events: str = Field(
         description="Its event stream (SSE), or a JSON page with Accept: application/json."
@@ -21,29 +23,33 @@ class RunLinks(BaseModel):
 
 
 class RunView(BaseModel):
+    """A run: what was asked, how it went, how it ended."""
+
     id: str = Field(description="The run's identifier.")
     status: RunStatus = Field(
         description="queued, running, completed (finished/answered), incomplete (a limit ended it), failed, cancelled."
     )
-    created_at: datetime
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    task: str
-    system_prompt: str | None = None
+    created_at: datetime = Field(description="When it was accepted.")
+    started_at: datetime | None = Field(None, description="When it left the queue.")
+    ended_at: datetime | None = Field(None, description="When it ended.")
+    task: str = Field(description="What the agent was asked to do.")
+    system_prompt: str | None = Field(None, description="The request's system prompt.")
     model: str = Field(description="The model that runs it.")
     tools: list[str] = Field(description="Registered tools it may call.")
     http_tools: list[dict[str, Any]] = Field(
         default_factory=list, description="Tools declared in the request; header values masked."
     )
     settings: dict[str, Any] = Field(description="Every per-run setting, resolved.")
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="The request's own data, as sent."
+    )
     result: RunResult | None = Field(None, description="Set once the run has ended.")
     error: RunErrorInfo | None = Field(None, description="Set when it failed.")
-    usage: Usage
+    usage: Usage = Field(description="What it has spent so far.")
     webhook: WebhookState | None = Field(
         None, description="Delivery state of the run's webhook, if it has one."
     )
-    links: RunLinks
+    links: RunLinks = Field(description="Related URLs.")
 
 
 def links_for(run_id: str) -> RunLinks:

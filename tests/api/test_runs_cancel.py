@@ -40,6 +40,7 @@ async def test_cancelling_a_running_run_answers_202_with_the_cancelled_run() -> 
 async def test_cancelling_a_queued_run_answers_202_and_it_never_starts() -> None:
     async with api_client(settings(max_concurrent_runs=1)) as client:
         running = await create(client, hanging())
+        await wait_for_status(client, running["id"], "running")
         queued = await create(client, finishing())
         assert (await client.get(f"/runs/{queued['id']}")).json()["status"] == "queued"
 

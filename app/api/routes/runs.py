@@ -24,7 +24,7 @@ WAIT_DEFAULT_S = 30.0
 STATUS_LIST = r"^ *[a-z]+( *, *[a-z]+)* *$"
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:  # async: no worker thread (deps.py)
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ApiError(
