@@ -112,7 +112,7 @@ class ToolStep:
         run = self.run
         tool_deadline = run.clock() + run.limits.tool_timeout_s
         try:
-            async with run.guard.scope(min(tool_deadline, run.deadline)):
+            with run.guard.scope(min(tool_deadline, run.deadline)):
                 return await execute(item, run.ctx, run.prompts)
         except DeadlineError:
             if tool_deadline >= run.deadline:

@@ -58,6 +58,17 @@ class _Scope:
         self._cancelling = 0
 
     async def __aenter__(self) -> _Scope:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __enter__(self) -> _Scope:
         guard = self._guard
         if guard.cancelled:
             raise CancelRequestedError
@@ -75,7 +86,7 @@ class _Scope:
             self._fired = error
             self._task.cancel()
 
-    async def __aexit__(
+    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -96,13 +107,17 @@ class Guard:
         self._scopes: set[_Scope] = set()
         self._waiter: asyncio.Task[bool] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = 0.0
+        """The deadline (by `clock`) the timer was armed for, while there is a timer."""
 
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
     def scope(self, deadline: float) -> _Scope:
-        """`async with guard.scope(deadline):` — raises CancelRequestedError or DeadlineError."""
+        """`with guard.scope(deadline):` (or `async with`), inside the task to interrupt:
+        raises CancelRequestedError or DeadlineError. Entering and leaving never await, so
+        the plain `with` saves two coroutines per guarded await."""
         return _Scope(self, deadline)
 
     def watch(self, scope: _Scope) -> None:
@@ -120,13 +135,13 @@ class Guard:
         scope needs it sooner: most scopes reuse it, and a timer that fires early re-arms
         itself for the scopes still waiting (`_on_timer`)."""
         timer = self._timer
-        loop = asyncio.get_running_loop()
-        when = loop.time() + (deadline - self.clock())
-        if timer is not None and timer.when() <= when:
+        if timer is not None and self._armed_for <= deadline:
             return
+        loop = asyncio.get_running_loop()
         if timer is not None:
             timer.cancel()
-        self._timer = loop.call_at(when, self._on_timer)
+        self._timer = loop.call_at(loop.time() + (deadline - self.clock()), self._on_timer)
+        self._armed_for = deadline
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -150,7 +165,7 @@ class Guard:
         self, tasks: set[asyncio.Future[T]], deadline: float
     ) -> set[asyncio.Future[T]]:
         """Wait until one of `tasks` is done; raise if cancelled or past `deadline` first."""
-        async with self.scope(deadline):
+        with self.scope(deadline):
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         return done
 
@@ -181,7 +196,7 @@ class Guard:
         """Sleep, interruptibly; a sleep that would pass `deadline` raises DeadlineError."""
         if self.clock() + seconds > deadline:
             raise DeadlineError
-        async with self.scope(deadline):
+        with self.scope(deadline):
             await asyncio.sleep(seconds)
 
     def close(self) -> None:

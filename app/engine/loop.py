@@ -203,13 +203,11 @@ class ReactRun:
                     )
                     yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
 
-            reply: Reply | None = None
             try:
-                async for item in self._ask(self.specs, self.deadline):
-                    if isinstance(item, Reply):
-                        reply = item
-                    else:
-                        yield item
+                async for item in self._turn():
+                    yield item
+                    if isinstance(item, Finished):
+                        return
             except CancelRequestedError:
                 yield self._end(StopReason.CANCELLED)
                 return
@@ -220,29 +218,6 @@ class ReactRun:
             except LLMError as exc:
                 yield self._end(StopReason.ERROR, error=RunError(exc.kind, exc.message))
                 return
-            assert reply is not None
-
-            if not reply.tool_calls:
-                st.append({"role": "assistant", "content": reply.content or ""})
-                if not limits.stop_tool:
-                    yield self._end(StopReason.ANSWERED, reply.content or "")
-                    return
-            else:
-                st.nudges_in_row = 0
-                acting = ToolStep(self, reply)
-                try:
-                    async for item in acting:
-                        yield item
-                except CancelRequestedError:
-                    yield self._end(StopReason.CANCELLED)
-                    return
-                except DeadlineError:
-                    async for step in self._final_answer(StopReason.TIMEOUT):
-                        yield step
-                    return
-                if acting.finished is not None:
-                    yield self._end(StopReason.FINISHED, acting.finished)
-                    return
 
             budget = over_token_budget(st.total_tokens, limits)
             if budget is not None:
@@ -250,6 +225,30 @@ class ReactRun:
                     yield step
                 return
             yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+
+    async def _turn(self) -> AsyncIterator[Step]:
+        """One LLM call and what follows from it; yields `Finished` when the model finished
+        (or answered, with stop_tool off). Cancel, the deadline and a failing model surface
+        as exceptions for the loop to end the run with."""
+        st = self.state
+        reply: Reply | None = None
+        async for item in self._ask(self.specs, self.deadline):
+            if isinstance(item, Reply):
+                reply = item
+            else:
+                yield item
+        assert reply is not None
+        if not reply.tool_calls:
+            st.append({"role": "assistant", "content": reply.content or ""})
+            if not self.limits.stop_tool:
+                yield self._end(StopReason.ANSWERED, reply.content or "")
+            return
+        st.nudges_in_row = 0
+        acting = ToolStep(self, reply)
+        async for item in acting:
+            yield item
+        if acting.finished is not None:
+            yield self._end(StopReason.FINISHED, acting.finished)
 
     # -- the model call, with retries ---------------------------------------------------
 
@@ -273,7 +272,7 @@ class ReactRun:
                         yield TokenDelta(st.step, delta)
                     reply = task.result()
                 else:
-                    async with self.guard.scope(call_deadline):
+                    with self.guard.scope(call_deadline):
                         reply = await self.model.complete(st.messages, specs)
             except DeadlineError:
                 if bounded_by_run:

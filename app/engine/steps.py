@@ -48,6 +48,10 @@ class RunError:
         return {"type": self.type, "message": self.message}
 
 
+_PAYLOAD_FIELDS: dict[type, tuple[str, ...]] = {}
+"""Per event class, the names of its payload fields (`dataclasses.fields` is slow per call)."""
+
+
 class _Event:
     """Mixin: the payload of an event is every field but `step`."""
 
@@ -55,7 +59,11 @@ class _Event:
     type: ClassVar[str]
 
     def payload(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "step"}  # type: ignore[arg-type]
+        names = _PAYLOAD_FIELDS.get(type(self))
+        if names is None:
+            names = tuple(f.name for f in fields(self) if f.name != "step")  # type: ignore[arg-type]
+            _PAYLOAD_FIELDS[type(self)] = names
+        return {name: getattr(self, name) for name in names}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,166 @@
+"""Processes of the service benchmark: the server (uvicorn on a socket bound here, as
+`tests/fakes/process.py` does), the fake LLM server, and what /proc says about each."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from bench.common import ROOT
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM: the peak resident set size of a process so far."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FINISHLINE_", "OPENAI_"))}
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "PYTHONUNBUFFERED": "1",
+            "NO_PROXY": "*",
+            **extra,
+        }
+    )
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        env.pop(name, None)
+    return env
+
+
+class Server:
+    """`python -m uvicorn --factory app.main:create_app --fd N`, stderr to a file."""
+
+    def __init__(self, workdir: Path, env: Mapping[str, str]) -> None:
+        self.workdir = workdir
+        self.env = dict(env)
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "server.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            # uvicorn --fd wraps the socket as AF_UNIX, so neither asyncio nor uvloop turns
+            # TCP_NODELAY on for its connections; set on the listening socket, Linux hands it
+            # to every accepted one (else Nagle and delayed ACKs add ~40 ms to small writes)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(4096)
+            self.port = sock.getsockname()[1]
+            with self.log_path.open("ab") as log:
+                self.process = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "uvicorn",
+                        "--factory",
+                        "app.main:create_app",
+                        "--fd",
+                        str(sock.fileno()),
+                        "--backlog",
+                        "4096",
+                    ],
+                    cwd=self.workdir,
+                    env=child_env(self.env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(sock.fileno(),),
+                )
+        finally:
+            sock.close()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited: see {self.log_path}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: see {self.log_path}")
+            time.sleep(0.05)  # noqa: TID251 (a benchmark polls; tests never do)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class FakeLLM:
+    """`python -m bench.fake_llm` in a process of its own."""
+
+    def __init__(self, latency_ms: float, steps: int) -> None:
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.fake_llm",
+                "--latency-ms",
+                str(latency_ms),
+                "--steps",
+                str(steps),
+            ],
+            cwd=ROOT,
+            env=child_env({}),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().decode()
+        if not line.startswith("port "):
+            raise RuntimeError(f"the fake LLM server did not start: {line!r}")
+        self.port = int(line.split()[1])
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
