@@ -89,6 +89,10 @@ class AppProcess:
     async def __aenter__(self) -> Self:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
+            # uvicorn --fd takes the socket for AF_UNIX and never sets TCP_NODELAY on its
+            # connections; set on the listening socket, Linux hands it to each accepted one
+            # (else every small write waits ~40 ms on Nagle and delayed ACKs)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind(("127.0.0.1", 0))
             sock.listen(1024)
             self.port = sock.getsockname()[1]
