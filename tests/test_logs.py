@@ -1,0 +1,65 @@
+"""configure_logging: JSON lines for finishline's loggers and for other libraries' ones."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from app.logs import configure_logging
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger() -> Iterator[None]:
+    """configure_logging replaces the root handler with one on the captured stderr."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def lines(err: str) -> list[dict]:
+    return [json.loads(line) for line in err.splitlines() if line.strip()]
+
+
+def test_our_lines_are_json_with_context_and_logger_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging("json", "INFO")
+    structlog.contextvars.bind_contextvars(run_id="run_1", step=2)
+    try:
+        structlog.get_logger("finishline.engine").info("tool_called", tool="calculator")
+        structlog.get_logger("finishline.engine").debug("not at INFO")
+    finally:
+        structlog.contextvars.clear_contextvars()
+    (line,) = lines(capsys.readouterr().err)
+    assert line["event"] == "tool_called"
+    assert (line["run_id"], line["step"], line["tool"]) == ("run_1", 2, "calculator")
+    assert (line["level"], line["logger"]) == ("info", "finishline.engine")
+    assert "timestamp" in line
+
+
+def test_foreign_stdlib_lines_are_json_too(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("json", "INFO")
+    logging.getLogger("uvicorn.error").warning("port %s busy", 8000)
+    logging.getLogger("httpx").info("quiet below WARNING")
+    (line,) = lines(capsys.readouterr().err)
+    assert (line["event"], line["logger"], line["level"]) == (
+        "port 8000 busy",
+        "uvicorn.error",
+        "warning",
+    )
+
+
+def test_exceptions_are_rendered_into_the_line(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("json", "INFO")
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        structlog.get_logger("finishline").exception("request_failed")
+    (line,) = lines(capsys.readouterr().err)
+    assert "ValueError: bad" in line["exception"]
