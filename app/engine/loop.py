@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import structlog
 
 from app.engine.acting import ToolStep
-from app.engine.errors import LLMError, LLMTimeoutError
+from app.engine.asking import ask
+from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
 from app.engine.policies import (
     LIMIT_INTERVENTIONS,
@@ -35,25 +35,13 @@ from app.engine.steps import (
     Checkpoint,
     Finished,
     Intervention,
-    LLMCalled,
-    LLMRetry,
     RunError,
     Step,
     StepStarted,
-    Thought,
-    TokenDelta,
 )
-from app.engine.tokens import estimate_reply_tokens, estimate_tokens, trim_context
+from app.engine.tokens import estimate_tokens, trim_context
 
 log = structlog.get_logger("finishline.engine")
-
-
-class LLMGaveUpError(LLMError):
-    """Retries of a failing LLM call were used up, or would have run past the deadline."""
-
-    def __init__(self, cause: LLMError, why: str) -> None:
-        super().__init__(f"{cause.message} ({why})")
-        self.kind = cause.kind
 
 
 def task_finished_spec(prompts: Prompts) -> ToolSpec:
@@ -232,7 +220,7 @@ class ReactRun:
         as exceptions for the loop to end the run with."""
         st = self.state
         reply: Reply | None = None
-        async for item in self._ask(self.specs, self.deadline):
+        async for item in ask(self, self.specs, self.deadline):
             if isinstance(item, Reply):
                 reply = item
             else:
@@ -250,80 +238,6 @@ class ReactRun:
         if acting.finished is not None:
             yield self._end(StopReason.FINISHED, acting.finished)
 
-    # -- the model call, with retries ---------------------------------------------------
-
-    async def _ask(
-        self, specs: Sequence[ToolSpec], deadline: float, *, final: bool = False
-    ) -> AsyncIterator[Step | Reply]:
-        st, limits = self.state, self.limits
-        attempt = 0
-        while True:
-            call_deadline = min(self.clock() + limits.llm_timeout_s, deadline)
-            bounded_by_run = call_deadline >= deadline
-            started = time.perf_counter()
-            error: LLMError
-            try:
-                if limits.stream_tokens:
-                    deltas: asyncio.Queue[str] = asyncio.Queue()
-                    task = asyncio.ensure_future(
-                        self.model.complete(st.messages, specs, on_delta=deltas.put_nowait)
-                    )
-                    async for delta in self.guard.stream(task, deltas, call_deadline):
-                        yield TokenDelta(st.step, delta)
-                    reply = task.result()
-                else:
-                    with self.guard.scope(call_deadline):
-                        reply = await self.model.complete(st.messages, specs)
-            except DeadlineError:
-                if bounded_by_run:
-                    raise
-                error = LLMTimeoutError(f"no reply within {limits.llm_timeout_s:g} s")
-            except LLMError as exc:
-                error = exc
-            else:
-                yield self._account(reply, started, final)
-                if reply.content:
-                    self.log.info("thought_emitted", chars=len(reply.content), final=final)
-                    yield Thought(st.step, reply.content)
-                yield reply
-                return
-
-            if not error.retryable:
-                raise error
-            if attempt >= limits.llm_retries:
-                raise LLMGaveUpError(error, f"gave up after {attempt + 1} attempts")
-            attempt += 1
-            if error.retry_after_s is not None:
-                delay = error.retry_after_s
-            else:
-                base = limits.llm_retry_delay_s * 2 ** (attempt - 1)
-                delay = base / 2 + base / 2 * self.jitter()
-            if self.clock() + delay >= deadline:
-                raise LLMGaveUpError(error, f"a retry in {delay:g} s would pass the deadline")
-            self.log.warning(
-                "llm_retried", attempt=attempt, error=str(error), delay_s=round(delay, 3)
-            )
-            yield LLMRetry(st.step, attempt, str(error), round(delay, 3))
-            await self.guard.sleep(delay, deadline)
-
-    def _account(self, reply: Reply, started: float, final: bool) -> LLMCalled:
-        st = self.state
-        usage = reply.usage
-        if usage is None:
-            usage = estimate_reply_tokens(st.prompt_estimate + self.spec_tokens, reply)
-        st.llm_calls += 1
-        st.add_tokens(usage)
-        return LLMCalled(
-            step=st.step,
-            model=self.model.name,
-            duration_ms=int((time.perf_counter() - started) * 1000),
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            estimated=usage.estimated,
-            tool_calls=len(reply.tool_calls),
-            final=final,
-        )
-
     # -- endings ------------------------------------------------------------------------
 
     async def _final_answer(self, reason: StopReason) -> AsyncIterator[Step]:
@@ -336,7 +250,7 @@ class ReactRun:
         reply: Reply | None = None
         try:
             deadline = self.clock() + self.limits.final_answer_timeout_s
-            async for item in self._ask((), deadline, final=True):
+            async for item in ask(self, (), deadline, final=True):
                 if isinstance(item, Reply):
                     reply = item
                 else:

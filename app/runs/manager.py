@@ -19,7 +19,7 @@ import structlog
 
 from app.engine.loop import run_react
 from app.engine.policies import StopReason
-from app.engine.steps import Checkpoint, Finished, Observation, RunError, Step
+from app.engine.steps import RunError
 from app.runs.errors import (
     IdempotencyConflictError,
     QueueFullError,
@@ -30,18 +30,14 @@ from app.runs.errors import (
 )
 from app.runs.factory import RunFactory
 from app.runs.metrics import RunMetrics
+from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ACTIVE_STATUSES,
-    TERMINAL_EVENTS,
     Event,
-    RunErrorInfo,
     RunRecord,
-    RunResult,
     RunStatus,
-    Usage,
     WebhookState,
     new_run_id,
-    status_for,
     utcnow,
 )
 from app.runs.spec import RunRequest
@@ -85,7 +81,12 @@ class RunManager:
         self.webhooks = webhooks
         self.max_concurrent_runs = max_concurrent_runs
         self.max_queued_runs = max_queued_runs
-        self.max_event_content_chars = max_event_content_chars
+        self.recorder = RunRecorder(
+            store=store,
+            metrics=metrics,
+            max_event_content_chars=max_event_content_chars,
+            on_ended=self._deliver_webhook,
+        )
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
         self._queue: deque[str] = deque()
@@ -110,7 +111,9 @@ class RunManager:
                 return found
             for record in stale:
                 message = f"the server stopped while this run was {record.status.value}"
-                await self._end(record, StopReason.ERROR, error=RunError("interrupted", message))
+                await self.recorder.end(
+                    record, StopReason.ERROR, error=RunError("interrupted", message)
+                )
                 found.append(record.id)
                 log.warning("run_interrupted", run_id=record.id)
 
@@ -324,17 +327,17 @@ class RunManager:
                     run_id=record.id,
                     cancel=active.cancel,
                 ):
-                    await self._record(active, step)
+                    await self.recorder.record(record, step)
             finally:
                 await prepared.aclose()
         except asyncio.CancelledError:
             if not record.status.terminal:
-                await asyncio.shield(self._end(record, StopReason.CANCELLED))
+                await asyncio.shield(self.recorder.end(record, StopReason.CANCELLED))
             raise
         except Exception as exc:  # our bug: log once with the traceback, fail the run
             log.exception("run_crashed")
             if not record.status.terminal:
-                await self._end(
+                await self.recorder.end(
                     record,
                     StopReason.ERROR,
                     error=RunError("internal", f"internal error: {type(exc).__name__}"),
@@ -345,61 +348,7 @@ class RunManager:
             active.done.set()
             self._start_next()
 
-    async def _record(self, active: _Active, step: Step) -> None:
-        record = active.record
-        if isinstance(step, Checkpoint):
-            usage = step.state
-            record.usage = Usage(
-                steps=usage["step"],
-                llm_calls=usage["llm_calls"],
-                tool_calls=usage["tool_calls"],
-                prompt_tokens=usage["prompt_tokens"],
-                completion_tokens=usage["completion_tokens"],
-                total_tokens=usage["prompt_tokens"] + usage["completion_tokens"],
-            )
-            await self.store.save_checkpoint(record.id, step.step, step.state)
-            return
-        if isinstance(step, Finished):
-            await self._end(
-                record, step.reason, step.answer, step.degraded, step.usage.to_dict(), step.error
-            )
-            return
-        data = step.payload()
-        if isinstance(step, Observation):
-            self.metrics.tool_call(step.tool, step.duration_ms, timed_out=step.timed_out)
-            if len(step.content) > self.max_event_content_chars:
-                data["content"] = step.content[: self.max_event_content_chars]
-                data["content_capped"] = True
-        elif step.type == "llm.call":
-            self.metrics.llm_call(data["duration_ms"])
-        await self.store.append(record.id, step.type, step.step, data)
-
-    async def _end(
-        self,
-        record: RunRecord,
-        reason: StopReason,
-        answer: str | None = None,
-        degraded: bool = False,
-        usage: dict[str, int] | None = None,
-        error: RunError | None = None,
-    ) -> None:
-        """Make the record terminal, then append the terminal event; then the webhook."""
-        status = status_for(reason)
-        record.status = status
-        record.ended_at = utcnow()
-        record.result = RunResult(answer=answer, reason=reason, degraded=degraded)
-        record.error = RunErrorInfo(type=error.type, message=error.message) if error else None
-        if usage is not None:
-            record.usage = Usage(**usage)
-        await self.store.save(record)
-        data: dict[str, object] = {"usage": record.usage.model_dump()}
-        if status in (RunStatus.COMPLETED, RunStatus.INCOMPLETE):
-            data["result"] = record.result.model_dump(mode="json")
-        elif status == RunStatus.FAILED:
-            data["error"] = record.error.model_dump() if record.error else None
-        await self.store.append(record.id, TERMINAL_EVENTS[status], record.usage.steps, data)
-        log.info("run_ended", status=status.value, reason=reason.value)
-        self.metrics.run_ended(record)
+    def _deliver_webhook(self, record: RunRecord) -> None:
         if record.webhook is not None and self._tasks is not None:
             task = self._tasks.create_task(self.webhooks.deliver(record.id))
             self._webhook_tasks.add(task)
@@ -408,6 +357,6 @@ class RunManager:
     async def _cancel_queued(self, active: _Active) -> None:
         self._queue.remove(active.record.id)
         self._active.pop(active.record.id, None)
-        await self._end(active.record, StopReason.CANCELLED)
+        await self.recorder.end(active.record, StopReason.CANCELLED)
         active.done.set()
         self.metrics.set_load(running=len(self._running), queued=len(self._queue))

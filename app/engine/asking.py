@@ -1,0 +1,102 @@
+"""Asking the model: one LLM call with its retries, its token accounting and its steps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+from app.engine.errors import LLMError, LLMTimeoutError
+from app.engine.guard import DeadlineError
+from app.engine.ports import Reply, ToolSpec
+from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
+from app.engine.tokens import estimate_reply_tokens
+
+if TYPE_CHECKING:
+    from app.engine.loop import ReactRun
+
+
+class LLMGaveUpError(LLMError):
+    """Retries of a failing LLM call were used up, or would have run past the deadline."""
+
+    def __init__(self, cause: LLMError, why: str) -> None:
+        super().__init__(f"{cause.message} ({why})")
+        self.kind = cause.kind
+
+
+async def ask(
+    run: ReactRun, specs: Sequence[ToolSpec], deadline: float, *, final: bool = False
+) -> AsyncIterator[Step | Reply]:
+    """One model call for `run`: token deltas as they stream, the `llm.call` record, the
+    thought, then the `Reply`. Retries transient failures with backoff (Retry-After wins),
+    never sleeping past `deadline`; raises LLMError when it gives up, DeadlineError when
+    `deadline` interrupts the call, CancelRequestedError on a cancel."""
+    st, limits = run.state, run.limits
+    attempt = 0
+    while True:
+        call_deadline = min(run.clock() + limits.llm_timeout_s, deadline)
+        bounded_by_run = call_deadline >= deadline
+        started = time.perf_counter()
+        error: LLMError
+        try:
+            if limits.stream_tokens:
+                deltas: asyncio.Queue[str] = asyncio.Queue()
+                task = asyncio.ensure_future(
+                    run.model.complete(st.messages, specs, on_delta=deltas.put_nowait)
+                )
+                async for delta in run.guard.stream(task, deltas, call_deadline):
+                    yield TokenDelta(st.step, delta)
+                reply = task.result()
+            else:
+                with run.guard.scope(call_deadline):
+                    reply = await run.model.complete(st.messages, specs)
+        except DeadlineError:
+            if bounded_by_run:
+                raise
+            error = LLMTimeoutError(f"no reply within {limits.llm_timeout_s:g} s")
+        except LLMError as exc:
+            error = exc
+        else:
+            yield account(run, reply, started, final)
+            if reply.content:
+                run.log.info("thought_emitted", chars=len(reply.content), final=final)
+                yield Thought(st.step, reply.content)
+            yield reply
+            return
+
+        if not error.retryable:
+            raise error
+        if attempt >= limits.llm_retries:
+            raise LLMGaveUpError(error, f"gave up after {attempt + 1} attempts")
+        attempt += 1
+        if error.retry_after_s is not None:
+            delay = error.retry_after_s
+        else:
+            base = limits.llm_retry_delay_s * 2 ** (attempt - 1)
+            delay = base / 2 + base / 2 * run.jitter()
+        if run.clock() + delay >= deadline:
+            raise LLMGaveUpError(error, f"a retry in {delay:g} s would pass the deadline")
+        run.log.warning("llm_retried", attempt=attempt, error=str(error), delay_s=round(delay, 3))
+        yield LLMRetry(st.step, attempt, str(error), round(delay, 3))
+        await run.guard.sleep(delay, deadline)
+
+
+def account(run: ReactRun, reply: Reply, started: float, final: bool) -> LLMCalled:
+    """Count the call and its tokens (estimated when the provider reported none)."""
+    st = run.state
+    usage = reply.usage
+    if usage is None:
+        usage = estimate_reply_tokens(st.prompt_estimate + run.spec_tokens, reply)
+    st.llm_calls += 1
+    st.add_tokens(usage)
+    return LLMCalled(
+        step=st.step,
+        model=run.model.name,
+        duration_ms=int((time.perf_counter() - started) * 1000),
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        estimated=usage.estimated,
+        tool_calls=len(reply.tool_calls),
+        final=final,
+    )

@@ -1,0 +1,96 @@
+"""Writing a run down as it goes: each engine step becomes an event in the run's log (or its
+checkpoint), and the run's end makes the record terminal before its terminal event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from app.engine.policies import StopReason
+from app.engine.steps import Checkpoint, Finished, Observation, RunError, Step
+from app.runs.metrics import RunMetrics
+from app.runs.records import (
+    TERMINAL_EVENTS,
+    RunErrorInfo,
+    RunRecord,
+    RunResult,
+    RunStatus,
+    Usage,
+    status_for,
+    utcnow,
+)
+from app.runs.store import RunStore
+
+log = structlog.get_logger("finishline.runs")
+
+
+class RunRecorder:
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        metrics: RunMetrics,
+        max_event_content_chars: int,
+        on_ended: Callable[[RunRecord], None],
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.max_event_content_chars = max_event_content_chars
+        self.on_ended = on_ended
+
+    async def record(self, record: RunRecord, step: Step) -> None:
+        """Store one step of the engine: an event, the checkpoint, or the run's end."""
+        if isinstance(step, Checkpoint):
+            state = step.state
+            record.usage = Usage(
+                steps=state["step"],
+                llm_calls=state["llm_calls"],
+                tool_calls=state["tool_calls"],
+                prompt_tokens=state["prompt_tokens"],
+                completion_tokens=state["completion_tokens"],
+                total_tokens=state["prompt_tokens"] + state["completion_tokens"],
+            )
+            await self.store.save_checkpoint(record.id, step.step, state)
+            return
+        if isinstance(step, Finished):
+            usage = step.usage.to_dict()
+            await self.end(record, step.reason, step.answer, step.degraded, usage, step.error)
+            return
+        data = step.payload()
+        if isinstance(step, Observation):
+            self.metrics.tool_call(step.tool, step.duration_ms, timed_out=step.timed_out)
+            if len(step.content) > self.max_event_content_chars:
+                data["content"] = step.content[: self.max_event_content_chars]
+                data["content_capped"] = True
+        elif step.type == "llm.call":
+            self.metrics.llm_call(data["duration_ms"])
+        await self.store.append(record.id, step.type, step.step, data)
+
+    async def end(
+        self,
+        record: RunRecord,
+        reason: StopReason,
+        answer: str | None = None,
+        degraded: bool = False,
+        usage: dict[str, int] | None = None,
+        error: RunError | None = None,
+    ) -> None:
+        """Make the record terminal, then append the terminal event; then `on_ended`."""
+        status = status_for(reason)
+        record.status = status
+        record.ended_at = utcnow()
+        record.result = RunResult(answer=answer, reason=reason, degraded=degraded)
+        record.error = RunErrorInfo(type=error.type, message=error.message) if error else None
+        if usage is not None:
+            record.usage = Usage(**usage)
+        await self.store.save(record)
+        data: dict[str, object] = {"usage": record.usage.model_dump()}
+        if status in (RunStatus.COMPLETED, RunStatus.INCOMPLETE):
+            data["result"] = record.result.model_dump(mode="json")
+        elif status == RunStatus.FAILED:
+            data["error"] = record.error.model_dump() if record.error else None
+        await self.store.append(record.id, TERMINAL_EVENTS[status], record.usage.steps, data)
+        log.info("run_ended", run_id=record.id, status=status.value, reason=reason.value)
+        self.metrics.run_ended(record)
+        self.on_ended(record)
