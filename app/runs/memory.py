@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -77,7 +78,10 @@ class MemoryRunStore:
 
     async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
         log = self._events[run_id]
-        event = Event(run_id, len(log) + 1, type, time.time(), step, copy.deepcopy(data))
+        # a JSON snapshot, as SQLite keeps it: the caller may change `data` later, and a live
+        # event must equal its replay (enums as strings, tuples as lists)
+        snapshot = json.loads(json.dumps(data))
+        event = Event(run_id, len(log) + 1, type, time.time(), step, snapshot)
         log.append(event)
         self.fanout.publish(event)
         return event

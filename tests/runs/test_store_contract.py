@@ -435,3 +435,13 @@ async def test_an_events_stored_data_is_fixed_when_appended(store: Store) -> Non
     data["nested"]["n"] = 2
     (stored,) = await store.read(run.id)
     assert stored.data == {"content": "full text", "nested": {"n": 1}}
+
+
+async def test_a_live_event_equals_its_replay(store: Store) -> None:
+    made = record()
+    await store.create(made)
+    data = {"text": "思考", "kind": StopReason.FINISHED, "pair": (1, 2)}
+    live = await store.append(made.id, "thought", 3, data)
+    data["text"] = "changed after the append"
+    (stored,) = await store.read(made.id)
+    assert live.data == stored.data == {"text": "思考", "kind": "finished", "pair": [1, 2]}
