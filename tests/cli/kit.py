@@ -24,6 +24,7 @@ import anyio.to_thread
 from rich.console import Console
 
 from app.cli import main
+from app.cli.exits import ExitCode
 from app.settings import Settings
 from tests.fakes.service import service_settings
 from tests.fakes.serving import Served
@@ -104,3 +105,20 @@ def script(directory: Path, *replies: dict[str, Any]) -> str:
     path = directory / f"script_{len(list(directory.glob('script_*.json')))}.json"
     path.write_text(json.dumps(list(replies)), encoding="utf-8")
     return str(path)
+
+
+async def start_run(server: Served, tmp_path: Path, *replies: dict[str, Any], **env: str) -> str:
+    """A scripted run with the calculator, started with --no-follow; its id."""
+    result = await cli(
+        server,
+        "run",
+        "t",
+        "--no-follow",
+        "--tool",
+        "calculator",
+        "--script",
+        script(tmp_path, *replies),
+        env=env,
+    )
+    assert result.code == ExitCode.OK, result
+    return result.out.strip()

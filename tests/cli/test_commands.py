@@ -12,25 +12,17 @@ import pytest
 
 from app.cli import main
 from app.cli.exits import ExitCode
-from tests.cli.kit import calc, cli, cli_settings, console, finish, hanging, script, text_of
+from tests.cli.kit import (
+    calc,
+    cli,
+    cli_settings,
+    console,
+    finish,
+    hanging,
+    start_run,
+    text_of,
+)
 from tests.fakes.service import served_app
-
-
-async def _start(server: Any, tmp_path: Path, *replies: dict[str, Any], **env: str) -> str:
-    """A run started with --no-follow; its id."""
-    result = await cli(
-        server,
-        "run",
-        "t",
-        "--no-follow",
-        "--tool",
-        "calculator",
-        "--script",
-        script(tmp_path, *replies),
-        env=env,
-    )
-    assert result.code == ExitCode.OK, result
-    return result.out.strip()
 
 
 async def _ended(client: Any, run_id: str) -> dict[str, Any]:
@@ -39,8 +31,8 @@ async def _ended(client: Any, run_id: str) -> dict[str, Any]:
 
 async def test_runs_lists_runs_newest_first_in_a_table(tmp_path: Path) -> None:
     async with served_app(cli_settings()) as (server, client):
-        first = await _start(server, tmp_path, finish("one"))
-        second = await _start(server, tmp_path, calc())  # fails: its script runs out
+        first = await start_run(server, tmp_path, finish("one"))
+        second = await start_run(server, tmp_path, calc())  # fails: its script runs out
         await _ended(client, first)
         await _ended(client, second)
         table = await cli(server, "runs")
@@ -73,7 +65,7 @@ async def test_runs_with_an_unknown_status_prints_the_server_refusal() -> None:
 
 async def test_show_prints_status_result_usage_and_settings(tmp_path: Path) -> None:
     async with served_app(cli_settings()) as (server, client):
-        run_id = await _start(server, tmp_path, calc(), finish("forty-two"))
+        run_id = await start_run(server, tmp_path, calc(), finish("forty-two"))
         await _ended(client, run_id)
         shown = await cli(server, "show", run_id)
         raw = await cli(server, "show", run_id, "--json")
@@ -103,7 +95,7 @@ async def test_show_of_an_unknown_run_prints_not_found() -> None:
 
 async def test_events_prints_one_line_each_or_json_lines_from_after(tmp_path: Path) -> None:
     async with served_app(cli_settings()) as (server, client):
-        run_id = await _start(server, tmp_path, calc(content="Let me compute."), finish("42"))
+        run_id = await start_run(server, tmp_path, calc(content="Let me compute."), finish("42"))
         await _ended(client, run_id)
         lines = await cli(server, "events", run_id)
         after = await cli(server, "events", run_id, "--after", "3", "--json")
@@ -127,7 +119,7 @@ async def test_events_prints_one_line_each_or_json_lines_from_after(tmp_path: Pa
 
 async def test_events_follow_exits_with_the_code_of_a_cancel(tmp_path: Path) -> None:
     async with served_app(cli_settings()) as (server, client):
-        run_id = await _start(server, tmp_path, *hanging())
+        run_id = await start_run(server, tmp_path, *hanging())
         async with anyio.create_task_group() as tasks:
             results: dict[str, Any] = {}
 
@@ -151,7 +143,7 @@ async def test_events_follow_exits_with_the_code_of_a_cancel(tmp_path: Path) -> 
 async def test_the_api_key_is_sent_as_a_bearer_token(tmp_path: Path) -> None:
     async with served_app(cli_settings(api_keys=["k1", "k2"])) as (server, _):
         refused = await cli(server, "runs")
-        run_id = await _start(server, tmp_path, finish(), FINISHLINE_API_KEY="k1")
+        run_id = await start_run(server, tmp_path, finish(), FINISHLINE_API_KEY="k1")
         listed = await cli(server, "runs", env={"FINISHLINE_API_KEY": "k1"})
         other = await cli(server, "show", run_id, env={"FINISHLINE_API_KEY": "k2"})
         wrong = await cli(server, "runs", env={"FINISHLINE_API_KEY": "nope"})

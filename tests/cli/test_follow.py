@@ -29,7 +29,7 @@ from tests.cli.kit import (
     finish,
     hanging,
     in_thread,
-    script,
+    start_run,
     text_of,
 )
 from tests.fakes.service import served_app
@@ -89,21 +89,6 @@ class DroppingTransport(httpx.BaseTransport):
         self.inner.close()
 
 
-async def _run(server: Served, tmp_path: Path, *replies: dict[str, Any]) -> str:
-    result = await cli(
-        server,
-        "run",
-        "t",
-        "--no-follow",
-        "--tool",
-        "calculator",
-        "--script",
-        script(tmp_path, *replies),
-    )
-    assert result.code == ExitCode.OK, result
-    return result.out.strip()
-
-
 def _follow(
     server: Served,
     run_id: str,
@@ -138,7 +123,7 @@ async def test_a_dropped_stream_is_resumed_with_last_event_id_and_no_event_twice
 ) -> None:
     transport = DroppingTransport(keep=3, drops=2)
     async with served_app(cli_settings()) as (server, _):
-        run_id = await _run(server, tmp_path, calc(content="first"), calc("1+1"), finish("42"))
+        run_id = await start_run(server, tmp_path, calc(content="first"), calc("1+1"), finish("42"))
         code, out, err = await in_thread(lambda: _follow(server, run_id, transport=transport))
     assert code == ExitCode.OK, err
     seqs = _seqs(out)
@@ -154,7 +139,7 @@ async def test_following_gives_up_after_the_reconnect_attempts_with_exit_10(
     transport = DroppingTransport(keep=2, drops=1, refuse_from=2)
     policy = Reconnect(attempts=3, backoff_s=0.5, pause=delays.append)
     async with served_app(cli_settings()) as (server, _):
-        run_id = await _run(server, tmp_path, finish())
+        run_id = await start_run(server, tmp_path, finish())
         with pytest.raises(UnreachableError) as raised:
             await in_thread(lambda: _follow(server, run_id, transport=transport, reconnect=policy))
     assert raised.value.exit_code == ExitCode.UNREACHABLE == 10
@@ -167,7 +152,7 @@ async def test_a_stream_that_cannot_connect_at_first_is_not_retried(tmp_path: Pa
     delays: list[float] = []
     transport = DroppingTransport(refuse_from=1)
     async with served_app(cli_settings()) as (server, _):
-        run_id = await _run(server, tmp_path, finish())
+        run_id = await start_run(server, tmp_path, finish())
         with pytest.raises(UnreachableError):
             await in_thread(
                 lambda: _follow(
@@ -198,7 +183,7 @@ async def test_ctrl_c_then_yes_cancels_the_run_and_shows_its_end(tmp_path: Path)
         return True
 
     async with served_app(cli_settings()) as (server, client):
-        run_id = await _run(server, tmp_path, *hanging())
+        run_id = await start_run(server, tmp_path, *hanging())
         code, out, err = await in_thread(
             lambda: _follow(
                 server, run_id, confirm=yes, on_event=_interrupt_at("thought"), json_lines=False
@@ -219,7 +204,7 @@ async def test_ctrl_c_then_no_detaches_with_how_to_resume_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
     async with served_app(cli_settings()) as (server, client):
-        run_id = await _run(server, tmp_path, *hanging())
+        run_id = await start_run(server, tmp_path, *hanging())
         code, out, err = await in_thread(
             lambda: _follow(server, run_id, on_event=_interrupt_at("observation"))
         )
@@ -233,7 +218,7 @@ async def test_ctrl_c_then_no_detaches_with_how_to_resume_and_the_run_goes_on(
 
 async def test_resuming_after_detaching_shows_the_rest_and_the_end(tmp_path: Path) -> None:
     async with served_app(cli_settings()) as (server, _):
-        run_id = await _run(server, tmp_path, *hanging())
+        run_id = await start_run(server, tmp_path, *hanging())
         code, out, _ = await in_thread(
             lambda: _follow(server, run_id, on_event=_interrupt_at("observation"))
         )
@@ -259,7 +244,7 @@ async def test_resuming_after_detaching_shows_the_rest_and_the_end(tmp_path: Pat
 async def test_ctrl_c_once_the_end_is_shown_asks_nothing(tmp_path: Path) -> None:
     questions: list[str] = []
     async with served_app(cli_settings()) as (server, _):
-        run_id = await _run(server, tmp_path, finish("42"))
+        run_id = await start_run(server, tmp_path, finish("42"))
         code, _, _ = await in_thread(
             lambda: _follow(
                 server,
