@@ -213,13 +213,13 @@ class RunManager:
         self._start_next()
         return active.record, True
 
-    @staticmethod
-    def _replay(existing: RunRecord, digest: str) -> RunRecord:
+    def _replay(self, existing: RunRecord, digest: str) -> RunRecord:
         if existing.request_hash != digest:
             raise IdempotencyConflictError(
                 "this Idempotency-Key was used with a different request body", run_id=existing.id
             )
-        return existing
+        active = self._active.get(existing.id)  # a run in progress: its live record
+        return active.record if active is not None else existing
 
     async def get(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         active = self._active.get(run_id)
