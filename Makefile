@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint format bench clean image
+.PHONY: run test lint format bench clean image chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,17 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT) --timeout-graceful-shutdown 35
 
-## test: lint, format check, then the whole test suite
-test: $(STAMP)
+# the browser tests drive Debian's chromium (never `playwright install`, which downloads one)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "The browser tests need Debian's chromium: installing it with apt-get."; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "Install it (apt-get install chromium), then run make test again."; exit 1; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
+
+## test: lint, format check, then the whole test suite (browser tests included)
+test: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
