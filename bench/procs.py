@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import ROOT
+from tests.fakes.serving import loopback_socket
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -68,14 +68,8 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 30.0) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = loopback_socket(4096)
         try:
-            # uvicorn --fd wraps the socket as AF_UNIX, so neither asyncio nor uvloop turns
-            # TCP_NODELAY on for its connections; set on the listening socket, Linux hands it
-            # to every accepted one (else Nagle and delayed ACKs add ~40 ms to small writes)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(4096)
             self.port = sock.getsockname()[1]
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(

@@ -45,8 +45,12 @@ def reply_from_script(entry: Mapping[str, Any], index: int) -> Reply:
     )
 
 
-def _chunks(text: str, size: int = 8) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)]
+def _stream(reply: Reply, on_delta: DeltaSink | None, size: int = 8) -> None:
+    """Hand a reply's text to `on_delta` in small pieces, as a streaming model would."""
+    if on_delta is not None and reply.content:
+        text = reply.content
+        for i in range(0, len(text), size):
+            on_delta(text[i : i + size])
 
 
 class ScriptedModel:
@@ -83,9 +87,7 @@ class ScriptedModel:
             if entry.get("delay_s"):
                 await asyncio.sleep(float(entry["delay_s"]))
             reply = reply_from_script(entry, index)
-        if on_delta is not None and reply.content:
-            for piece in _chunks(reply.content):
-                on_delta(piece)
+        _stream(reply, on_delta)
         return reply
 
 
@@ -111,7 +113,5 @@ class FunctionModel:
         self.calls.append(ModelCall(list(messages), [t.name for t in tools]))
         result = self._fn(list(messages), list(tools))
         reply = await result if inspect.isawaitable(result) else result
-        if on_delta is not None and reply.content:
-            for piece in _chunks(reply.content):
-                on_delta(piece)
+        _stream(reply, on_delta)
         return reply

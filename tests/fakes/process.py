@@ -25,13 +25,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import anyio
+
+from tests.fakes.serving import loopback_socket
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_LINE = "Application startup complete"
@@ -87,14 +88,8 @@ class AppProcess:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = loopback_socket()
         try:
-            # uvicorn --fd takes the socket for AF_UNIX and never sets TCP_NODELAY on its
-            # connections; set on the listening socket, Linux hands it to each accepted one
-            # (else every small write waits ~40 ms on Nagle and delayed ACKs)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(1024)
             self.port = sock.getsockname()[1]
             env = {
                 **os.environ,

@@ -21,6 +21,24 @@ import anyio
 import uvicorn
 
 
+def loopback_socket(backlog: int = 1024) -> socket.socket:
+    """A TCP socket listening on 127.0.0.1 at a free port, for a server to take over.
+
+    TCP_NODELAY is set on it because Linux hands it to every accepted connection, and a
+    server given the socket with `uvicorn --fd` takes it for AF_UNIX and never sets it
+    itself: every small write would wait ~40 ms on Nagle and delayed ACKs.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class _Server(uvicorn.Server):
     """uvicorn.Server that reports start-up and exits on events, not flags and ticks."""
 
@@ -74,10 +92,8 @@ class Served:
         return f"http://{host}:{self.port}{path}"
 
     async def __aenter__(self) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = loopback_socket()
         try:
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(1024)
             self.port = sock.getsockname()[1]
             config = uvicorn.Config(
                 self.app,
