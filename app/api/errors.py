@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from app.engine.errors import FinishlineError
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
@@ -46,7 +47,7 @@ class ErrorBody(BaseModel):
     error: ErrorInfo = Field(description="The error.")
 
 
-class ApiError(Exception):
+class ApiError(FinishlineError):
     """An HTTP-level refusal raised by routes and dependencies."""
 
     def __init__(
@@ -66,6 +67,7 @@ class ApiError(Exception):
 
 
 RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
+    RunsError: (400, "bad_request"),  # the default for a refusal with no entry of its own
     InvalidRunError: (422, "validation_error"),
     RunNotFoundError: (404, "not_found"),
     RunNotEndedError: (409, "run_not_ended"),
@@ -126,9 +128,18 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "validation_error", summary, {"errors": problems})
 
 
+def runs_error_status(exc: RunsError) -> tuple[int, str]:
+    """The HTTP status and error type of a runs-layer refusal: the entry of its nearest class
+    along the MRO, so a new subclass inherits its parent's answer (and `RunsError`'s at worst)."""
+    for klass in type(exc).__mro__:
+        if klass in RUNS_ERRORS:
+            return RUNS_ERRORS[klass]
+    raise AssertionError("RunsError is in RUNS_ERRORS")  # pragma: no cover
+
+
 async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunsError)
-    status, type_ = next(v for k, v in RUNS_ERRORS.items() if isinstance(exc, k))
+    status, type_ = runs_error_status(exc)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFullError) else None
     return error_response(status, type_, exc.message, exc.details, headers)
 

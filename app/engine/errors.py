@@ -1,14 +1,27 @@
-"""The errors the engine and its adapters raise.
+"""Every error finishline raises on purpose has one root, `FinishlineError`, defined here.
 
     FinishlineError
-    └── LLMError                 a model call failed; `retryable` says whether to try again
+    ├── CancelRequestedError     (engine.guard) the run was asked to stop; control flow
+    ├── DeadlineError            (engine.guard) a deadline passed; control flow
+    ├── LLMError                 a model call failed; `retryable` says whether to try again
         ├── LLMTimeoutError      no complete answer within the call's timeout       (retryable)
         ├── LLMConnectionError   the endpoint could not be reached or hung up       (retryable)
         ├── LLMStatusError       the endpoint answered with an HTTP error status
         │                        (retryable when 408, 409, 429 or 5xx)
         ├── LLMResponseError     the endpoint answered, but not with a usable reply (not retryable)
         └── ScriptExhaustedError a scripted model was called more times than it has replies
-    └── ToolError                a tool failed in a way it can explain to the model
+    ├── ToolError                a tool failed in a way it can explain to the model
+    │   └── BlockedHostError     (tools) the network guard refused a host or an address
+    ├── UnknownToolError         (tools.registry) names no registered tool has (also LookupError)
+    ├── DuplicateToolError       (tools.registry) a tool name taken twice (also ValueError)
+    ├── ModelUnavailableError    (llm.models) the request names a model this server lacks
+    ├── RunsError                (runs.errors) what the runs layer refuses; each subclass maps
+    │                            to an HTTP status in `app.api.errors` (a test checks them all)
+    ├── StoreError               (runs.store) storage failed or was misused; never a client's
+    │                            mistake, so it reaches the client as a 500 / failed run
+    └── ApiError                 (api.errors) a refusal raised by routes and dependencies
+
+The CLI is a separate client program: its errors descend from `app.cli.errors.CliError`.
 
 Adapters translate their library's errors into these at the boundary
 (`raise LLMTimeoutError(...) from exc`), so the engine never sees httpx or any SDK.

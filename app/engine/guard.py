@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TypeVar
 
+from app.engine.errors import FinishlineError
 from app.engine.ports import Clock
 
 T = TypeVar("T")
@@ -27,11 +28,11 @@ _TIMER_SLACK_S = 0.001
 """A timer may run a hair before its deadline by the clock; that counts as reached."""
 
 
-class CancelRequestedError(Exception):
+class CancelRequestedError(FinishlineError):
     """The run was asked to stop."""
 
 
-class DeadlineError(Exception):
+class DeadlineError(FinishlineError):
     """A deadline passed before the awaited work finished."""
 
 

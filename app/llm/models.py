@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from app.engine.errors import FinishlineError
 from app.engine.ports import ChatModel
 from app.llm.demo import DemoModel
 from app.llm.openai import OpenAIChatModel
@@ -26,7 +27,7 @@ poll per idle connection), which grows with the square of the load, and with htt
 default limits (100 connections, 20 kept alive) it also closed and reopened one per call."""
 
 
-class ModelUnavailableError(ValueError):
+class ModelUnavailableError(FinishlineError, ValueError):
     """The request names a model this server cannot provide."""
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.engine.errors import FinishlineError
 
-class RunsError(Exception):
+
+class RunsError(FinishlineError):
     """Base of the runs layer's refusals."""
 
     def __init__(self, message: str, **details: Any) -> None:

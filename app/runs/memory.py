@@ -10,7 +10,7 @@ from typing import Any
 
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.store import DuplicateRunError
+from app.runs.store import DuplicateRunError, StoreError
 
 
 class MemoryRunStore:
@@ -19,15 +19,17 @@ class MemoryRunStore:
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, dict[str, Any]] = {}
         self.fanout = Fanout()
+        self._closed = False
 
     async def open(self) -> None:
         return None
 
     async def close(self) -> None:
-        return None
+        self._closed = True
 
     async def ping(self) -> None:
-        return None
+        if self._closed:
+            raise StoreError("the memory store is closed")
 
     async def create(self, record: RunRecord) -> None:
         if record.id in self._runs:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
+from app.engine.errors import FinishlineError
 from app.runs.records import Event, RunRecord, RunStatus
 
 
-class StoreError(Exception):
+class StoreError(FinishlineError):
     """Base of storage errors."""
 
 

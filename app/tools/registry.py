@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from app.engine.errors import FinishlineError
 from app.engine.ports import Tool
 from app.engine.prompts import TASK_FINISHED
 from app.tools.calculator import CalculatorTool
@@ -27,7 +28,7 @@ RESERVED_NAMES = frozenset({TASK_FINISHED})
 """Names the engine gives its own tools; no registered tool may take them."""
 
 
-class UnknownToolError(LookupError):
+class UnknownToolError(FinishlineError, LookupError):
     """Names were asked for that no registered tool has."""
 
     def __init__(self, unknown: Sequence[str], available: Sequence[str]) -> None:
@@ -39,7 +40,7 @@ class UnknownToolError(LookupError):
         super().__init__(f"unknown {noun} {names}; available tools: {offered}")
 
 
-class DuplicateToolError(ValueError):
+class DuplicateToolError(FinishlineError, ValueError):
     """A tool was registered under a name that is already taken or reserved."""
 
 

@@ -21,13 +21,15 @@ from tests.api.kit import (
 )
 from tests.fakes.service import api_client
 
-K1 = {"Authorization": "Bearer k1"}
-K2 = {"Authorization": "Bearer k2"}
+# keys long enough that a random token cannot contain one by chance
+KEY1, KEY2 = "first-key-6f1d2c9a8b7e", "second-key-3a4b5c6d7e8f"
+K1 = {"Authorization": f"Bearer {KEY1}"}
+K2 = {"Authorization": f"Bearer {KEY2}"}
 UNKNOWN = "run_00000000000000000000000000"
 
 
 def keyed(**overrides: Any) -> Settings:
-    return settings(api_keys=["k1", "k2"], **overrides)
+    return settings(api_keys=[KEY1, KEY2], **overrides)
 
 
 async def test_token_follows_its_runs_events_without_an_authorization_header() -> None:
@@ -41,7 +43,7 @@ async def test_token_follows_its_runs_events_without_an_authorization_header() -
         issued = response.json()
         assert before + 120 <= issued["expires_at"] <= int(time.time()) + 120
         assert issued["events_url"] == f"/runs/{run['id']}/events?token={issued['token']}"
-        assert "k1" not in issued["token"]
+        assert KEY1 not in issued["token"]
         events_response, events = await sse(client, "GET", issued["events_url"])
         assert events_response.status_code == 200
         assert_sequential(events)

@@ -26,7 +26,7 @@ from app.runs.records import (
     new_run_id,
 )
 from app.runs.sqlite import SqliteRunStore
-from app.runs.store import DuplicateRunError, RunStore
+from app.runs.store import DuplicateRunError, RunStore, StoreError
 
 Store = MemoryRunStore | SqliteRunStore
 BOUND_S = 10  # a failure bound, not a wait: every test here finishes in milliseconds
@@ -117,8 +117,11 @@ async def test_get_of_an_unknown_run_is_none(store: Store) -> None:
     assert await store.get(new_run_id()) is None
 
 
-async def test_ping_succeeds_on_an_open_store(store: Store) -> None:
+async def test_ping_succeeds_on_an_open_store_and_raises_once_it_is_closed(store: Store) -> None:
     await store.ping()
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.ping()
 
 
 async def test_creating_a_run_with_an_existing_id_raises_duplicate_run_error(store: Store) -> None:
@@ -244,7 +247,15 @@ async def test_delete_removes_the_record_its_events_and_its_checkpoint(store: St
 
 
 async def test_deleting_an_unknown_run_does_nothing(store: Store) -> None:
+    kept = await created(store)
+    await store.append(kept.id, "run.queued", 0, {})
+    await store.save_checkpoint(kept.id, 1, {"messages": []})
+
     await store.delete(new_run_id())
+
+    assert await store.list_runs(owner=None, any_owner=True) == [kept]
+    assert len(await store.read(kept.id)) == 1
+    assert await store.load_checkpoint(kept.id) == {"step": 1, "state": {"messages": []}}
 
 
 # -- the event log ------------------------------------------------------------------------
