@@ -18,6 +18,7 @@ from app.engine.acting import ToolStep
 from app.engine.asking import ask
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
+from app.engine.history import PreviousRun, follow_up_messages
 from app.engine.policies import (
     LIMIT_INTERVENTIONS,
     InterventionKind,
@@ -38,10 +39,14 @@ from app.engine.steps import (
     RunError,
     Step,
     StepStarted,
+    UserMessage,
 )
 from app.engine.tokens import estimate_tokens, trim_context
 
 log = structlog.get_logger("finishline.engine")
+
+Inbox = Callable[[], list[str]]
+"""Takes the messages people sent the run since the last call, oldest first (steering)."""
 
 
 def task_finished_spec(prompts: Prompts) -> ToolSpec:
@@ -72,10 +77,14 @@ def run_react(
     clock: Clock = _system_clock,
     state: RunState | None = None,
     jitter: Callable[[], float] = random.random,
+    previous: PreviousRun | None = None,
+    inbox: Inbox | None = None,
 ) -> AsyncIterator[Step]:
     """Run one ReAct agent to its end, yielding every step. Resumes from `state` if given.
 
     Setting `cancel` ends the run with `cancelled` at once, interrupting in-flight calls.
+    A follow-up starts from `previous`'s conversation, then `task`. `inbox` is polled right
+    before each LLM call: what it returns joins the conversation as user messages.
     """
     limits = limits or Limits()
     run = ReactRun(
@@ -90,6 +99,8 @@ def run_react(
         clock=clock,
         state=state or RunState(),
         jitter=jitter,
+        previous=previous,
+        inbox=inbox,
     )
     return run.steps()
 
@@ -109,8 +120,12 @@ class ReactRun:
         clock: Clock,
         state: RunState,
         jitter: Callable[[], float],
+        previous: PreviousRun | None = None,
+        inbox: Inbox | None = None,
     ) -> None:
         self.task = task
+        self.previous = previous
+        self.inbox = inbox
         self.model = model
         self.limits = limits
         self.prompts = prompts
@@ -142,13 +157,22 @@ class ReactRun:
                 system = f"{system}\n\n{self.prompts.stop_tool_prompt}".strip()
             if system:
                 st.append({"role": "system", "content": system})
+            if self.previous is not None:
+                for message in follow_up_messages(self.previous, self.prompts):
+                    st.append(message)
             st.append({"role": "user", "content": self.task})
         if self.ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
         self.started = self.clock() - st.elapsed_s
         self.deadline = self.started + self.limits.max_time_s
+        checkpointed = (st.step, len(st.messages))
         try:
             async for step in self._loop():
+                if isinstance(step, Checkpoint):
+                    checkpointed = (st.step, len(st.messages))
+                elif isinstance(step, Finished) and checkpointed != (st.step, len(st.messages)):
+                    # the final conversation, for a follow-up to start from
+                    yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
                 yield step
         finally:
             self.guard.close()
@@ -166,8 +190,14 @@ class ReactRun:
                 async for step in self._final_answer(limit):
                     yield step
                 return
+            said = self.inbox() if self.inbox is not None else []
             last = st.messages[-1]
-            nudge = limits.stop_tool and last["role"] == "assistant" and not last.get("tool_calls")
+            nudge = (
+                not said
+                and limits.stop_tool
+                and last["role"] == "assistant"
+                and not last.get("tool_calls")
+            )
             if nudge and nudges_exhausted(st.nudges_in_row, limits):
                 yield self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
                 return
@@ -176,7 +206,13 @@ class ReactRun:
             self.ctx.step = st.step
             structlog.contextvars.bind_contextvars(step=st.step)
             yield StepStarted(st.step, limits.max_steps)
-            if nudge:
+            if said:  # a person spoke: that replaces the stop prompt of this step
+                st.nudges_in_row = 0
+                for content in said:
+                    st.append({"role": "user", "content": content})
+                    self.log.info("user_message_added", chars=len(content))
+                    yield UserMessage(st.step, content)
+            elif nudge:
                 st.nudges_in_row += 1
                 yield self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt)
             if limits.progress and st.step > 1:

@@ -151,6 +151,17 @@ class Intervention(_Event):
 
 
 @dataclass(frozen=True, slots=True)
+class UserMessage(_Event):
+    """A person's message (steering) joined the conversation, right before an LLM call.
+    `delivered` is False for one that came after the run's last LLM call (logged, not seen)."""
+
+    type: ClassVar[str] = "user.message"
+    step: int
+    content: str
+    delivered: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The run's resumable state after a step (messages, usage, counters). Not an event."""
 
@@ -179,6 +190,7 @@ Step = (
     | Action
     | Observation
     | Intervention
+    | UserMessage
     | Checkpoint
     | Finished
 )
