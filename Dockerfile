@@ -26,6 +26,8 @@
 #     FINISHLINE_MAX_WAIT_S=300.0                longest GET /runs/{id}/wait?timeout_s=
 #     FINISHLINE_MAX_TASK_CHARS=100000           longest accepted task
 #     FINISHLINE_MAX_METADATA_BYTES=16384        largest accepted metadata (JSON)
+#     FINISHLINE_MAX_MESSAGE_CHARS=100000        longest steering message
+#     FINISHLINE_MAX_PENDING_MESSAGES=100        steering messages a run may hold undelivered
 #     FINISHLINE_WEBHOOK_ATTEMPTS=5              delivery attempts of a run's webhook
 #     FINISHLINE_WEBHOOK_BACKOFF_S=1.0           first delay between attempts; doubles
 #     FINISHLINE_WEBHOOK_TIMEOUT_S=10.0          one delivery attempt

@@ -101,6 +101,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_concurrent_runs=settings.max_concurrent_runs,
             max_queued_runs=settings.max_queued_runs,
             max_event_content_chars=settings.max_event_content_chars,
+            max_message_chars=settings.max_message_chars,
+            max_pending_messages=settings.max_pending_messages,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

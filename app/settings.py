@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     )
     max_task_chars: int = Field(100_000, ge=1, description="Longest accepted task.")
     max_metadata_bytes: int = Field(16_384, ge=0, description="Largest accepted metadata (JSON).")
+    max_message_chars: int = Field(
+        100_000, ge=1, description="Longest steering message (POST /runs/{id}/messages)."
+    )
+    max_pending_messages: int = Field(
+        100, ge=1, description="Steering messages a run may hold before its next LLM call."
+    )
     webhook_attempts: int = Field(5, ge=1, description="Delivery attempts of a run's webhook.")
     webhook_backoff_s: float = Field(
         1.0, ge=0, description="First delay between webhook attempts; doubles each attempt."

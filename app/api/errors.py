@@ -25,6 +25,7 @@ from app.runs.errors import (
     RunNotFoundError,
     RunsError,
     ShuttingDownError,
+    TooManyMessagesError,
 )
 
 log = structlog.get_logger("finishline.api")
@@ -74,6 +75,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunAlreadyEndedError: (409, "run_already_ended"),
     IdempotencyConflictError: (409, "idempotency_conflict"),
     QueueFullError: (429, "queue_full"),
+    TooManyMessagesError: (429, "too_many_messages"),
     ShuttingDownError: (503, "shutting_down"),
 }
 

@@ -31,6 +31,18 @@ class RunCreate(RunRequest):
         )
 
 
+class MessageIn(BaseModel):
+    """POST /runs/{id}/messages: what a person tells a live run."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"content": "Use SI units."}]}
+    )
+    content: str = Field(
+        min_length=1,
+        description="Joins the conversation as a user message (server cap: FINISHLINE_MAX_MESSAGE_CHARS).",
+    )
+
+
 class RunList(BaseModel):
     """A page of runs, newest first."""
 
@@ -47,7 +59,7 @@ class EventOut(BaseModel):
     run_id: str = Field(description="The run it belongs to.")
     seq: int = Field(description="1, 2, 3 … with no gaps; the SSE id.")
     type: str = Field(
-        description="run.queued, run.started, step.started, thought, token, llm.call, llm.retry, action, observation, intervention, run.completed, run.incomplete, run.failed, run.cancelled."
+        description="run.queued, run.started, step.started, thought, token, llm.call, llm.retry, action, observation, intervention, user.message, run.completed, run.incomplete, run.failed, run.cancelled."
     )
     ts: str = Field(description="When it was appended (ISO 8601, UTC).")
     step: int = Field(description="The step it happened in; 0 before the first.")

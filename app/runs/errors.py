@@ -48,5 +48,9 @@ class QueueFullError(RunsError):
         self.retry_after_s = retry_after_s
 
 
+class TooManyMessagesError(RunsError):
+    """The run holds as many undelivered steering messages as the server allows."""
+
+
 class ShuttingDownError(RunsError):
     """The server is draining and takes no new runs."""

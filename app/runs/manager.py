@@ -17,16 +17,20 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from app.engine.history import PreviousRun
 from app.engine.loop import run_react
 from app.engine.policies import StopReason
-from app.engine.steps import RunError
+from app.engine.state import RunState
+from app.engine.steps import Finished, RunError, UserMessage
 from app.runs.errors import (
     IdempotencyConflictError,
+    InvalidRunError,
     QueueFullError,
     RunAlreadyEndedError,
     RunNotEndedError,
     RunNotFoundError,
     ShuttingDownError,
+    TooManyMessagesError,
 )
 from app.runs.factory import RunFactory
 from app.runs.metrics import RunMetrics
@@ -47,6 +51,11 @@ from app.runs.webhooks import WebhookSender
 log = structlog.get_logger("finishline.runs")
 
 CANCEL_SETTLE_S = 5.0
+
+
+class _PreviousRunGoneError(Exception):
+    """A follow-up's previous run was deleted between its creation and its start."""
+
 EVENT_PAGE = 1000
 
 
@@ -56,6 +65,16 @@ class _Active:
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    inbox: list[str] = field(default_factory=list)
+    """Steering messages not yet in the conversation, oldest first."""
+    inbox_closed: bool = False
+    step: int = 0
+    """The step the run is in (0 before its first)."""
+    """Set once the run's last LLM call is behind it: no message can join any more."""
+
+    def take_messages(self) -> list[str]:
+        taken, self.inbox = self.inbox, []
+        return taken
 
 
 def request_hash(request: RunRequest) -> str:
@@ -74,6 +93,8 @@ class RunManager:
         max_concurrent_runs: int,
         max_queued_runs: int,
         max_event_content_chars: int,
+        max_message_chars: int = 100_000,
+        max_pending_messages: int = 100,
     ) -> None:
         self.store = store
         self.factory = factory
@@ -81,6 +102,8 @@ class RunManager:
         self.webhooks = webhooks
         self.max_concurrent_runs = max_concurrent_runs
         self.max_queued_runs = max_queued_runs
+        self.max_message_chars = max_message_chars
+        self.max_pending_messages = max_pending_messages
         self.recorder = RunRecorder(
             store=store,
             metrics=metrics,
@@ -167,6 +190,9 @@ class RunManager:
             if existing is not None:
                 return self._replay(existing, digest), False
         resolved = self.factory.validate(request)
+        previous = None
+        if request.previous_run_id is not None:
+            previous = await self._previous(request.previous_run_id, owner)
         if (
             len(self._running) >= self.max_concurrent_runs
             and len(self._queue) >= self.max_queued_runs
@@ -185,6 +211,12 @@ class RunManager:
             webhook=WebhookState(url=request.webhook) if request.webhook else None,
             idempotency_key=idempotency_key,
             request_hash=digest,
+            previous_run_id=request.previous_run_id,
+            inherited_system_prompt=(
+                previous.system_prompt
+                if previous is not None and request.system_prompt is None
+                else None
+            ),
         )
         try:
             await self.store.create(record)
@@ -204,6 +236,7 @@ class RunManager:
                 "model": record.model,
                 "tools": resolved.tool_names,
                 "settings": record.settings,
+                **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
             },
         )
         active = self._active[record.id] = _Active(record)
@@ -212,6 +245,40 @@ class RunManager:
         log.info("run_created", run_id=record.id, model=record.model)
         self._start_next()
         return active.record, True
+
+    async def _previous(self, run_id: str, owner: str | None) -> RunRecord:
+        """The run a follow-up continues: visible to the caller (404) and ended (409)."""
+        try:
+            previous = await self.get(run_id, owner)
+        except RunNotFoundError:
+            raise RunNotFoundError(
+                f"previous_run_id: no run {run_id!r}", run_id=run_id, field="previous_run_id"
+            ) from None
+        if not previous.status.terminal:
+            raise RunNotEndedError(
+                f"previous_run_id: run {run_id!r} is {previous.status.value}; a follow-up "
+                "starts from an ended run",
+                run_id=run_id,
+                field="previous_run_id",
+            )
+        return previous
+
+    async def _previous_conversation(self, record: RunRecord) -> PreviousRun | None:
+        if record.previous_run_id is None:
+            return None
+        previous = await self.store.get(record.previous_run_id)
+        checkpoint = await self.store.load_checkpoint(record.previous_run_id)
+        if previous is None:
+            raise _PreviousRunGoneError(f"the previous run {record.previous_run_id} was deleted")
+        messages = RunState.from_checkpoint(checkpoint["state"]).messages if checkpoint else []
+        if not messages:  # it ended before its first step: its task is all there was
+            messages = [{"role": "user", "content": previous.request["task"]}]
+        result = previous.result
+        return PreviousRun(
+            messages=messages,
+            answer=result.answer if result is not None else None,
+            reason=result.reason.value if result is not None else previous.status.value,
+        )
 
     def _replay(self, existing: RunRecord, digest: str) -> RunRecord:
         if existing.request_hash != digest:
@@ -236,9 +303,15 @@ class RunManager:
         limit: int,
         cursor: str | None,
         any_owner: bool,
+        previous_run_id: str | None = None,
     ) -> tuple[list[RunRecord], str | None]:
         records = await self.store.list_runs(
-            owner=owner, statuses=statuses, limit=limit + 1, before_id=cursor, any_owner=any_owner
+            owner=owner,
+            statuses=statuses,
+            limit=limit + 1,
+            before_id=cursor,
+            any_owner=any_owner,
+            previous_run_id=previous_run_id,
         )
         fresh = [self._active[r.id].record if r.id in self._active else r for r in records]
         if len(fresh) > limit:
@@ -258,6 +331,41 @@ class RunManager:
             active.cancel.set()
             await self._wait_for([run_id], CANCEL_SETTLE_S)
         return active.record
+
+    async def post_message(
+        self, run_id: str, owner: str | None, content: str, *, any_owner: bool = False
+    ) -> RunRecord:
+        """Queue a steering message for the run's next LLM call (DESIGN §10)."""
+        if len(content) > self.max_message_chars:
+            raise InvalidRunError(
+                "content",
+                f"{len(content)} chars exceeds the server cap of {self.max_message_chars}",
+                cap=self.max_message_chars,
+            )
+        record = await self.get(run_id, owner, any_owner=any_owner)
+        active = self._active.get(run_id)
+        if record.status.terminal or active is None or active.inbox_closed:
+            raise RunAlreadyEndedError(
+                f"run {run_id!r} has ended ({record.status.value}): start a follow-up with "
+                "previous_run_id instead",
+                run_id=run_id,
+            )
+        if len(active.inbox) >= self.max_pending_messages:
+            raise TooManyMessagesError(
+                f"run {run_id!r} already holds {len(active.inbox)} undelivered messages",
+                run_id=run_id,
+                cap=self.max_pending_messages,
+            )
+        active.inbox.append(content)
+        log.info("user_message_queued", run_id=run_id, chars=len(content))
+        return active.record
+
+    async def _undelivered(self, active: _Active) -> None:
+        """Close the run's inbox and log what it still held: accepted, never seen."""
+        active.inbox_closed = True
+        for content in active.take_messages():
+            message = UserMessage(active.step, content, delivered=False)
+            await self.recorder.record(active.record, message)
 
     async def wait(
         self, run_id: str, owner: str | None, timeout_s: float, *, any_owner: bool = False
@@ -315,28 +423,42 @@ class RunManager:
             await self.store.save(record)
             await self.store.append(record.id, "run.started", 0, {})
             log.info("run_started")
+            previous = await self._previous_conversation(record)
             prepared = self.factory.prepare(record)
             try:
                 async for step in run_react(
                     task=record.request["task"],
-                    system_prompt=record.request.get("system_prompt"),
+                    system_prompt=record.system_prompt,
                     model=prepared.model,
                     tools=prepared.tools,
                     limits=prepared.limits,
                     prompts=prepared.prompts,
                     run_id=record.id,
                     cancel=active.cancel,
+                    previous=previous,
+                    inbox=active.take_messages,
                 ):
+                    active.step = step.step
+                    if isinstance(step, Finished):
+                        await self._undelivered(active)
                     await self.recorder.record(record, step)
             finally:
                 await prepared.aclose()
         except asyncio.CancelledError:
             if not record.status.terminal:
-                await asyncio.shield(self.recorder.end(record, StopReason.CANCELLED))
+                await asyncio.shield(self._end_cancelled(active))
             raise
+        except _PreviousRunGoneError as exc:
+            if record.status.terminal:
+                raise
+            await self._undelivered(active)
+            await self.recorder.end(
+                record, StopReason.ERROR, error=RunError("previous_run_gone", str(exc))
+            )
         except Exception as exc:  # our bug: log once with the traceback, fail the run
             log.exception("run_crashed")
             if not record.status.terminal:
+                await self._undelivered(active)
                 await self.recorder.end(
                     record,
                     StopReason.ERROR,
@@ -354,9 +476,13 @@ class RunManager:
             self._webhook_tasks.add(task)
             task.add_done_callback(self._webhook_tasks.discard)
 
+    async def _end_cancelled(self, active: _Active) -> None:
+        await self._undelivered(active)
+        await self.recorder.end(active.record, StopReason.CANCELLED)
+
     async def _cancel_queued(self, active: _Active) -> None:
         self._queue.remove(active.record.id)
         self._active.pop(active.record.id, None)
-        await self.recorder.end(active.record, StopReason.CANCELLED)
+        await self._end_cancelled(active)
         active.done.set()
         self.metrics.set_load(running=len(self._running), queued=len(self._queue))

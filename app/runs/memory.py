@@ -62,6 +62,7 @@ class MemoryRunStore:
         limit: int = 50,
         before_id: str | None = None,
         any_owner: bool = False,
+        previous_run_id: str | None = None,
     ) -> list[RunRecord]:
         found = [
             r
@@ -69,6 +70,7 @@ class MemoryRunStore:
             if (any_owner or r.owner == owner)
             and (not statuses or r.status in statuses)
             and (before_id is None or r.id < before_id)
+            and (previous_run_id is None or r.previous_run_id == previous_run_id)
         ]
         found.sort(key=lambda r: r.id, reverse=True)
         return [r.model_copy(deep=True) for r in found[:limit]]

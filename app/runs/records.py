@@ -143,6 +143,15 @@ class RunRecord(BaseModel):
     webhook: WebhookState | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None
+    previous_run_id: str | None = None
+    """The run this one follows up on (its conversation is where this one starts)."""
+    inherited_system_prompt: str | None = None
+    """A follow-up without a system prompt of its own runs with its previous run's."""
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt the run runs with: its request's, else the inherited one."""
+        return self.request.get("system_prompt") or self.inherited_system_prompt
 
 
 @dataclass(frozen=True, slots=True)

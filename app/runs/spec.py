@@ -248,6 +248,13 @@ class RunRequest(BaseModel):
         max_length=2000,
         description="URL (allow-listed host) that receives the run as JSON once it ends.",
     )
+    previous_run_id: str | None = Field(
+        None,
+        pattern=r"^run_[0-9A-Z]{26}$",
+        description="Continue that ended run: this run starts from its conversation (its answer "
+        "as the last assistant message), then `task`. Its system prompt is inherited unless "
+        "this request gives one; tools, model and settings come from this request.",
+    )
 
     @field_validator("metadata", "http_tools", "model_script", mode="before")
     @classmethod

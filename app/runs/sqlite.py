@@ -37,13 +37,13 @@ T = TypeVar("T")
 
 # Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
 _UPSERT_RUN = """
-    INSERT INTO runs (id, owner, status, idempotency_key, created_at, record)
-    VALUES (?, ?, ?, ?, ?, ?)
+    INSERT INTO runs (id, owner, status, idempotency_key, created_at, previous_run_id, record)
+    VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 _ON_CONFLICT = """
     ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,
         idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,
-        record = excluded.record
+        previous_run_id = excluded.previous_run_id, record = excluded.record
 """
 
 
@@ -167,6 +167,7 @@ class SqliteRunStore:
         limit: int = 50,
         before_id: str | None = None,
         any_owner: bool = False,
+        previous_run_id: str | None = None,
     ) -> list[RunRecord]:
         where: list[str] = []
         params: list[Any] = []
@@ -179,6 +180,9 @@ class SqliteRunStore:
         if before_id is not None:
             where.append("id < ?")
             params.append(before_id)
+        if previous_run_id is not None:
+            where.append("previous_run_id = ?")
+            params.append(previous_run_id)
         sql = "SELECT record FROM runs"
         sql += f" WHERE {' AND '.join(where)}" if where else ""
         rows = await self._read(_query(sql + " ORDER BY id DESC LIMIT ?", (*params, limit)))
@@ -295,6 +299,7 @@ def _run_row(record: RunRecord) -> tuple[str | None, ...]:
         record.status.value,
         record.idempotency_key,
         record.created_at.isoformat(),
+        record.previous_run_id,
         record.model_dump_json(),
     )
 

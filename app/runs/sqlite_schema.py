@@ -46,6 +46,12 @@ MIGRATIONS = (
         state TEXT NOT NULL
     );
     """,
+    # 2: follow-up runs name the run they continue; GET /runs?previous_run_id= lists them
+    """
+    ALTER TABLE runs ADD COLUMN previous_run_id TEXT;
+    CREATE INDEX runs_by_previous ON runs (previous_run_id, id)
+        WHERE previous_run_id IS NOT NULL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")

@@ -55,8 +55,10 @@ class RunStore(Protocol):
         limit: int = 50,
         before_id: str | None = None,
         any_owner: bool = False,
+        previous_run_id: str | None = None,
     ) -> list[RunRecord]:
-        """Newest first; `before_id` is the cursor (ids sort by creation time)."""
+        """Newest first; `before_id` is the cursor (ids sort by creation time);
+        `previous_run_id` keeps only the follow-ups of that run."""
 
     async def delete(self, run_id: str) -> None:
         """Remove a run, its events and its checkpoint."""

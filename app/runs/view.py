@@ -33,7 +33,10 @@ class RunView(BaseModel):
     started_at: datetime | None = Field(None, description="When it left the queue.")
     ended_at: datetime | None = Field(None, description="When it ended.")
     task: str = Field(description="What the agent was asked to do.")
-    system_prompt: str | None = Field(None, description="The request's system prompt.")
+    system_prompt: str | None = Field(
+        None,
+        description="The system prompt it runs with: the request's, or the one inherited from its previous run.",
+    )
     model: str = Field(description="The model that runs it.")
     tools: list[str] = Field(description="Registered tools it may call.")
     http_tools: list[dict[str, Any]] = Field(
@@ -48,6 +51,9 @@ class RunView(BaseModel):
     usage: Usage = Field(description="What it has spent so far.")
     webhook: WebhookState | None = Field(
         None, description="Delivery state of the run's webhook, if it has one."
+    )
+    previous_run_id: str | None = Field(
+        None, description="The run this one continues (a follow-up), or null."
     )
     links: RunLinks = Field(description="Related URLs.")
 
@@ -71,7 +77,7 @@ def to_view(record: RunRecord) -> RunView:
         started_at=record.started_at,
         ended_at=record.ended_at,
         task=request["task"],
-        system_prompt=request.get("system_prompt"),
+        system_prompt=record.system_prompt,
         model=record.model,
         tools=request.get("tools", []),
         http_tools=http_tools,
@@ -81,5 +87,6 @@ def to_view(record: RunRecord) -> RunView:
         error=record.error,
         usage=record.usage,
         webhook=record.webhook,
+        previous_run_id=record.previous_run_id,
         links=links_for(record.id),
     )

@@ -290,3 +290,26 @@ async def test_close_closes_every_connection(path: str) -> None:
                     tg.start_soon(store.get, run.id)
         assert has_wal(path)
     assert not has_wal(path)  # SQLite removes the WAL when the last connection closes
+
+
+async def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(path: str) -> None:
+    from app.runs.sqlite_schema import MIGRATIONS
+
+    old = record()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.executescript(MIGRATIONS[0])
+        conn.execute(
+            "INSERT INTO runs (id, owner, status, idempotency_key, created_at, record) "
+            "VALUES (?, NULL, 'queued', NULL, ?, ?)",
+            (old.id, old.created_at.isoformat(), old.model_dump_json()),
+        )
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+
+    async with opened(path) as store:
+        assert await store.get(old.id) == old
+        follow_up = record(previous_run_id=old.id)
+        await store.create(follow_up)
+        assert await store.list_runs(owner=None, previous_run_id=old.id) == [follow_up]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)

@@ -213,6 +213,19 @@ async def test_list_runs_with_any_owner_shows_every_run(store: Store) -> None:
     assert [r.id for r in active] == [running.id]
 
 
+async def test_list_runs_by_previous_run_id_shows_only_its_follow_ups(store: Store) -> None:
+    first = await created(store)
+    follow_ups = [await created(store, previous_run_id=first.id) for _ in range(3)]
+    await created(store, previous_run_id=follow_ups[0].id)  # a follow-up of a follow-up
+    await created(store)
+
+    listed = await store.list_runs(owner=None, previous_run_id=first.id)
+
+    assert listed == list(reversed(follow_ups))
+    paged = await store.list_runs(owner=None, previous_run_id=first.id, before_id=follow_ups[2].id)
+    assert paged == [follow_ups[1], follow_ups[0]]
+
+
 async def test_paging_with_before_id_visits_every_run_once_newest_first(store: Store) -> None:
     runs = [await created(store, owner="alice") for _ in range(25)]
     await created(store, owner="bob")

@@ -12,7 +12,7 @@ from pydantic import Field
 from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep, TokensDep
 from app.api.errors import ApiError, ErrorBody
 from app.api.routes.events import SSE_CONTENT, event_stream
-from app.api.schemas import RunCreate, RunList, StreamToken
+from app.api.schemas import MessageIn, RunCreate, RunList, StreamToken
 from app.runs.errors import RunAlreadyEndedError
 from app.runs.records import RunStatus
 from app.runs.view import RunView, to_view
@@ -58,7 +58,11 @@ def _run(view: RunView, status: int) -> JSONResponse:
             "content": SSE_CONTENT,
         },
         401: {"model": ErrorBody},
-        409: {"model": ErrorBody, "description": "The Idempotency-Key was used with another body."},
+        404: {"model": ErrorBody, "description": "previous_run_id names no run visible to you."},
+        409: {
+            "model": ErrorBody,
+            "description": "The Idempotency-Key was used with another body, or previous_run_id names a run that has not ended.",
+        },
         415: {"model": ErrorBody},
         422: {
             "model": ErrorBody,
@@ -123,6 +127,13 @@ async def list_runs(
         str | None,
         Query(pattern=r"^run_[0-9A-Z]{26}$", description="next_cursor of the previous page."),
     ] = None,
+    previous_run_id: Annotated[
+        str | None,
+        Query(
+            pattern=r"^run_[0-9A-Z]{26}$",
+            description="Only the follow-ups of this run, to walk a conversation forward.",
+        ),
+    ] = None,
 ) -> RunList:
     statuses: list[RunStatus] = []
     for part in ",".join(status or []).split(","):
@@ -143,6 +154,7 @@ async def list_runs(
         limit=limit,
         cursor=cursor,
         any_owner=caller.any_owner,
+        previous_run_id=previous_run_id,
     )
     return RunList(runs=[to_view(r) for r in records], next_cursor=next_cursor)
 
@@ -163,6 +175,33 @@ async def get_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> RunVie
 )
 async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> JSONResponse:
     record = await manager.cancel(run_id, caller.owner, any_owner=caller.any_owner)
+    return _run(to_view(record), 202)
+
+
+@router.post(
+    "/{run_id}/messages",
+    status_code=202,
+    response_model=RunView,
+    summary="Send a live run a message (steering)",
+    description="The message joins the conversation as a user message right before the run's next "
+    "LLM call (never inside a tool-call exchange), with a `user.message` event; several keep their "
+    "order. On a run waiting in the stop-tool nudge loop it replaces the nudge. One accepted after "
+    "the run's last LLM call is logged with `delivered: false`. Answers with the run.",
+    dependencies=[Depends(require_json)],
+    responses={
+        **ERRORS,
+        409: {"model": ErrorBody, "description": "The run has ended: start a follow-up instead."},
+        415: {"model": ErrorBody},
+        422: {"model": ErrorBody, "description": "Empty, or longer than the server cap."},
+        429: {"model": ErrorBody, "description": "The run holds too many undelivered messages."},
+    },
+)
+async def post_message(
+    run_id: str, body: MessageIn, manager: ManagerDep, caller: CallerDep
+) -> JSONResponse:
+    record = await manager.post_message(
+        run_id, caller.owner, body.content, any_owner=caller.any_owner
+    )
     return _run(to_view(record), 202)
 
 
