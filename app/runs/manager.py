@@ -56,6 +56,7 @@ CANCEL_SETTLE_S = 5.0
 class _PreviousRunGoneError(Exception):
     """A follow-up's previous run was deleted between its creation and its start."""
 
+
 EVENT_PAGE = 1000
 
 
