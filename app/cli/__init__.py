@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--system", metavar="PROMPT", help="system prompt")
     run.add_argument(
+        "--continue",
+        dest="previous",
+        metavar="ID",
+        help="a follow-up: start from that ended run's conversation (and its system prompt)",
+    )
+    run.add_argument(
         "--metadata",
         action="append",
         type=parse_pair,
@@ -151,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     events.add_argument("--follow", action="store_true", help="follow live to the run's end")
     events.add_argument("--json", action="store_true", help="JSON lines")
+
+    say = commands.add_parser(
+        "say",
+        help="send a live run a message",
+        description="Send a queued or running run a message: it joins the conversation right "
+        "before the run's next model call (POST /runs/{id}/messages).",
+    )
+    say.add_argument("run_id", metavar="ID")
+    say.add_argument("message", help="what to tell the agent")
+    say.add_argument("--json", action="store_true", help="the run as JSON")
 
     cancel = commands.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id", metavar="ID")

@@ -103,6 +103,9 @@ class Api:
             params["cursor"] = cursor
         return self._json("GET", "/runs", params=params)
 
+    def send_message(self, run_id: str, content: str) -> dict[str, Any]:
+        return self._json("POST", _run_path(run_id, "/messages"), json={"content": content})
+
     def cancel_run(self, run_id: str) -> dict[str, Any]:
         return self._json("POST", _run_path(run_id, "/cancel"))
 

@@ -87,6 +87,8 @@ def run_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {"task": args.task}
     if args.system is not None:
         body["system_prompt"] = args.system
+    if args.previous is not None:
+        body["previous_run_id"] = args.previous
     model = args.model or ("scripted" if args.script is not None else None)
     if model:
         body["model"] = model
@@ -168,6 +170,16 @@ def events(args: argparse.Namespace, context: Context) -> int:
             after = page["next_after"]
 
 
+def say(args: argparse.Namespace, context: Context) -> int:
+    with context.api(args) as api:
+        run = api.send_message(args.run_id, args.message)
+    if args.json:
+        print_raw(context.console, json.dumps(run, indent=2, ensure_ascii=False))
+    else:
+        context.console.print(f"sent to {run['id']} ({run['status']})", highlight=False)
+    return ExitCode.OK
+
+
 def cancel(args: argparse.Namespace, context: Context) -> int:
     with context.api(args) as api:
         cancelled = api.cancel_run(args.run_id)
@@ -199,6 +211,7 @@ COMMANDS: dict[str, Command] = {
     "runs": list_runs,
     "show": show,
     "events": events,
+    "say": say,
     "cancel": cancel,
     "serve": serve,
 }

@@ -43,6 +43,9 @@ def event_summary(event: Event) -> str:
             f"{event.get('model')} {event.get('duration_ms')} ms "
             f"{event.get('prompt_tokens')}+{event.get('completion_tokens')} tokens{final}"
         )
+    if kind == "user.message":
+        late = "" if event.get("delivered", True) else " [not delivered: the run had ended]"
+        return f"{one_line(str(event.get('content', '')), 160)}{late}"
     if kind == "llm.retry":
         return f"attempt {event.get('attempt')}: {event.get('error')} (in {event.get('delay_s')} s)"
     if kind in TERMINAL_EVENT_TYPES:

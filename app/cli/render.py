@@ -165,6 +165,7 @@ class RunRenderer:
             "action": self._action,
             "observation": self._observation,
             "intervention": self._intervention,
+            "user.message": self._user_message,
             **dict.fromkeys(TERMINAL_EVENT_TYPES, self._terminal),
         }
 
@@ -282,6 +283,12 @@ class RunRenderer:
             style="yellow",
         )
         self._print(_row("intervention", "bold black on yellow", text))
+
+    def _user_message(self, event: Event) -> None:
+        body = Text(head(str(event.get("content", "")), lines=4), style="magenta")
+        if not event.get("delivered", True):
+            body.append("\nnot delivered: it came after the run's last model call", style="dim")
+        self._print(_row("you said", "bold magenta", body))
 
     def _terminal(self, event: Event) -> None:
         self.status.ended_at = _epoch(event.get("ts")) or self.status.clock()

@@ -1,4 +1,5 @@
-"""`finishline runs`, `show`, `events`, `cancel` and `serve`, and the API key they send."""
+"""`finishline runs`, `show`, `events`, `say`, `cancel`, `serve` and `run --continue`, and
+the API key they send."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.cli.kit import (
     console,
     finish,
     hanging,
+    script,
     start_run,
     text_of,
 )
@@ -202,3 +204,55 @@ def test_serve_runs_uvicorn_with_the_app_factory(
             {"factory": True, "host": "0.0.0.0", "port": 9001, "timeout_graceful_shutdown": 8},
         )
     ]
+
+
+async def test_say_sends_a_live_run_a_message_that_its_events_then_show(tmp_path: Path) -> None:
+    async with served_app(cli_settings()) as (server, _):
+        run_id = await start_run(server, tmp_path, *hanging())
+        said = await cli(server, "say", run_id, "use SI units")
+        as_json = await cli(server, "say", run_id, "and be brief", "--json")
+        await cli(server, "cancel", run_id)
+        lines = await cli(server, "events", run_id)
+        ended = await cli(server, "say", run_id, "too late")
+
+    assert said.code == ExitCode.OK
+    assert said.out.strip() in (f"sent to {run_id} (running)", f"sent to {run_id} (queued)")
+    assert json.loads(as_json.out)["id"] == run_id
+    messages = [line for line in lines.out.splitlines() if "user.message" in line]
+    assert len(messages) == 2
+    assert "use SI units" in messages[0]
+    assert ended.code != ExitCode.OK
+    assert "start a follow-up" in ended.err
+
+
+async def test_run_continue_starts_a_follow_up_of_an_ended_run(tmp_path: Path) -> None:
+    async with served_app(cli_settings()) as (server, client):
+        first = await start_run(server, tmp_path, finish("one"))
+        await _ended(client, first)
+        followed = await cli(
+            server,
+            "run",
+            "and then?",
+            "--continue",
+            first,
+            "--script",
+            script(tmp_path, finish("two")),
+        )
+        created = await cli(
+            server,
+            "run",
+            "and after?",
+            "--continue",
+            first,
+            "--no-follow",
+            "--json",
+            "--script",
+            script(tmp_path, finish("three")),
+        )
+        follow_up = json.loads(created.out)
+        ended = await _ended(client, follow_up["id"])
+
+    assert followed.code == ExitCode.OK
+    assert "two" in followed.out
+    assert follow_up["previous_run_id"] == first
+    assert ended["result"]["answer"] == "three"
