@@ -14,7 +14,13 @@ const runSection = $("#run-view");
 const banner = $("#banner");
 
 const runs = new RunList($("#runs"));
-const view = new RunView(runSection, { onEnded: () => runs.refresh() });
+const view = new RunView(runSection, {
+  onEnded: () => runs.refresh(),
+  onCreated(run) {
+    location.hash = `#/runs/${encodeURIComponent(run.id)}`;
+    runs.refresh();
+  },
+});
 const form = new RunForm($("#run-form"), {
   onCreated(run) {
     location.hash = `#/runs/${encodeURIComponent(run.id)}`;

@@ -1,5 +1,6 @@
 // One run, live: its header and Cancel button, step and time meters, usage counters, the
-// answer once it ends, and the timeline fed by RunStream.
+// answer once it ends, and the timeline fed by RunStream. A live run takes messages (Send);
+// an ended one can be continued with a follow-up run (Continue).
 
 import { ApiError, get, post, runPath } from "./api.js";
 import { clear, count, el, seconds } from "./dom.js";
@@ -26,9 +27,10 @@ const CONNECTION = {
 
 export class RunView {
   /** `section` is emptied and filled; onEnded(run id) fires once the run has ended. */
-  constructor(section, { onEnded }) {
+  constructor(section, { onEnded, onCreated }) {
     this.section = section;
     this.onEnded = onEnded;
+    this.onCreated = onCreated; // a follow-up run was started from here
     this.id = null;
     this.stream = null;
     this.timer = null;
@@ -93,6 +95,7 @@ export class RunView {
     }, "Cancel run");
     this.task = el("p", { class: "task", id: "run-task" });
     this.model = el("span", { class: "meta", id: "run-model" });
+    this.previous = el("p", { class: "meta", id: "run-previous", hidden: true });
     this.alert = el("p", { class: "error", role: "alert", id: "run-error" });
     this.stepsMeter = el("progress", { id: "steps-meter", max: 1, value: 0 });
     this.stepsText = el("span", { class: "meter-text", id: "steps-text" });
@@ -108,12 +111,27 @@ export class RunView {
     });
     this.timelineList = el("ol", { class: "timeline", id: "timeline" });
     this.timeline = new Timeline(this.timelineList);
+    this.sendBox = this.#messageBox({
+      id: "send",
+      label: "Message the agent",
+      hint: "Joins the conversation before the agent's next model call.",
+      button: "Send",
+      submit: (text) => this.#send(text),
+    });
+    this.continueBox = this.#messageBox({
+      id: "continue",
+      label: "Continue the conversation",
+      hint: "Starts a follow-up run from this run's conversation, with the same model and tools.",
+      button: "Continue",
+      submit: (text) => this.#continue(text),
+    });
 
     s.append(
       el("div", { class: "run-head" },
         el("h1", { id: "run-title", tabindex: "-1" }, "Run ", el("code", { text: this.id })),
         this.cancelButton),
       el("p", { class: "run-state" }, this.statusBadge, " ", this.reason, " ", this.connection),
+      this.previous,
       this.task,
       el("p", {}, this.model),
       this.alert,
@@ -124,6 +142,8 @@ export class RunView {
           this.timeMeter, this.timeText)),
       this.usageList,
       this.answer,
+      this.continueBox.form,
+      this.sendBox.form,
       el("h2", { text: "Timeline" }),
       this.timelineList,
     );
@@ -133,9 +153,15 @@ export class RunView {
   // -- state from the run and from events -----------------------------------------------
 
   #fromRun(run) {
+    this.run = run;
     this.task.textContent = run.task;
     const tools = run.tools.length ? ` · tools ${run.tools.join(", ")}` : "";
     this.model.textContent = `model ${run.model}${tools}`;
+    if (run.previous_run_id) {
+      const href = `#/runs/${encodeURIComponent(run.previous_run_id)}`;
+      this.previous.append("Follow-up of ", el("a", { href }, el("code", { text: run.previous_run_id })));
+      this.previous.hidden = false;
+    }
     this.maxSteps = run.settings.max_steps;
     this.maxTime = run.settings.max_time_s;
     this.startedAt = run.started_at ? Date.parse(run.started_at) : null;
@@ -198,7 +224,67 @@ export class RunView {
     this.status = status;
     this.statusBadge.textContent = status;
     this.statusBadge.className = `badge status-${status}`;
-    this.cancelButton.disabled = !["queued", "running"].includes(status);
+    const live = ["queued", "running"].includes(status);
+    this.cancelButton.disabled = !live;
+    this.sendBox.form.hidden = !live;
+    this.continueBox.form.hidden = !ENDED.has(status);
+  }
+
+  /** A labelled textarea and a button; Enter submits, Shift+Enter adds a line. */
+  #messageBox({ id, label, hint, button, submit }) {
+    const text = el("textarea", { id: `${id}-text`, rows: 2, "aria-describedby": `${id}-hint` });
+    const error = el("p", { class: "error", role: "alert", id: `${id}-error` });
+    const go = el("button", { type: "submit", id: `${id}-button` }, button);
+    const form = el("form", { class: "message-box", id: `${id}-form`, hidden: true },
+      el("label", { for: `${id}-text` }, label),
+      text,
+      el("small", { class: "hint", id: `${id}-hint` }, hint),
+      el("div", { class: "actions" }, go, error));
+    const send = async () => {
+      const content = text.value.trim();
+      if (!content) {
+        error.textContent = "Write something first.";
+        return;
+      }
+      go.disabled = true;
+      error.textContent = "";
+      try {
+        await submit(content);
+        text.value = "";
+      } catch (problem) {
+        error.textContent = problem.message;
+      } finally {
+        go.disabled = false;
+      }
+    };
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      send();
+    });
+    text.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        send();
+      }
+    });
+    return { form, error };
+  }
+
+  async #send(content) {
+    try {
+      await post(runPath(this.id, "/messages"), { content });
+    } catch (error) {
+      if (error.status === 409) throw new Error("The run has ended: continue it instead.");
+      throw error;
+    }
+  }
+
+  async #continue(task) {
+    const run = this.run;
+    // request-declared HTTP tools are not carried over: their header values come back masked
+    const body = { task, previous_run_id: this.id, model: run.model, tools: run.tools };
+    const created = await post("runs", body);
+    this.onCreated?.(created);
   }
 
   #onConnection(state, error) {

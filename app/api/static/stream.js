@@ -17,6 +17,7 @@ export const EVENT_TYPES = [
   "action",
   "observation",
   "intervention",
+  "user.message",
   "run.completed",
   "run.incomplete",
   "run.failed",

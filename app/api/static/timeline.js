@@ -164,6 +164,17 @@ const RENDERERS = {
     }
   },
 
+  "user.message"(event) {
+    const node = this.entry(
+      event,
+      `user-message${event.delivered === false ? " undelivered" : ""}`,
+      "You said",
+      el("p", { class: "text", text: event.content }),
+      event.delivered === false ? meta("not delivered: it came after the last model call") : null,
+    );
+    node.dataset.delivered = String(event.delivered !== false);
+  },
+
   intervention(event) {
     const kind = INTERVENTIONS[event.kind] ?? { label: event.kind, tone: "info" };
     const node = this.entry(
