@@ -116,3 +116,28 @@ async def test_a_follow_up_run_sends_its_system_prompt_then_history_then_the_new
         {"role": "user", "content": "now double it"},
     ]
     assert ending(steps).reason == StopReason.ANSWERED
+
+
+async def test_context_trimming_reaches_into_the_inherited_history() -> None:
+    big = "x" * 4000
+    messages = [
+        TASK,
+        assistant_calls(("a", "echo")),
+        tool("a", big),
+        {"role": "assistant", "content": "done"},
+    ]
+    model = ScriptedModel([says("ok")])
+
+    steps = await collect(
+        run_react(
+            task="next",
+            model=model,
+            previous=PreviousRun(messages, "done", "finished"),
+            limits=Limits(stop_tool=False, max_context_tokens=300),
+        )
+    )
+
+    sent = model.calls[0].messages
+    inherited = next(m for m in sent if m["role"] == "tool")
+    assert inherited["content"] == EN.context_trim_stub.format(tool="echo", chars=len(big))
+    assert ending(steps).reason == StopReason.ANSWERED
