@@ -177,10 +177,6 @@ class Settings(BaseSettings):
                 )
         return self
 
-    @property
-    def uses_demo_model(self) -> bool:
-        return self.llm_base_url is None and self.llm_api_key is None
-
 
 @lru_cache
 def get_settings() -> Settings:

@@ -18,8 +18,8 @@ from app.runs.errors import InvalidRunError
 from app.runs.records import RunRecord
 from app.runs.spec import RunRequest, RunSettingsIn
 from app.settings import CAPS, Settings
-from app.tools.guard import check_url_allowed
 from app.tools.http import HttpTool
+from app.tools.netguard import check_url_allowed
 from app.tools.registry import ToolRegistry, UnknownToolError
 
 

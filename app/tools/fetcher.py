@@ -30,7 +30,7 @@ import anyio
 import httpx
 
 from app.tools.base import ToolError
-from app.tools.guard import BlockedHostError, NetworkGuard
+from app.tools.netguard import BlockedHostError, NetworkGuard
 from app.tools.transport import guarded_client
 
 _BINARY_MEDIA = (
