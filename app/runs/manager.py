@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import structlog
 
@@ -28,8 +28,8 @@ from app.runs.errors import (
     RunNotFoundError,
     ShuttingDownError,
 )
-from app.runs.factory import RunFactory
 from app.runs.metrics import RunMetrics
+from app.runs.ports import RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ACTIVE_STATUSES,
@@ -68,7 +68,7 @@ class RunManager:
         self,
         *,
         store: RunStore,
-        factory: RunFactory,
+        assembler: RunAssembler,
         metrics: RunMetrics,
         webhooks: WebhookSender,
         max_concurrent_runs: int,
@@ -76,7 +76,7 @@ class RunManager:
         max_event_content_chars: int,
     ) -> None:
         self.store = store
-        self.factory = factory
+        self.assembler = assembler
         self.metrics = metrics
         self.webhooks = webhooks
         self.max_concurrent_runs = max_concurrent_runs
@@ -166,7 +166,7 @@ class RunManager:
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
                 return self._replay(existing, digest), False
-        resolved = self.factory.validate(request)
+        checked = self.assembler.check(request)
         if (
             len(self._running) >= self.max_concurrent_runs
             and len(self._queue) >= self.max_queued_runs
@@ -180,8 +180,8 @@ class RunManager:
             id=new_run_id(),
             owner=owner,
             request=request.model_dump(mode="json", exclude_none=True),
-            model=resolved.model,
-            settings=resolved.settings,
+            model=checked.model,
+            settings=asdict(checked.limits),
             webhook=WebhookState(url=request.webhook) if request.webhook else None,
             idempotency_key=idempotency_key,
             request_hash=digest,
@@ -202,7 +202,7 @@ class RunManager:
             {
                 "task": request.task,
                 "model": record.model,
-                "tools": resolved.tool_names,
+                "tools": checked.tool_names,
                 "settings": record.settings,
             },
         )
@@ -315,21 +315,21 @@ class RunManager:
             await self.store.save(record)
             await self.store.append(record.id, "run.started", 0, {})
             log.info("run_started")
-            prepared = self.factory.prepare(record)
+            inputs = self.assembler.inputs(record)
             try:
                 async for step in run_react(
                     task=record.request["task"],
                     system_prompt=record.request.get("system_prompt"),
-                    model=prepared.model,
-                    tools=prepared.tools,
-                    limits=prepared.limits,
-                    prompts=prepared.prompts,
+                    model=inputs.model,
+                    tools=inputs.tools,
+                    limits=inputs.limits,
+                    prompts=inputs.prompts,
                     run_id=record.id,
                     cancel=active.cancel,
                 ):
                     await self.recorder.record(record, step)
             finally:
-                await prepared.aclose()
+                await inputs.aclose()
         except asyncio.CancelledError:
             if not record.status.terminal:
                 await asyncio.shield(self.recorder.end(record, StopReason.CANCELLED))

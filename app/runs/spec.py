@@ -1,7 +1,7 @@
 """What a client may ask of a run: validated shapes, documented for the OpenAPI schema.
 
 Bounds that depend on the server (caps, allow-lists, registered tools) are checked by
-`app.runs.factory`, which names the offending field.
+`app.assembly`, which names the offending field.
 """
 
 from __future__ import annotations

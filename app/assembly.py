@@ -1,23 +1,29 @@
-"""From a request to what the engine needs: server-dependent checks at creation (caps,
-allow-lists, tool and model names), then the model, tools, limits and prompts at start."""
+"""The composition root of a run: from a request to what the engine needs.
+
+`RunAssembly` is the runs layer's `RunAssembler`: server-dependent checks at creation (caps,
+allow-lists, tool and model names), then the model, tools, limits and prompts at start.
+`FetcherPoster` is its `JsonPoster`, for webhooks. Both sit beside `app.main`, so the runs
+layer depends on neither settings, tools nor models."""
 
 from __future__ import annotations
 
 import json
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
-from app.engine.ports import ChatModel, Tool
+from app.engine.ports import Tool
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
 from app.llm.models import ModelFactory, ModelUnavailableError
 from app.runs.errors import InvalidRunError
+from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
 from app.runs.spec import RunRequest, RunSettingsIn
 from app.settings import CAPS, Settings
+from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
 from app.tools.netguard import check_url_allowed
 from app.tools.registry import ToolRegistry, UnknownToolError
@@ -35,27 +41,7 @@ def load_prompts(path: Path | None) -> dict[PromptLanguage, Prompts]:
     return {lang: BUILTIN[lang].merged(overrides.get(lang, {})) for lang in BUILTIN}
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    model: str
-    settings: dict[str, Any]
-    tool_names: list[str]
-
-
-@dataclass(slots=True)
-class Prepared:
-    model: ChatModel
-    tools: list[Tool]
-    limits: Limits
-    prompts: Prompts
-    _closers: list[Any] = field(default_factory=list)
-
-    async def aclose(self) -> None:
-        for closer in self._closers:
-            await closer()
-
-
-class RunFactory:
+class RunAssembly:
     def __init__(
         self,
         *,
@@ -71,7 +57,7 @@ class RunFactory:
 
     # -- at creation ------------------------------------------------------------------------
 
-    def validate(self, request: RunRequest) -> Resolved:
+    def check(self, request: RunRequest) -> CheckedRequest:
         server = self.settings
         if len(request.task) > server.max_task_chars:
             raise InvalidRunError(
@@ -129,7 +115,7 @@ class RunFactory:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
         names = [*request.tools, *(t.name for t in request.http_tools)]
-        return Resolved(model=model, settings=settings, tool_names=names)
+        return CheckedRequest(model=model, limits=Limits(**settings), tool_names=names)
 
     def resolve_settings(self, requested: RunSettingsIn) -> dict[str, Any]:
         """Every per-run setting: the request's value, else the server default; none over a cap."""
@@ -159,13 +145,13 @@ class RunFactory:
 
     # -- at start ---------------------------------------------------------------------------
 
-    def prepare(self, record: RunRecord) -> Prepared:
+    def inputs(self, record: RunRecord) -> RunInputs:
         request = RunRequest.model_validate(record.request)
         tools: list[Tool] = list(self.registry.resolve(request.tools))
         tools += [self._http_tool(t.model_dump()) for t in request.http_tools]
         limits = Limits(**record.settings)
         script = [entry.model_dump() for entry in request.model_script or ()]
-        return Prepared(
+        return RunInputs(
             model=self.models.create(record.model, script),
             tools=tools,
             limits=limits,
@@ -177,3 +163,19 @@ class RunFactory:
         if fetcher is None:
             raise ValueError("this server's registry has no HTTP fetcher")
         return HttpTool(fetcher=fetcher, **spec)
+
+
+class FetcherPoster:
+    """POSTs JSON through the registry's guarded fetcher: webhooks pass the same allow-list
+    and address checks as HTTP tools."""
+
+    def __init__(self, fetcher: HttpFetcher) -> None:
+        self.fetcher = fetcher
+
+    async def post_json(self, url: str, body: dict[str, Any], timeout_s: float) -> PostOutcome:
+        try:
+            response = await self.fetcher.fetch("POST", url, json=body, timeout_s=timeout_s)
+        except ToolError as exc:
+            return PostOutcome(None, str(exc))
+        error = None if response.ok else f"answered {response.status_line}"
+        return PostOutcome(response.status_code, error)
