@@ -21,7 +21,7 @@ from app.llm.models import ModelFactory, ModelUnavailableError
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
-from app.runs.spec import RunRequest, RunSettingsIn
+from app.runs.spec import HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import CAPS, Settings
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
@@ -102,7 +102,7 @@ class RunAssembly:
                     f"{where}.parameters", "must be a JSON schema of type 'object'"
                 )
             try:
-                self._http_tool(tool.model_dump())
+                self._http_tool(tool)
             except ValueError as exc:
                 raise InvalidRunError(f"{where}.parameters", str(exc)) from exc
         if request.webhook is not None:
@@ -146,10 +146,10 @@ class RunAssembly:
     # -- at start ---------------------------------------------------------------------------
 
     def inputs(self, record: RunRecord) -> RunInputs:
-        request = RunRequest.model_validate(record.request)
+        request = record.request
         tools: list[Tool] = list(self.registry.resolve(request.tools))
-        tools += [self._http_tool(t.model_dump()) for t in request.http_tools]
-        limits = Limits(**record.settings)
+        tools += [self._http_tool(t) for t in request.http_tools]
+        limits = record.settings
         script = [entry.model_dump() for entry in request.model_script or ()]
         return RunInputs(
             model=self.models.create(record.model, script),
@@ -158,11 +158,21 @@ class RunAssembly:
             prompts=self.prompts[limits.prompt_language],
         )
 
-    def _http_tool(self, spec: dict[str, Any]) -> HttpTool:
+    def _http_tool(self, tool: HttpToolIn) -> HttpTool:
         fetcher = self.registry.http
         if fetcher is None:
             raise ValueError("this server's registry has no HTTP fetcher")
-        return HttpTool(fetcher=fetcher, **spec)
+        return HttpTool(
+            fetcher=fetcher,
+            name=tool.name,
+            description=tool.description,
+            parameters=tool.parameters,
+            url=tool.url,
+            method=tool.method,
+            headers=tool.headers,
+            timeout_s=tool.timeout_s,
+            idempotent=tool.idempotent,
+        )
 
 
 class FetcherPoster:

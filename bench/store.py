@@ -26,7 +26,9 @@ from typing import Any
 
 import httpx
 
+from app.engine.policies import Limits
 from app.runs.records import RunRecord, new_run_id
+from app.runs.spec import RunRequest
 from app.runs.sqlite import SqliteRunStore
 from bench.common import fmt, machine, machine_line, say, summary, table, write_results
 from bench.procs import Server
@@ -48,7 +50,9 @@ REPLAY_EVENTS = 10_000
 
 
 def _record() -> RunRecord:
-    return RunRecord(id=new_run_id(), request={"task": "bench"}, model="scripted", settings={})
+    return RunRecord(
+        id=new_run_id(), request=RunRequest(task="bench"), model="scripted", settings=Limits()
+    )
 
 
 async def appends(path: Path, appenders: int, per_appender: int) -> dict[str, Any]:

@@ -179,9 +179,9 @@ class RunManager:
         record = RunRecord(
             id=new_run_id(),
             owner=owner,
-            request=request.model_dump(mode="json", exclude_none=True),
+            request=request,
             model=checked.model,
-            settings=asdict(checked.limits),
+            settings=checked.limits,
             webhook=WebhookState(url=request.webhook) if request.webhook else None,
             idempotency_key=idempotency_key,
             request_hash=digest,
@@ -203,7 +203,7 @@ class RunManager:
                 "task": request.task,
                 "model": record.model,
                 "tools": checked.tool_names,
-                "settings": record.settings,
+                "settings": asdict(record.settings),
             },
         )
         active = self._active[record.id] = _Active(record)
@@ -318,8 +318,8 @@ class RunManager:
             inputs = self.assembler.inputs(record)
             try:
                 async for step in run_react(
-                    task=record.request["task"],
-                    system_prompt=record.request.get("system_prompt"),
+                    task=record.request.task,
+                    system_prompt=record.request.system_prompt,
                     model=inputs.model,
                     tools=inputs.tools,
                     limits=inputs.limits,

@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer
 
-from app.engine.policies import StopReason
+from app.engine.policies import Limits, StopReason
+from app.runs.spec import RunRequest
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _last_id = 0
@@ -126,7 +127,12 @@ class WebhookState(BaseModel):
 
 
 class RunRecord(BaseModel):
-    """A run as stored. `request` is what the client asked for; `settings` what it resolved to."""
+    """A run as stored. `request` is what the client asked for; `settings` what it resolved to
+    (every per-run setting, the server's default where the request named none).
+
+    Stored as JSON: `request` without its null fields, as sent; `settings` as an object of
+    every setting (see `app.engine.policies.Limits`). A stored setting the engine no longer
+    knows is refused on load; one it added since takes its default."""
 
     id: str
     owner: str | None = None
@@ -134,15 +140,19 @@ class RunRecord(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    request: dict[str, Any]
+    request: RunRequest
     model: str
-    settings: dict[str, Any]
+    settings: Limits
     result: RunResult | None = None
     error: RunErrorInfo | None = None
     usage: Usage = Field(default_factory=Usage)
     webhook: WebhookState | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None
+
+    @field_serializer("request")
+    def _request_as_sent(self, request: RunRequest) -> dict[str, Any]:
+        return request.model_dump(mode="json", exclude_none=True)
 
 
 @dataclass(frozen=True, slots=True)
