@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
 from app.runs.spec import HttpToolIn, RunRequest, RunSettingsIn
-from app.settings import CAPS, Settings
+from app.settings import RUN_SETTINGS, Settings
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
 from app.tools.netguard import check_url_allowed
@@ -72,7 +73,7 @@ class RunAssembly:
                 f"{metadata_bytes} bytes exceeds the server cap of {server.max_metadata_bytes}",
                 cap=server.max_metadata_bytes,
             )
-        settings = self.resolve_settings(request.settings)
+        limits = self.resolve_settings(request.settings)
         try:
             self.registry.resolve(request.tools)
         except UnknownToolError as exc:
@@ -115,19 +116,24 @@ class RunAssembly:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
         names = [*request.tools, *(t.name for t in request.http_tools)]
-        return CheckedRequest(model=model, limits=Limits(**settings), tool_names=names)
+        return CheckedRequest(model=model, limits=limits, tool_names=names)
 
-    def resolve_settings(self, requested: RunSettingsIn) -> dict[str, Any]:
+    def resolve_settings(self, requested: RunSettingsIn) -> Limits:
         """Every per-run setting: the request's value, else the server default; none over a cap."""
         server = self.settings
         explicit = requested.model_fields_set
-        resolved: dict[str, Any] = {}
-        for name in RunSettingsIn.model_fields:
-            value = getattr(requested, name) if name in explicit else getattr(server, name)
-            cap_name = CAPS.get(name)
-            cap = getattr(server, cap_name) if cap_name else None
-            if cap is not None and name in explicit:
-                unbounded = value is None or (name == "max_tool_result_chars" and value == 0)
+        chosen: dict[str, Any] = {}
+        for name, item in RUN_SETTINGS.items():
+            if name not in explicit:
+                continue
+            value = getattr(requested, name)
+            if value is None and not item.nullable:
+                raise InvalidRunError(
+                    f"settings.{name}", "must not be null; omit it for the default"
+                )
+            cap = server.cap(name)
+            if cap is not None:
+                unbounded = value is None or (item.spec.zero_is_unbounded and value == 0)
                 if unbounded or value > cap:
                     shown = (
                         "null (unbounded)"
@@ -140,8 +146,8 @@ class RunAssembly:
                         cap=cap,
                         value=value,
                     )
-            resolved[name] = value
-        return resolved
+            chosen[name] = value
+        return replace(server.run_defaults(), **chosen)
 
     # -- at start ---------------------------------------------------------------------------
 

@@ -131,8 +131,8 @@ class RunRecord(BaseModel):
     (every per-run setting, the server's default where the request named none).
 
     Stored as JSON: `request` without its null fields, as sent; `settings` as an object of
-    every setting (see `app.engine.policies.Limits`). A stored setting the engine no longer
-    knows is refused on load; one it added since takes its default."""
+    every setting (see `app.engine.policies.Limits`). On load, a stored setting the engine no
+    longer knows is ignored, and one it added since takes its default."""
 
     id: str
     owner: str | None = None

@@ -74,3 +74,8 @@ def test_the_view_reads_the_typed_record() -> None:
     assert view.metadata == {"who": None, "n": [1, 2]}
     assert view.http_tools[0]["headers"] == {"Authorization": "***"}
     assert "timeout_s" not in view.http_tools[0]
+
+
+def test_a_record_stored_before_a_setting_existed_loads_it_at_its_default() -> None:
+    older = {**STORED, "settings": {"max_steps": 4}}
+    assert RunRecord.model_validate_json(json.dumps(older)).settings == Limits(max_steps=4)
