@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.engine.events import EventType
 from app.runs.spec import RunRequest
 from app.runs.view import RunView
 
@@ -46,9 +47,7 @@ class EventOut(BaseModel):
     model_config = ConfigDict(extra="allow")
     run_id: str = Field(description="The run it belongs to.")
     seq: int = Field(description="1, 2, 3 … with no gaps; the SSE id.")
-    type: str = Field(
-        description="run.queued, run.started, step.started, thought, token, llm.call, llm.retry, action, observation, intervention, run.completed, run.incomplete, run.failed, run.cancelled."
-    )
+    type: str = Field(description=", ".join(EventType) + ".")
     ts: str = Field(description="When it was appended (ISO 8601, UTC).")
     step: int = Field(description="The step it happened in; 0 before the first.")
 

@@ -18,11 +18,11 @@ from urllib.parse import quote
 import httpx
 
 from app.cli.errors import CliError, ConnectionLostError, ServiceError, UnreachableError
+from app.engine.events import TERMINAL_EVENT_TYPES
 
 Event = dict[str, Any]
 """One event in its wire form: run_id, seq, type, ts, step, then the payload."""
 
-TERMINAL_EVENT_TYPES = frozenset({"run.completed", "run.incomplete", "run.failed", "run.cancelled"})
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from app.cli.client import TERMINAL_EVENT_TYPES, Api, Event, Reconnect, follow_events
+from app.cli.client import Api, Event, Reconnect, follow_events
 from app.cli.errors import ServiceError
 from app.cli.exits import ExitCode, exit_code_for, reason_of
 from app.cli.render import Renderer
+from app.engine.events import TERMINAL_EVENT_TYPES
 
 Confirm = Callable[[str], bool]
 """Asks the user a yes/no question; True for yes."""

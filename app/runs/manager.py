@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import structlog
 
+from app.engine.events import EventType
 from app.engine.loop import run_react
 from app.engine.policies import StopReason
 from app.engine.steps import RunError
@@ -197,7 +198,7 @@ class RunManager:
             return self._replay(existing, digest), False
         await self.store.append(
             record.id,
-            "run.queued",
+            EventType.RUN_QUEUED,
             0,
             {
                 "task": request.task,
@@ -313,7 +314,7 @@ class RunManager:
             record.status = RunStatus.RUNNING
             record.started_at = utcnow()
             await self.store.save(record)
-            await self.store.append(record.id, "run.started", 0, {})
+            await self.store.append(record.id, EventType.RUN_STARTED, 0, {})
             log.info("run_started")
             inputs = self.assembler.inputs(record)
             try:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_serializer
 
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.engine.policies import Limits, StopReason
 from app.runs.spec import RunRequest
 
@@ -69,12 +70,11 @@ def status_for(reason: StopReason) -> RunStatus:
 
 
 TERMINAL_EVENTS = {
-    RunStatus.COMPLETED: "run.completed",
-    RunStatus.INCOMPLETE: "run.incomplete",
-    RunStatus.FAILED: "run.failed",
-    RunStatus.CANCELLED: "run.cancelled",
+    RunStatus.COMPLETED: EventType.RUN_COMPLETED,
+    RunStatus.INCOMPLETE: EventType.RUN_INCOMPLETE,
+    RunStatus.FAILED: EventType.RUN_FAILED,
+    RunStatus.CANCELLED: EventType.RUN_CANCELLED,
 }
-TERMINAL_EVENT_TYPES = frozenset(TERMINAL_EVENTS.values())
 
 
 class RunResult(BaseModel):
@@ -161,7 +161,7 @@ class Event:
 
     run_id: str
     seq: int
-    type: str
+    type: EventType
     ts: float
     step: int
     data: dict[str, Any] = field(default_factory=dict)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
+from app.engine.events import EventType
 from app.runs.records import Event, RunRecord, RunStatus
 
 
@@ -60,7 +61,9 @@ class RunStore(Protocol):
     async def delete(self, run_id: str) -> None:
         """Remove a run, its events and its checkpoint."""
 
-    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event: ...
+    async def append(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Event: ...
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 
