@@ -91,11 +91,12 @@ class RunAssembly:
             problem = check_url_allowed(tool.url, server.http_tool_allow_hosts)
             if problem is not None:
                 raise InvalidRunError(f"{where}.url", problem)
-            if tool.timeout_s is not None and tool.timeout_s > server.tool_timeout_limit_s:
+            tool_cap = server.cap("tool_timeout_s")
+            if tool.timeout_s is not None and tool_cap is not None and tool.timeout_s > tool_cap:
                 raise InvalidRunError(
                     f"{where}.timeout_s",
-                    f"{tool.timeout_s:g} exceeds the server cap of {server.tool_timeout_limit_s:g}",
-                    cap=server.tool_timeout_limit_s,
+                    f"{tool.timeout_s:g} exceeds the server cap of {tool_cap:g}",
+                    cap=tool_cap,
                 )
             if tool.parameters.get("type", "object") != "object":
                 # chat APIs take a function's arguments as one JSON object

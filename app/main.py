@@ -143,7 +143,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
-    invalid = {422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}}
+    invalid: dict[int | str, dict[str, Any]] = {
+        422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
+    }
     for module in (runs, events, tools):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):

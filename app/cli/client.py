@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +38,7 @@ class Reconnect:
     pause: Callable[[float], None] = time.sleep  # noqa: TID251 (a backoff, not synchronisation)
 
     def delay(self, failures: int) -> float:
-        return min(self.backoff_s * 2 ** (failures - 1), self.max_backoff_s)
+        return min(self.backoff_s * 2.0 ** (failures - 1), self.max_backoff_s)
 
 
 def _run_path(run_id: str, rest: str = "") -> str:
@@ -115,7 +115,7 @@ class Api:
             headers={"Accept": "application/json"},
         )
 
-    def stream_events(self, run_id: str, *, after: int = 0) -> Iterator[Event]:
+    def stream_events(self, run_id: str, *, after: int = 0) -> Generator[Event, None, None]:
         """One SSE connection: the run's events after seq `after`, as they arrive, until the
         server closes the stream. Raises ServiceError, UnreachableError or ConnectionLostError."""
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
@@ -199,7 +199,7 @@ def parse_sse(lines: Iterable[str]) -> Iterator[Event]:
 
 def follow_events(
     api: Api, run_id: str, *, after: int = 0, reconnect: Reconnect | None = None
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """The run's events after seq `after`, through its terminal event, across reconnects:
     a dropped or early-closed stream is reopened with Last-Event-ID = the last seq yielded,
     and no seq is yielded twice. Gives up with the error of the last attempt after

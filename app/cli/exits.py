@@ -38,7 +38,7 @@ REASON_EXIT_CODES: dict[StopReason, ExitCode] = {
 }
 
 # the terminal event's type decides when its payload names no reason
-_TERMINAL_REASONS = {
+_TERMINAL_REASONS: dict[str, StopReason] = {
     EventType.RUN_CANCELLED: StopReason.CANCELLED,
     EventType.RUN_FAILED: StopReason.ERROR,
 }

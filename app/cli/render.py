@@ -100,7 +100,7 @@ def ending_rows(
 
 # -- a run as it happens ----------------------------------------------------------------------
 
-_TERMINAL_STATUS = {
+_TERMINAL_STATUS: dict[str, str] = {
     EventType.RUN_COMPLETED: "completed",
     EventType.RUN_INCOMPLETE: "incomplete",
     EventType.RUN_FAILED: "failed",

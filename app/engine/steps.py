@@ -62,6 +62,7 @@ class _Event:
     def payload(self) -> dict[str, Any]:
         names = _PAYLOAD_FIELDS.get(type(self))
         if names is None:
+            # every subclass is a dataclass; the mixin itself cannot say so to the checker
             names = tuple(f.name for f in fields(self) if f.name != "step")  # type: ignore[arg-type]
             _PAYLOAD_FIELDS[type(self)] = names
         return {name: getattr(self, name) for name in names}
