@@ -27,8 +27,11 @@ class RunCreate(RunRequest):
     )
 
     def run_request(self) -> RunRequest:
-        return RunRequest.model_validate(
-            self.model_dump(exclude={"stream", "on_disconnect"}, exclude_unset=True)
+        """The run itself, without how to answer: the validated values, not validated again."""
+        run_fields = RunRequest.model_fields
+        return RunRequest.model_construct(
+            self.model_fields_set & run_fields.keys(),
+            **{name: getattr(self, name) for name in run_fields},
         )
 
 
