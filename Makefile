@@ -36,10 +36,11 @@ chromium:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
-## test: lint, format check, then the whole test suite (browser tests included)
+## test: lint, format check, type check (mypy --strict on app/), then the whole test suite
 test: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 ## bench: engine, event log and service benchmarks into bench/results/ (QUICK=1: a faster pass)
@@ -53,6 +54,7 @@ image:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -18,12 +18,12 @@ from app import __version__
 from app.api.auth import StreamTokens
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.routes import events, health, runs, tools, ui
+from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
-from app.runs.factory import RunFactory, load_prompts
+from app.runs.backends import open_store
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
-from app.runs.store import open_store
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.registry import builtin_registry
@@ -87,13 +87,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics = RunMetrics()
         manager = RunManager(
             store=store,
-            factory=RunFactory(
+            assembler=RunAssembly(
                 settings=settings, registry=registry, models=models, prompts=prompts
             ),
             metrics=metrics,
             webhooks=WebhookSender(
                 store=store,
-                fetcher=registry.http,
+                poster=FetcherPoster(registry.http) if registry.http is not None else None,
                 attempts=settings.webhook_attempts,
                 backoff_s=settings.webhook_backoff_s,
                 timeout_s=settings.webhook_timeout_s,
@@ -145,7 +145,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
-    invalid = {422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}}
+    invalid: dict[int | str, dict[str, Any]] = {
+        422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
+    }
     for module in (runs, events, tools):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):

@@ -1,38 +1,35 @@
 """Server settings: environment variables prefixed FINISHLINE_ (and a .env file).
 
 They set the defaults of every per-run setting and the caps that bound what a request may
-ask for (`<setting>_limit`). A request over a cap is refused, never clamped.
+ask for (`<setting>_limit`). A request over a cap is refused, never clamped. The per-run ones
+are derived from the engine's `Limits`, where each is declared once (docs/settings.md).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.engine.policies import Limits
+from app.engine.setting import Declared, declared
 
 CommaList = Annotated[list[str], NoDecode]
 
-# per-run setting -> the server setting that caps it
+RUN_SETTINGS = declared(Limits)
+"""Every per-run setting, as the engine declares it (`app.engine.policies.Limits`)."""
 CAPS: dict[str, str] = {
-    "max_steps": "max_steps_limit",
-    "max_time_s": "max_time_limit_s",
-    "tool_timeout_s": "tool_timeout_limit_s",
-    "llm_timeout_s": "llm_timeout_limit_s",
-    "final_answer_timeout_s": "final_answer_timeout_limit_s",
-    "max_nudges": "max_nudges_limit",
-    "llm_retries": "llm_retries_limit",
-    "llm_retry_delay_s": "llm_retry_delay_limit_s",
-    "repetition_threshold": "repetition_threshold_limit",
-    "max_tool_result_chars": "max_tool_result_chars_limit",
-    "max_total_tokens": "max_total_tokens_limit",
-    "max_context_tokens": "max_context_tokens_limit",
+    name: item.spec.cap_name(name) for name, item in RUN_SETTINGS.items() if item.spec.capped
 }
+"""Per-run setting -> the server setting that caps it."""
 
 
-class Settings(BaseSettings):
+class ServerSettings(BaseSettings):
+    """The server's own settings; `Settings` adds a default and a cap per per-run setting."""
+
     model_config = SettingsConfigDict(
         env_prefix="FINISHLINE_", env_file=".env", extra="ignore", populate_by_name=True
     )
@@ -123,37 +120,6 @@ class Settings(BaseSettings):
     )
     http_tool_timeout_s: float = Field(20.0, gt=0, description="Default timeout of HTTP tools.")
 
-    # -- per-run defaults (DESIGN §2) and their caps ---------------------------------------
-    max_steps: int = Field(10, ge=1)
-    max_steps_limit: int = Field(100, ge=1)
-    max_time_s: float = Field(60.0, gt=0)
-    max_time_limit_s: float = Field(3600.0, gt=0)
-    tool_timeout_s: float = Field(30.0, gt=0)
-    tool_timeout_limit_s: float = Field(600.0, gt=0)
-    llm_timeout_s: float = Field(60.0, gt=0)
-    llm_timeout_limit_s: float = Field(600.0, gt=0)
-    final_answer_timeout_s: float = Field(15.0, gt=0)
-    final_answer_timeout_limit_s: float = Field(120.0, gt=0)
-    stop_tool: bool = True
-    max_nudges: int = Field(3, ge=0)
-    max_nudges_limit: int = Field(20, ge=0)
-    llm_retries: int = Field(3, ge=0)
-    llm_retries_limit: int = Field(10, ge=0)
-    llm_retry_delay_s: float = Field(10.0, ge=0)
-    llm_retry_delay_limit_s: float = Field(120.0, ge=0)
-    repetition_threshold: int = Field(2, ge=0)
-    repetition_threshold_limit: int = Field(100, ge=0)
-    max_tool_result_chars: int = Field(2000, ge=0)
-    max_tool_result_chars_limit: int = Field(100_000, ge=0)
-    progress: bool = False
-    max_total_tokens: int | None = Field(None, ge=1)
-    max_total_tokens_limit: int | None = Field(None, ge=1)
-    max_context_tokens: int | None = Field(None, ge=1)
-    max_context_tokens_limit: int | None = Field(None, ge=1)
-    final_answer_on_limit: bool = True
-    stream_tokens: bool = False
-    prompt_language: Literal["en", "zh"] = "en"
-
     @field_validator("api_keys", "http_tool_allow_hosts", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
@@ -161,8 +127,16 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    def run_defaults(self) -> Limits:
+        """Every per-run setting at this server's default."""
+        return Limits(**{name: getattr(self, name) for name in RUN_SETTINGS})
+
+    def cap(self, name: str) -> Any:
+        """The server's cap on per-run setting `name`; None when it has none."""
+        return getattr(self, CAPS[name]) if name in CAPS else None
+
     @model_validator(mode="after")
-    def _defaults_within_caps(self) -> Settings:
+    def _defaults_within_caps(self) -> Self:
         for setting, cap in CAPS.items():
             default, limit = getattr(self, setting), getattr(self, cap)
             if limit is None:
@@ -171,10 +145,9 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"FINISHLINE_{setting.upper()} must be set when FINISHLINE_{cap.upper()} is"
                 )
-            if setting == "max_tool_result_chars" and default == 0 and limit > 0:
+            if RUN_SETTINGS[setting].spec.zero_is_unbounded and default == 0 and limit > 0:
                 raise ValueError(
-                    "FINISHLINE_MAX_TOOL_RESULT_CHARS=0 (no truncation) exceeds "
-                    "FINISHLINE_MAX_TOOL_RESULT_CHARS_LIMIT"
+                    f"FINISHLINE_{setting.upper()}=0 (unbounded) exceeds FINISHLINE_{cap.upper()}"
                 )
             if default > limit:
                 raise ValueError(
@@ -183,9 +156,40 @@ class Settings(BaseSettings):
                 )
         return self
 
-    @property
-    def uses_demo_model(self) -> bool:
-        return self.llm_base_url is None and self.llm_api_key is None
+
+def _default_field(item: Declared) -> tuple[Any, Any]:
+    spec = item.spec
+    return item.type, Field(item.default, ge=spec.ge, gt=spec.gt, description=item.description)
+
+
+def _cap_field(item: Declared) -> tuple[Any, Any]:
+    spec = item.spec
+    kind = item.type if spec.cap is not None else item.type | None
+    about = f"Cap on a request's {item.name}; a request over it gets 422."
+    return kind, Field(spec.cap, ge=spec.ge, gt=spec.gt, description=about)
+
+
+def _run_setting_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name, item in RUN_SETTINGS.items():
+        fields[name] = _default_field(item)
+        if item.spec.capped:
+            fields[item.spec.cap_name(name)] = _cap_field(item)
+    return fields
+
+
+if TYPE_CHECKING:
+    Settings = ServerSettings
+else:
+    Settings = create_model(
+        "Settings",
+        __base__=ServerSettings,
+        __doc__=ServerSettings.__doc__,
+        __module__=__name__,
+        **_run_setting_fields(),
+    )
+"""The server settings: `ServerSettings`, plus `FINISHLINE_<SETTING>` (the default) and
+`FINISHLINE_<SETTING>_LIMIT[_S]` (the cap) for each per-run setting, derived from `Limits`."""
 
 
 @lru_cache

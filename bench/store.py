@@ -26,7 +26,10 @@ from typing import Any
 
 import httpx
 
+from app.engine.events import EventType
+from app.engine.policies import Limits
 from app.runs.records import RunRecord, new_run_id
+from app.runs.spec import RunRequest
 from app.runs.sqlite import SqliteRunStore
 from bench.common import fmt, machine, machine_line, say, summary, table, write_results
 from bench.procs import Server
@@ -48,7 +51,9 @@ REPLAY_EVENTS = 10_000
 
 
 def _record() -> RunRecord:
-    return RunRecord(id=new_run_id(), request={"task": "bench"}, model="scripted", settings={})
+    return RunRecord(
+        id=new_run_id(), request=RunRequest(task="bench"), model="scripted", settings=Limits()
+    )
 
 
 async def appends(path: Path, appenders: int, per_appender: int) -> dict[str, Any]:
@@ -62,7 +67,7 @@ async def appends(path: Path, appenders: int, per_appender: int) -> dict[str, An
 
         async def appender(run_id: str) -> None:
             for _ in range(per_appender):
-                await store.append(run_id, "observation", 1, PAYLOAD)
+                await store.append(run_id, EventType.OBSERVATION, 1, PAYLOAD)
 
         started = time.perf_counter()
         await asyncio.gather(*(appender(r.id) for r in records))
@@ -90,11 +95,11 @@ async def fill(path: Path) -> str:
 
         async def chunk(start: int, count: int) -> None:
             for _ in range(count):
-                await store.append(record.id, "observation", 1, PAYLOAD)
+                await store.append(record.id, EventType.OBSERVATION, 1, PAYLOAD)
 
         # appends of one run are queued in call order: one appender keeps seqs in order
         await chunk(0, REPLAY_EVENTS - 1)
-        await store.append(record.id, "run.completed", 1, {"usage": {}, "result": {}})
+        await store.append(record.id, EventType.RUN_COMPLETED, 1, {"usage": {}, "result": {}})
         return record.id
     finally:
         await store.close()

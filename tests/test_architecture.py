@@ -1,4 +1,6 @@
-"""The layers stay apart: the engine knows nothing of HTTP or storage, runs nothing of HTTP."""
+"""The layers stay apart: the engine knows nothing of HTTP or storage, runs nothing of HTTP,
+settings, tools or models (only the engine and itself), and no module imports itself back
+(imports under TYPE_CHECKING and inside functions count)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,13 @@ FORBIDDEN = {
 }
 
 
+ONLY = {
+    # the runs layer depends on the engine and on nothing else of the app; what it needs from
+    # settings, tools and models comes through `app.runs.ports`, implemented by app.assembly
+    "runs": ("app.engine", "app.runs"),
+}
+
+
 def imported_modules(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
@@ -55,6 +64,100 @@ def violations(layer: str) -> list[str]:
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_layer_imports_nothing_it_must_not(layer: str) -> None:
     assert violations(layer) == []
+
+
+@pytest.mark.parametrize("layer", sorted(ONLY))
+def test_layer_imports_only_what_it_may_of_the_app(layer: str) -> None:
+    allowed = ONLY[layer]
+    found = [
+        f"{path.relative_to(APP.parent)} imports {module}"
+        for path in sorted((APP / layer).rglob("*.py"))
+        for module in imported_modules(path)
+        if (module == "app" or module.startswith("app."))
+        and not any(module == a or module.startswith(a + ".") for a in allowed)
+    ]
+    assert found == []
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the app it imports (`from a import b` counts a.b if b is one)."""
+    modules = {module_name(p, root): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                candidates = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                candidates = [a.name for a in node.names]
+            else:
+                continue
+            targets.update(c for c in candidates if c in modules and c != name)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph(APP)) == []
+
+
+def test_the_cycle_check_catches_a_cycle_under_type_checking(tmp_path: Path) -> None:
+    package = tmp_path / "app"
+    package.mkdir()
+    (package / "a.py").write_text("from app.b import B\n", encoding="utf-8")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app import a\n",
+        encoding="utf-8",
+    )
+    (package / "c.py").write_text("import app.a\n", encoding="utf-8")
+    assert cycles(import_graph(package)) == [["app.a", "app.b"]]
 
 
 def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:

@@ -18,23 +18,28 @@ from app.tools.registry import ToolRegistry
 
 
 async def get_manager(request: Request) -> RunManager:
-    return request.state.manager
+    manager: RunManager = request.state.manager  # set by the app's lifespan
+    return manager
 
 
 async def get_settings(request: Request) -> Settings:
-    return request.state.settings
+    settings: Settings = request.state.settings  # set by the app's lifespan
+    return settings
 
 
 async def get_registry(request: Request) -> ToolRegistry:
-    return request.state.registry
+    registry: ToolRegistry = request.state.registry  # set by the app's lifespan
+    return registry
 
 
 async def get_metrics(request: Request) -> RunMetrics:
-    return request.state.metrics
+    metrics: RunMetrics = request.state.metrics  # set by the app's lifespan
+    return metrics
 
 
 async def get_tokens(request: Request) -> StreamTokens:
-    return request.state.tokens
+    tokens: StreamTokens = request.state.tokens  # set by the app's lifespan
+    return tokens
 
 
 ManagerDep = Annotated[RunManager, Depends(get_manager)]

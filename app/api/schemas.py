@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.engine.events import EventType
 from app.runs.spec import RunRequest
 from app.runs.view import RunView
 
@@ -26,8 +27,11 @@ class RunCreate(RunRequest):
     )
 
     def run_request(self) -> RunRequest:
-        return RunRequest.model_validate(
-            self.model_dump(exclude={"stream", "on_disconnect"}, exclude_unset=True)
+        """The run itself, without how to answer: the validated values, not validated again."""
+        run_fields = RunRequest.model_fields
+        return RunRequest.model_construct(
+            self.model_fields_set & run_fields.keys(),
+            **{name: getattr(self, name) for name in run_fields},
         )
 
 
@@ -58,9 +62,7 @@ class EventOut(BaseModel):
     model_config = ConfigDict(extra="allow")
     run_id: str = Field(description="The run it belongs to.")
     seq: int = Field(description="1, 2, 3 … with no gaps; the SSE id.")
-    type: str = Field(
-        description="run.queued, run.started, step.started, thought, token, llm.call, llm.retry, action, observation, intervention, user.message, run.completed, run.incomplete, run.failed, run.cancelled."
-    )
+    type: str = Field(description=", ".join(EventType) + ".")
     ts: str = Field(description="When it was appended (ISO 8601, UTC).")
     step: int = Field(description="The step it happened in; 0 before the first.")
 

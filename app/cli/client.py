@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -17,12 +17,12 @@ from urllib.parse import quote
 
 import httpx
 
-from app.cli.errors import ApiError, CliError, ConnectionLostError, UnreachableError
+from app.cli.errors import CliError, ConnectionLostError, ServiceError, UnreachableError
+from app.engine.events import TERMINAL_EVENT_TYPES
 
 Event = dict[str, Any]
 """One event in its wire form: run_id, seq, type, ts, step, then the payload."""
 
-TERMINAL_EVENT_TYPES = frozenset({"run.completed", "run.incomplete", "run.failed", "run.cancelled"})
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -38,20 +38,21 @@ class Reconnect:
     pause: Callable[[float], None] = time.sleep  # noqa: TID251 (a backoff, not synchronisation)
 
     def delay(self, failures: int) -> float:
-        return min(self.backoff_s * 2 ** (failures - 1), self.max_backoff_s)
+        return min(self.backoff_s * 2.0 ** (failures - 1), self.max_backoff_s)
 
 
 def _run_path(run_id: str, rest: str = "") -> str:
     return f"/runs/{quote(run_id, safe='')}{rest}"
 
 
-def _api_error(response: httpx.Response) -> ApiError:
+def _refusal(response: httpx.Response) -> ServiceError:
     try:
         error = response.json()["error"]
-        return ApiError(response.status_code, error["type"], error["message"], error.get("details"))
+        details = error.get("details")
+        return ServiceError(response.status_code, error["type"], error["message"], details)
     except (ValueError, KeyError, TypeError):
         text = response.text.strip()[:300] or response.reason_phrase
-        return ApiError(response.status_code, "http_error", text)
+        return ServiceError(response.status_code, "http_error", text)
 
 
 class Api:
@@ -117,9 +118,9 @@ class Api:
             headers={"Accept": "application/json"},
         )
 
-    def stream_events(self, run_id: str, *, after: int = 0) -> Iterator[Event]:
+    def stream_events(self, run_id: str, *, after: int = 0) -> Generator[Event, None, None]:
         """One SSE connection: the run's events after seq `after`, as they arrive, until the
-        server closes the stream. Raises ApiError, UnreachableError or ConnectionLostError."""
+        server closes the stream. Raises ServiceError, UnreachableError or ConnectionLostError."""
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
         if after:
             headers["Last-Event-ID"] = str(after)
@@ -131,11 +132,11 @@ class Api:
         ):
             if response.status_code >= 400:
                 response.read()
-                raise _api_error(response)
+                raise _refusal(response)
             try:
                 yield from parse_sse(response.iter_lines())
             except ValueError as exc:  # the service sent an event that is not JSON
-                raise ApiError(response.status_code, "bad_event", f"not JSON: {exc}") from None
+                raise ServiceError(response.status_code, "bad_event", f"not JSON: {exc}") from None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -143,15 +144,15 @@ class Api:
         with _translated(self.base_url):
             response = self._client.request(method, path, **kwargs)
         if response.status_code >= 400:
-            raise _api_error(response)
+            raise _refusal(response)
         try:
             body = response.json()
         except ValueError:
-            raise ApiError(
+            raise ServiceError(
                 response.status_code, "bad_response", f"not JSON: {response.text[:200]!r}"
             ) from None
         if not isinstance(body, dict):
-            raise ApiError(response.status_code, "bad_response", "expected a JSON object")
+            raise ServiceError(response.status_code, "bad_response", "expected a JSON object")
         return body
 
 
@@ -201,11 +202,11 @@ def parse_sse(lines: Iterable[str]) -> Iterator[Event]:
 
 def follow_events(
     api: Api, run_id: str, *, after: int = 0, reconnect: Reconnect | None = None
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """The run's events after seq `after`, through its terminal event, across reconnects:
     a dropped or early-closed stream is reopened with Last-Event-ID = the last seq yielded,
     and no seq is yielded twice. Gives up with the error of the last attempt after
-    `reconnect.attempts` failures in a row. Final at once: an ApiError under 500, and failing
+    `reconnect.attempts` failures in a row. Final at once: a ServiceError under 500, and failing
     to connect the first time."""
     policy = reconnect or Reconnect()
     last, failures, connected = after, 0, False
@@ -230,7 +231,7 @@ def follow_events(
             if not connected:  # never reached it: no point in retrying
                 raise
             error = exc
-        except ApiError as exc:
+        except ServiceError as exc:
             if exc.status < 500:
                 raise
             error = exc

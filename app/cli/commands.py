@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from app.cli.client import DEFAULT_URL, Api
-from app.cli.errors import ApiError, CliError, UsageError
+from app.cli.errors import CliError, ServiceError, UsageError
 from app.cli.exits import ExitCode
 from app.cli.follow import Confirm, ask_on, follow_run
 from app.cli.lines import JsonRenderer, LineRenderer, print_raw
@@ -60,7 +60,7 @@ def dispatch(args: argparse.Namespace, context: Context) -> int:
 def report(err: Console, exc: CliError) -> None:
     # the message may hold brackets (`model_script[0]`): Text, never markup
     err.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
-    if isinstance(exc, ApiError) and exc.status == 401:
+    if isinstance(exc, ServiceError) and exc.status == 401:
         err.print("set FINISHLINE_API_KEY to one of the service's keys", highlight=False)
 
 

@@ -2,7 +2,7 @@
 
     CliError                      (exit_code)
     ├── UsageError                the command line asks for something impossible (exit 2)
-    ├── ApiError                  the service answered 4xx/5xx: status, type, message (exit 9)
+    ├── ServiceError              the service answered 4xx/5xx: status, type, message (exit 9)
     └── UnreachableError          no answer at all: cannot connect (exit 10)
         └── ConnectionLostError   the connection broke mid-answer (a stream is reconnected)
 
@@ -29,7 +29,7 @@ class UsageError(CliError):
     exit_code = ExitCode.USAGE
 
 
-class ApiError(CliError):
+class ServiceError(CliError):
     """The service refused the request; `message` is its own words."""
 
     exit_code = ExitCode.API_ERROR

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from app.engine.events import EventType
 from app.engine.policies import StopReason
 
 
@@ -37,7 +38,10 @@ REASON_EXIT_CODES: dict[StopReason, ExitCode] = {
 }
 
 # the terminal event's type decides when its payload names no reason
-_TERMINAL_REASONS = {"run.cancelled": StopReason.CANCELLED, "run.failed": StopReason.ERROR}
+_TERMINAL_REASONS: dict[str, StopReason] = {
+    EventType.RUN_CANCELLED: StopReason.CANCELLED,
+    EventType.RUN_FAILED: StopReason.ERROR,
+}
 
 
 def reason_of(event: dict[str, object]) -> StopReason | None:

@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from app.cli.client import TERMINAL_EVENT_TYPES, Api, Event, Reconnect, follow_events
-from app.cli.errors import ApiError
+from app.cli.client import Api, Event, Reconnect, follow_events
+from app.cli.errors import ServiceError
 from app.cli.exits import ExitCode, exit_code_for, reason_of
 from app.cli.render import Renderer
+from app.engine.events import TERMINAL_EVENT_TYPES
 
 Confirm = Callable[[str], bool]
 """Asks the user a yes/no question; True for yes."""
@@ -88,7 +89,7 @@ def follow_run(
 def _cancel(api: Api, run_id: str, err: Console) -> None:
     try:
         api.cancel_run(run_id)
-    except ApiError as exc:
+    except ServiceError as exc:
         if exc.status != 409:  # 409: it ended meanwhile; following shows how
             raise
     err.print(f"Cancelling {run_id}…", highlight=False)

@@ -8,45 +8,46 @@ import json
 from rich.console import Console
 from rich.text import Text
 
-from app.cli.client import TERMINAL_EVENT_TYPES, Event
+from app.cli.client import Event
 from app.cli.exits import reason_of
 from app.cli.text import compact_arguments, local_time, one_line
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 
 
 def event_summary(event: Event) -> str:
     """The gist of an event on one line."""
     kind = event.get("type")
-    if kind == "run.queued":
+    if kind == EventType.RUN_QUEUED:
         tools = ",".join(event.get("tools") or []) or "none"
         return (
             f"model={event.get('model')} tools={tools} task={one_line(str(event.get('task')), 80)}"
         )
-    if kind == "step.started":
+    if kind == EventType.STEP_STARTED:
         return f"step {event.get('step')}/{event.get('max_steps')}"
-    if kind == "thought":
+    if kind == EventType.THOUGHT:
         return one_line(str(event.get("text", "")))
-    if kind == "token":
+    if kind == EventType.TOKEN:
         return json.dumps(event.get("delta", ""), ensure_ascii=False)
-    if kind == "action":
+    if kind == EventType.ACTION:
         return f"{event.get('tool')}({compact_arguments(event.get('arguments'))})"
-    if kind == "observation":
+    if kind == EventType.OBSERVATION:
         flags = [
             name for name in ("is_error", "truncated", "repeated", "timed_out") if event.get(name)
         ]
         marks = f" [{' '.join(flags)}]" if flags else ""
         return f"{event.get('tool')}{marks} → {one_line(str(event.get('content', '')), 160)}"
-    if kind == "intervention":
+    if kind == EventType.INTERVENTION:
         return f"{event.get('kind')}: {one_line(str(event.get('message', '')), 160)}"
-    if kind == "llm.call":
+    if kind == EventType.LLM_CALL:
         final = " final" if event.get("final") else ""
         return (
             f"{event.get('model')} {event.get('duration_ms')} ms "
             f"{event.get('prompt_tokens')}+{event.get('completion_tokens')} tokens{final}"
         )
-    if kind == "user.message":
+    if kind == EventType.USER_MESSAGE:
         late = "" if event.get("delivered", True) else " [not delivered: the run had ended]"
         return f"{one_line(str(event.get('content', '')), 160)}{late}"
-    if kind == "llm.retry":
+    if kind == EventType.LLM_RETRY:
         return f"attempt {event.get('attempt')}: {event.get('error')} (in {event.get('delay_s')} s)"
     if kind in TERMINAL_EVENT_TYPES:
         parts = [f"reason={reason_of(event)}"]
@@ -77,7 +78,7 @@ class LineRenderer:
         return contextlib.nullcontext()
 
     def show(self, event: Event) -> None:
-        style = "red" if event.get("is_error") or event.get("type") == "run.failed" else ""
+        style = "red" if event.get("is_error") or event.get("type") == EventType.RUN_FAILED else ""
         line = Text.assemble(
             (f"{event.get('seq', ''):>4} ", "dim"),
             (f"{local_time(event.get('ts'), '%H:%M:%S')} ", "dim"),

@@ -25,9 +25,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from app.cli.client import TERMINAL_EVENT_TYPES, Event
+from app.cli.client import Event
 from app.cli.exits import reason_of
 from app.cli.text import compact_arguments, head, local_time, one_line, usage_text
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 
 LABEL_WIDTH = 12
 
@@ -99,11 +100,11 @@ def ending_rows(
 
 # -- a run as it happens ----------------------------------------------------------------------
 
-_TERMINAL_STATUS = {
-    "run.completed": "completed",
-    "run.incomplete": "incomplete",
-    "run.failed": "failed",
-    "run.cancelled": "cancelled",
+_TERMINAL_STATUS: dict[str, str] = {
+    EventType.RUN_COMPLETED: "completed",
+    EventType.RUN_INCOMPLETE: "incomplete",
+    EventType.RUN_FAILED: "failed",
+    EventType.RUN_CANCELLED: "cancelled",
 }
 
 
@@ -155,17 +156,17 @@ class RunRenderer:
         self.console = console
         self.status = _Status(clock)
         self._handlers: dict[str, Callable[[Event], None]] = {
-            "run.queued": self._run_queued,
-            "run.started": self._run_started,
-            "step.started": self._step_started,
-            "thought": self._thought,
-            "token": self._token,
-            "llm.call": self._llm_call,
-            "llm.retry": self._llm_retry,
-            "action": self._action,
-            "observation": self._observation,
-            "intervention": self._intervention,
-            "user.message": self._user_message,
+            EventType.RUN_QUEUED: self._run_queued,
+            EventType.RUN_STARTED: self._run_started,
+            EventType.STEP_STARTED: self._step_started,
+            EventType.THOUGHT: self._thought,
+            EventType.TOKEN: self._token,
+            EventType.LLM_CALL: self._llm_call,
+            EventType.LLM_RETRY: self._llm_retry,
+            EventType.ACTION: self._action,
+            EventType.OBSERVATION: self._observation,
+            EventType.INTERVENTION: self._intervention,
+            EventType.USER_MESSAGE: self._user_message,
             **dict.fromkeys(TERMINAL_EVENT_TYPES, self._terminal),
         }
 

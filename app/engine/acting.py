@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
+from app.engine.context import RunContext
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.policies import InterventionKind, StopReason
 from app.engine.ports import Message, Reply, ToolCall
@@ -27,9 +27,6 @@ from app.engine.toolcalls import (
 )
 from app.engine.truncate import truncate
 
-if TYPE_CHECKING:
-    from app.engine.loop import ReactRun
-
 
 def assistant_message(reply: Reply) -> Message:
     return {
@@ -43,7 +40,7 @@ def assistant_message(reply: Reply) -> Message:
 
 
 class ToolStep:
-    def __init__(self, run: ReactRun, reply: Reply) -> None:
+    def __init__(self, run: RunContext, reply: Reply) -> None:
         self.run = run
         self.reply = reply
         self.finished: str | None = None
@@ -113,7 +110,7 @@ class ToolStep:
         tool_deadline = run.clock() + run.limits.tool_timeout_s
         try:
             with run.guard.scope(min(tool_deadline, run.deadline)):
-                return await execute(item, run.ctx, run.prompts)
+                return await execute(item, run.tool_ctx, run.prompts)
         except DeadlineError:
             if tool_deadline >= run.deadline:
                 raise
@@ -124,7 +121,7 @@ class ToolStep:
     ) -> AsyncIterator[Observation]:
         """Run the calls in tasks of their own; observe each as it ends. On a cancel or the
         deadline, the unfinished ones are abandoned (the caller reports them interrupted)."""
-        limits, ctx, prompts = self.run.limits, self.run.ctx, self.run.prompts
+        limits, ctx, prompts = self.run.limits, self.run.tool_ctx, self.run.prompts
         tasks = {
             asyncio.ensure_future(
                 execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)

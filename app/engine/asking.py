@@ -5,16 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
 
+from app.engine.context import RunContext
 from app.engine.errors import LLMError, LLMTimeoutError
 from app.engine.guard import DeadlineError
 from app.engine.ports import Reply, ToolSpec
 from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
 from app.engine.tokens import estimate_reply_tokens
-
-if TYPE_CHECKING:
-    from app.engine.loop import ReactRun
 
 
 class LLMGaveUpError(LLMError):
@@ -26,7 +23,7 @@ class LLMGaveUpError(LLMError):
 
 
 async def ask(
-    run: ReactRun, specs: Sequence[ToolSpec], deadline: float, *, final: bool = False
+    run: RunContext, specs: Sequence[ToolSpec], deadline: float, *, final: bool = False
 ) -> AsyncIterator[Step | Reply]:
     """One model call for `run`: token deltas as they stream, the `llm.call` record, the
     thought, then the `Reply`. Retries transient failures with backoff (Retry-After wins),
@@ -82,7 +79,7 @@ async def ask(
         await run.guard.sleep(delay, deadline)
 
 
-def account(run: ReactRun, reply: Reply, started: float, final: bool) -> LLMCalled:
+def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCalled:
     """Count the call and its tokens (estimated when the provider reported none)."""
     st = run.state
     usage = reply.usage

@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app.engine.errors import FinishlineError
 from app.engine.ports import Clock
 
 T = TypeVar("T")
+FutureT = TypeVar("FutureT", bound="asyncio.Future[Any]")
 _TIMER_SLACK_S = 0.001
 """A timer may run a hair before its deadline by the clock; that counts as reached."""
 
@@ -36,12 +37,12 @@ class DeadlineError(FinishlineError):
     """A deadline passed before the awaited work finished."""
 
 
-def _discard_outcome(task: asyncio.Future[object]) -> None:
+def _discard_outcome(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
 
 
-def abandon(task: asyncio.Future[object]) -> None:
+def abandon(task: asyncio.Future[Any]) -> None:
     """Cancel work we no longer wait for, without blocking on a tool that ignores cancellation."""
     if not task.done():
         task.cancel()
@@ -124,8 +125,9 @@ class Guard:
     def watch(self, scope: _Scope) -> None:
         self._scopes.add(scope)
         if self._waiter is None:
-            self._waiter = asyncio.ensure_future(self._cancel.wait())
-            self._waiter.add_done_callback(self._on_cancel)
+            waiter: asyncio.Task[bool] = asyncio.ensure_future(self._cancel.wait())
+            waiter.add_done_callback(self._on_cancel)
+            self._waiter = waiter
         self._arm(scope.deadline)
 
     def unwatch(self, scope: _Scope) -> None:
@@ -162,9 +164,7 @@ class Guard:
         for scope in list(self._scopes):
             scope.fire(CancelRequestedError)
 
-    async def wait_any(
-        self, tasks: set[asyncio.Future[T]], deadline: float
-    ) -> set[asyncio.Future[T]]:
+    async def wait_any(self, tasks: set[FutureT], deadline: float) -> set[FutureT]:
         """Wait until one of `tasks` is done; raise if cancelled or past `deadline` first."""
         with self.scope(deadline):
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -180,7 +180,8 @@ class Guard:
             while not task.done():
                 if getter is None:
                     getter = asyncio.ensure_future(deltas.get())
-                done = await self.wait_any({task, getter}, deadline)  # type: ignore[arg-type]
+                waiting: set[asyncio.Future[Any]] = {task, getter}
+                done = await self.wait_any(waiting, deadline)
                 if getter in done:
                     yield getter.result()
                     getter = None

@@ -16,6 +16,7 @@ import structlog
 
 from app.engine.acting import ToolStep
 from app.engine.asking import ask
+from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
 from app.engine.history import PreviousRun, follow_up_messages
@@ -41,7 +42,8 @@ from app.engine.steps import (
     StepStarted,
     UserMessage,
 )
-from app.engine.tokens import estimate_tokens, trim_context
+from app.engine.tokens import estimate_tokens
+from app.engine.trim import trim_context
 
 log = structlog.get_logger("finishline.engine")
 
@@ -126,12 +128,10 @@ class ReactRun:
         self.task = task
         self.previous = previous
         self.inbox = inbox
-        self.model = model
         self.limits = limits
         self.prompts = prompts
         self.clock = clock
         self.state = state
-        self.jitter = jitter
         self.system_prompt = system_prompt
         self.tools = {t.name: t for t in tools}
         if len(self.tools) != len(tools) or (limits.stop_tool and TASK_FINISHED in self.tools):
@@ -145,7 +145,20 @@ class ReactRun:
         self.log = log.bind()  # resolved once per run, with the logging config of the moment
         self.ctx = ToolContext(run_id=run_id, plan=state.plan)
         self.started = 0.0
-        self.deadline = 0.0
+        self.run = RunContext(
+            state=state,
+            limits=limits,
+            prompts=prompts,
+            model=model,
+            tools=self.tools,
+            available_tools=self.available_tools,
+            spec_tokens=self.spec_tokens,
+            clock=clock,
+            jitter=jitter,
+            guard=self.guard,
+            log=self.log,
+            tool_ctx=self.ctx,
+        )
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -164,7 +177,7 @@ class ReactRun:
         if self.ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
         self.started = self.clock() - st.elapsed_s
-        self.deadline = self.started + self.limits.max_time_s
+        self.run.deadline = self.started + self.limits.max_time_s
         checkpointed = (st.step, len(st.messages))
         try:
             async for step in self._loop():
@@ -183,7 +196,7 @@ class ReactRun:
             if self.guard.cancelled:
                 yield self._end(StopReason.CANCELLED)
                 return
-            limit = past_deadline(self.clock(), self.deadline) or (
+            limit = past_deadline(self.clock(), self.run.deadline) or (
                 StopReason.MAX_STEPS if st.step >= limits.max_steps else None
             )
             if limit is not None:
@@ -256,7 +269,7 @@ class ReactRun:
         as exceptions for the loop to end the run with."""
         st = self.state
         reply: Reply | None = None
-        async for item in ask(self, self.specs, self.deadline):
+        async for item in ask(self.run, self.specs, self.run.deadline):
             if isinstance(item, Reply):
                 reply = item
             else:
@@ -268,7 +281,7 @@ class ReactRun:
                 yield self._end(StopReason.ANSWERED, reply.content or "")
             return
         st.nudges_in_row = 0
-        acting = ToolStep(self, reply)
+        acting = ToolStep(self.run, reply)
         async for item in acting:
             yield item
         if acting.finished is not None:
@@ -286,7 +299,7 @@ class ReactRun:
         reply: Reply | None = None
         try:
             deadline = self.clock() + self.limits.final_answer_timeout_s
-            async for item in ask(self, (), deadline, final=True):
+            async for item in ask(self.run, (), deadline, final=True):
                 if isinstance(item, Reply):
                     reply = item
                 else:

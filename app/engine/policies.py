@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from app.engine.setting import setting
+
 
 class StopReason(StrEnum):
     """Why a run ended. Exactly one per run."""
@@ -47,45 +49,73 @@ PromptLanguage = Literal["en", "zh"]
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Everything that bounds or shapes one run. Defaults are the seeds' defaults."""
+    """Everything that bounds or shapes one run: each field is a per-run setting, declared
+    here once (type, default, bounds, server cap, description; see `app.engine.setting`)."""
 
-    max_steps: int = 10
-    """LLM turns before the run ends with max_steps (after a degraded final answer)."""
-    max_time_s: float = 60.0
-    """Whole-run deadline, measured from the first step; interrupts in-flight calls."""
-    tool_timeout_s: float = 30.0
-    """One tool call; past it the model is told the tool timed out and the run goes on."""
-    llm_timeout_s: float = 60.0
-    """One LLM call attempt (also capped by the deadline); a timeout is retried."""
-    final_answer_timeout_s: float = 15.0
-    """The degraded final LLM call made when a limit is reached."""
-    stop_tool: bool = True
-    """Require `task_finished` to end; when false, a reply without tool calls ends the run."""
-    max_nudges: int = 3
-    """Stop prompts in a row (replies without tool calls) before the run ends with nudge_limit."""
-    llm_retries: int = 3
-    """Retries of a failed LLM call (network errors, timeouts, 408/409/429/5xx)."""
-    llm_retry_delay_s: float = 10.0
-    """First retry delay; doubles each retry, with jitter. Retry-After wins. Never past the
-    deadline."""
-    repetition_threshold: int = 2
-    """The N-th identical call (same tool, same canonical JSON arguments) gets a hint instead
-    of running; 0 turns detection off. Non-idempotent tools run until past N."""
-    max_tool_result_chars: int = 2000
-    """What the model sees of one tool result (a note is appended); 0 = no truncation."""
-    progress: bool = False
-    """Inject a progress message (step i/N, time, tool calls, plan) before each step but the
-    first."""
-    max_total_tokens: int | None = None
-    """Token budget for the run (provider usage, else an estimate); None = unbounded."""
-    max_context_tokens: int | None = None
-    """Cap on the prompt of one LLM call: over it, the oldest tool results are elided."""
-    final_answer_on_limit: bool = True
-    """At a step, time or token limit, ask once more for an answer without tools (degraded)."""
-    stream_tokens: bool = False
-    """Stream LLM calls and yield token deltas as the text arrives."""
-    prompt_language: PromptLanguage = "en"
-    """Language of the texts the runtime injects."""
+    max_steps: int = setting(10, "LLM turns before the run ends with max_steps.", ge=1, cap=100)
+    max_time_s: float = setting(
+        60.0, "Whole-run deadline in seconds; interrupts in-flight calls.", gt=0, cap=3600.0
+    )
+    tool_timeout_s: float = setting(
+        30.0,
+        "Timeout of one tool call; the model is told and the run goes on.",
+        gt=0,
+        cap=600.0,
+    )
+    llm_timeout_s: float = setting(
+        60.0,
+        "Timeout of one LLM call attempt, also capped by the deadline.",
+        gt=0,
+        cap=600.0,
+    )
+    final_answer_timeout_s: float = setting(
+        15.0, "Timeout of the degraded final-answer call.", gt=0, cap=120.0
+    )
+    stop_tool: bool = setting(
+        True,
+        "Require the task_finished tool to end the run; false: a plain answer ends it.",
+    )
+    max_nudges: int = setting(
+        3, "Stop prompts in a row before the run ends with nudge_limit.", ge=0, cap=20
+    )
+    llm_retries: int = setting(
+        3, "Retries on network errors, timeouts, 408/409/429/5xx.", ge=0, cap=10
+    )
+    llm_retry_delay_s: float = setting(
+        10.0,
+        "First retry delay, doubled each retry with jitter; Retry-After wins.",
+        ge=0,
+        cap=120.0,
+    )
+    repetition_threshold: int = setting(
+        2,
+        "The N-th identical tool call gets a hint instead of running; 0 = off.",
+        ge=0,
+        cap=100,
+    )
+    max_tool_result_chars: int = setting(
+        2000,
+        "What the model sees of one tool result; 0 = no truncation.",
+        ge=0,
+        cap=100_000,
+        zero_is_unbounded=True,
+    )
+    progress: bool = setting(False, "Inject a progress message before each step after the first.")
+    max_total_tokens: int | None = setting(
+        None, "Token budget of the run; null = none.", ge=1, cap=None
+    )
+    max_context_tokens: int | None = setting(
+        None,
+        "Cap on one LLM call's prompt; over it the oldest tool results are elided.",
+        ge=1,
+        cap=None,
+    )
+    final_answer_on_limit: bool = setting(
+        True,
+        "At a step, time or token limit, ask once more for a best answer without tools.",
+    )
+    stream_tokens: bool = setting(False, "Stream LLM output as token events.")
+    prompt_language: PromptLanguage = setting("en", "Language of the texts the runtime injects.")
 
 
 def past_deadline(now: float, deadline: float) -> StopReason | None:

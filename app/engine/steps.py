@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from app.engine.events import EventType
 from app.engine.policies import InterventionKind, StopReason
 
 
@@ -56,11 +57,12 @@ class _Event:
     """Mixin: the payload of an event is every field but `step`."""
 
     __slots__ = ()
-    type: ClassVar[str]
+    type: ClassVar[EventType]
 
     def payload(self) -> dict[str, Any]:
         names = _PAYLOAD_FIELDS.get(type(self))
         if names is None:
+            # every subclass is a dataclass; the mixin itself cannot say so to the checker
             names = tuple(f.name for f in fields(self) if f.name != "step")  # type: ignore[arg-type]
             _PAYLOAD_FIELDS[type(self)] = names
         return {name: getattr(self, name) for name in names}
@@ -68,21 +70,21 @@ class _Event:
 
 @dataclass(frozen=True, slots=True)
 class StepStarted(_Event):
-    type: ClassVar[str] = "step.started"
+    type: ClassVar[EventType] = EventType.STEP_STARTED
     step: int
     max_steps: int
 
 
 @dataclass(frozen=True, slots=True)
 class Thought(_Event):
-    type: ClassVar[str] = "thought"
+    type: ClassVar[EventType] = EventType.THOUGHT
     step: int
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class TokenDelta(_Event):
-    type: ClassVar[str] = "token"
+    type: ClassVar[EventType] = EventType.TOKEN
     step: int
     delta: str
 
@@ -91,7 +93,7 @@ class TokenDelta(_Event):
 class LLMCalled(_Event):
     """One model call that returned. `final` marks the degraded final-answer call."""
 
-    type: ClassVar[str] = "llm.call"
+    type: ClassVar[EventType] = EventType.LLM_CALL
     step: int
     model: str
     duration_ms: int
@@ -104,7 +106,7 @@ class LLMCalled(_Event):
 
 @dataclass(frozen=True, slots=True)
 class LLMRetry(_Event):
-    type: ClassVar[str] = "llm.retry"
+    type: ClassVar[EventType] = EventType.LLM_RETRY
     step: int
     attempt: int
     error: str
@@ -115,7 +117,7 @@ class LLMRetry(_Event):
 class Action(_Event):
     """A tool call. `arguments` is the parsed JSON object, or the raw text if it did not parse."""
 
-    type: ClassVar[str] = "action"
+    type: ClassVar[EventType] = EventType.ACTION
     step: int
     call_id: str
     tool: str
@@ -127,7 +129,7 @@ class Observation(_Event):
     """A tool result. `content` is the whole result (what a person sees); `model_content` is
     what the model was shown when that differs (truncated, with the note)."""
 
-    type: ClassVar[str] = "observation"
+    type: ClassVar[EventType] = EventType.OBSERVATION
     step: int
     call_id: str
     tool: str
@@ -144,7 +146,7 @@ class Observation(_Event):
 
 @dataclass(frozen=True, slots=True)
 class Intervention(_Event):
-    type: ClassVar[str] = "intervention"
+    type: ClassVar[EventType] = EventType.INTERVENTION
     step: int
     kind: InterventionKind
     message: str
@@ -155,7 +157,7 @@ class UserMessage(_Event):
     """A person's message (steering) joined the conversation, right before an LLM call.
     `delivered` is False for one that came after the run's last LLM call (logged, not seen)."""
 
-    type: ClassVar[str] = "user.message"
+    type: ClassVar[EventType] = EventType.USER_MESSAGE
     step: int
     content: str
     delivered: bool = True

@@ -106,7 +106,13 @@ async def execute(prepared: PreparedCall, ctx: ToolContext, prompts: Prompts) ->
     name = prepared.call.name
     started = time.perf_counter()
     try:
-        text = await prepared.tool.call(prepared.arguments, ctx)
+        # a tool breaking its protocol may return another type: shown to the model as JSON
+        result: object = await prepared.tool.call(prepared.arguments, ctx)
+        text = (
+            result
+            if isinstance(result, str)
+            else json.dumps(result, ensure_ascii=False, default=str)
+        )
         is_error = False
     except Exception as exc:  # the model sees the failure; the run goes on
         if isinstance(exc, ToolError):
@@ -115,8 +121,6 @@ async def execute(prepared: PreparedCall, ctx: ToolContext, prompts: Prompts) ->
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             text = prompts.tool_failed.format(tool=name, error=error)
         is_error = True
-    if not isinstance(text, str):
-        text = json.dumps(text, ensure_ascii=False, default=str)
     return CallResult(text, is_error, int((time.perf_counter() - started) * 1000))
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from app.engine.errors import LLMResponseError
 from app.engine.ports import Reply, TokenUsage, ToolCall
@@ -231,7 +231,7 @@ def _first_choice(payload: Any) -> dict[str, Any]:
 def _is_function_call(raw: Any) -> bool:
     if not isinstance(raw, dict):
         raise LLMResponseError("a tool call is not an object")
-    return raw.get("type", "function") == "function"
+    return bool(raw.get("type", "function") == "function")
 
 
 def _tool_call(raw: dict[str, Any]) -> ToolCall:
@@ -281,5 +281,5 @@ def _describe_error(payload: dict[str, Any]) -> str:
     return error_message(json.dumps(payload), fallback="unknown error")
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0

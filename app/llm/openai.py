@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing, contextmanager
 from http import HTTPStatus
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import httpx
 import structlog
@@ -144,7 +144,8 @@ class OpenAIChatModel:
             assembler = StreamAssembler()
             done = False
             async with (
-                aclosing(response.aiter_lines()) as lines,
+                # httpx's iterators are async generators, typed as AsyncIterator
+                aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines,
                 aclosing(aiter_sse_data(lines)) as events,
             ):
                 async for data in events:
@@ -208,7 +209,8 @@ def _json_chunk(data: str) -> Any:
 
 
 def _media_type(response: httpx.Response) -> str:
-    return response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.partition(";")[0].strip().lower()
 
 
 def _describe(exc: Exception) -> str:

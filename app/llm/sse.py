@@ -9,10 +9,10 @@ the final blank line).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 
 
-async def aiter_sse_data(lines: AsyncIterable[str]) -> AsyncIterator[str]:
+async def aiter_sse_data(lines: AsyncIterable[str]) -> AsyncGenerator[str, None]:
     """Yield the `data` of each event carried by `lines` (line endings already removed)."""
     data: list[str] = []
     async for line in lines:

@@ -13,10 +13,11 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import structlog
 
+from app.engine.events import EventType
 from app.engine.history import PreviousRun
 from app.engine.loop import run_react
 from app.engine.policies import StopReason
@@ -32,8 +33,8 @@ from app.runs.errors import (
     ShuttingDownError,
     TooManyMessagesError,
 )
-from app.runs.factory import RunFactory
 from app.runs.metrics import RunMetrics
+from app.runs.ports import RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ACTIVE_STATUSES,
@@ -88,7 +89,7 @@ class RunManager:
         self,
         *,
         store: RunStore,
-        factory: RunFactory,
+        assembler: RunAssembler,
         metrics: RunMetrics,
         webhooks: WebhookSender,
         max_concurrent_runs: int,
@@ -98,7 +99,7 @@ class RunManager:
         max_pending_messages: int = 100,
     ) -> None:
         self.store = store
-        self.factory = factory
+        self.assembler = assembler
         self.metrics = metrics
         self.webhooks = webhooks
         self.max_concurrent_runs = max_concurrent_runs
@@ -190,7 +191,7 @@ class RunManager:
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
                 return self._replay(existing, digest), False
-        resolved = self.factory.validate(request)
+        checked = self.assembler.check(request)
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
@@ -206,9 +207,9 @@ class RunManager:
         record = RunRecord(
             id=new_run_id(),
             owner=owner,
-            request=request.model_dump(mode="json", exclude_none=True),
-            model=resolved.model,
-            settings=resolved.settings,
+            request=request,
+            model=checked.model,
+            settings=checked.limits,
             webhook=WebhookState(url=request.webhook) if request.webhook else None,
             idempotency_key=idempotency_key,
             request_hash=digest,
@@ -230,13 +231,13 @@ class RunManager:
             return self._replay(existing, digest), False
         await self.store.append(
             record.id,
-            "run.queued",
+            EventType.RUN_QUEUED,
             0,
             {
                 "task": request.task,
                 "model": record.model,
-                "tools": resolved.tool_names,
-                "settings": record.settings,
+                "tools": checked.tool_names,
+                "settings": asdict(record.settings),
                 **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
             },
         )
@@ -273,7 +274,7 @@ class RunManager:
             raise _PreviousRunGoneError(f"the previous run {record.previous_run_id} was deleted")
         messages = RunState.from_checkpoint(checkpoint["state"]).messages if checkpoint else []
         if not messages:  # it ended before its first step: its task is all there was
-            messages = [{"role": "user", "content": previous.request["task"]}]
+            messages = [{"role": "user", "content": previous.request.task}]
         result = previous.result
         return PreviousRun(
             messages=messages,
@@ -422,18 +423,18 @@ class RunManager:
             record.status = RunStatus.RUNNING
             record.started_at = utcnow()
             await self.store.save(record)
-            await self.store.append(record.id, "run.started", 0, {})
+            await self.store.append(record.id, EventType.RUN_STARTED, 0, {})
             log.info("run_started")
             previous = await self._previous_conversation(record)
-            prepared = self.factory.prepare(record)
+            inputs = self.assembler.inputs(record)
             try:
                 async for step in run_react(
-                    task=record.request["task"],
+                    task=record.request.task,
                     system_prompt=record.system_prompt,
-                    model=prepared.model,
-                    tools=prepared.tools,
-                    limits=prepared.limits,
-                    prompts=prepared.prompts,
+                    model=inputs.model,
+                    tools=inputs.tools,
+                    limits=inputs.limits,
+                    prompts=inputs.prompts,
                     run_id=record.id,
                     cancel=active.cancel,
                     previous=previous,
@@ -444,7 +445,7 @@ class RunManager:
                         await self._undelivered(active)
                     await self.recorder.record(record, step)
             finally:
-                await prepared.aclose()
+                await inputs.aclose()
         except asyncio.CancelledError:
             if not record.status.terminal:
                 await asyncio.shield(self._end_cancelled(active))

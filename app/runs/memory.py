@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from app.engine.events import EventType
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import DuplicateRunError, StoreError
@@ -80,7 +81,7 @@ class MemoryRunStore:
         self._events.pop(run_id, None)
         self._checkpoints.pop(run_id, None)
 
-    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
+    async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
         log = self._events[run_id]
         # a JSON snapshot, as SQLite keeps it: the caller may change `data` later, and a live
         # event must equal its replay (enums as strings, tuples as lists)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import structlog
 
+from app.engine.events import EventType
 from app.engine.policies import StopReason
 from app.engine.steps import Checkpoint, Finished, Observation, RunError, Step
 from app.runs.metrics import RunMetrics
@@ -63,7 +64,7 @@ class RunRecorder:
             if len(step.content) > self.max_event_content_chars:
                 data["content"] = step.content[: self.max_event_content_chars]
                 data["content_capped"] = True
-        elif step.type == "llm.call":
+        elif step.type == EventType.LLM_CALL:
             self.metrics.llm_call(data["duration_ms"])
         await self.store.append(record.id, step.type, step.step, data)
 

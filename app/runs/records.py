@@ -10,9 +10,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer
 
-from app.engine.policies import StopReason
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.engine.policies import Limits, StopReason
+from app.runs.spec import RunRequest
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _last_id = 0
@@ -68,12 +70,11 @@ def status_for(reason: StopReason) -> RunStatus:
 
 
 TERMINAL_EVENTS = {
-    RunStatus.COMPLETED: "run.completed",
-    RunStatus.INCOMPLETE: "run.incomplete",
-    RunStatus.FAILED: "run.failed",
-    RunStatus.CANCELLED: "run.cancelled",
+    RunStatus.COMPLETED: EventType.RUN_COMPLETED,
+    RunStatus.INCOMPLETE: EventType.RUN_INCOMPLETE,
+    RunStatus.FAILED: EventType.RUN_FAILED,
+    RunStatus.CANCELLED: EventType.RUN_CANCELLED,
 }
-TERMINAL_EVENT_TYPES = frozenset(TERMINAL_EVENTS.values())
 
 
 class RunResult(BaseModel):
@@ -126,7 +127,12 @@ class WebhookState(BaseModel):
 
 
 class RunRecord(BaseModel):
-    """A run as stored. `request` is what the client asked for; `settings` what it resolved to."""
+    """A run as stored. `request` is what the client asked for; `settings` what it resolved to
+    (every per-run setting, the server's default where the request named none).
+
+    Stored as JSON: `request` without its null fields, as sent; `settings` as an object of
+    every setting (see `app.engine.policies.Limits`). On load, a stored setting the engine no
+    longer knows is ignored, and one it added since takes its default."""
 
     id: str
     owner: str | None = None
@@ -134,9 +140,9 @@ class RunRecord(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    request: dict[str, Any]
+    request: RunRequest
     model: str
-    settings: dict[str, Any]
+    settings: Limits
     result: RunResult | None = None
     error: RunErrorInfo | None = None
     usage: Usage = Field(default_factory=Usage)
@@ -151,7 +157,11 @@ class RunRecord(BaseModel):
     @property
     def system_prompt(self) -> str | None:
         """The system prompt the run runs with: its request's, else the inherited one."""
-        return self.request.get("system_prompt") or self.inherited_system_prompt
+        return self.request.system_prompt or self.inherited_system_prompt
+
+    @field_serializer("request")
+    def _request_as_sent(self, request: RunRequest) -> dict[str, Any]:
+        return request.model_dump(mode="json", exclude_none=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +170,7 @@ class Event:
 
     run_id: str
     seq: int
-    type: str
+    type: EventType
     ts: float
     step: int
     data: dict[str, Any] = field(default_factory=dict)

@@ -1,14 +1,17 @@
 """What a client may ask of a run: validated shapes, documented for the OpenAPI schema.
 
 Bounds that depend on the server (caps, allow-lists, registered tools) are checked by
-`app.runs.factory`, which names the offending field.
+`app.assembly`, which names the offending field.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from app.engine.policies import Limits
+from app.engine.setting import Declared, declared
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
@@ -32,7 +35,7 @@ def json_depth(value: Any) -> int:
     return depth
 
 
-class RunSettingsIn(BaseModel):
+class _RunSettingsBase(BaseModel):
     """Per-run settings; each omitted one takes the server's default. Caps: GET /settings."""
 
     model_config = ConfigDict(
@@ -46,76 +49,25 @@ class RunSettingsIn(BaseModel):
     def _json_integers(cls, value: Any) -> Any:
         return json_integer(value)
 
-    max_steps: int | None = Field(
-        None, ge=1, description="LLM turns before the run ends with max_steps (default 10)."
+
+def _request_field(item: Declared) -> tuple[Any, Any]:
+    """A setting as a request field: optional (omitted: the server's default), same bounds."""
+    spec = item.spec
+    info = Field(None, ge=spec.ge, gt=spec.gt, description=item.description)
+    return item.type | None, info
+
+
+if TYPE_CHECKING:
+    RunSettingsIn = _RunSettingsBase
+else:
+    RunSettingsIn = create_model(
+        "RunSettingsIn",
+        __base__=_RunSettingsBase,
+        __doc__=_RunSettingsBase.__doc__,
+        __module__=__name__,
+        **{name: _request_field(item) for name, item in declared(Limits).items()},
     )
-    max_time_s: float | None = Field(
-        None,
-        gt=0,
-        description="Whole-run deadline in seconds; interrupts in-flight calls (default 60).",
-    )
-    tool_timeout_s: float | None = Field(
-        None,
-        gt=0,
-        description="Timeout of one tool call; the model is told and the run goes on (default 30).",
-    )
-    llm_timeout_s: float | None = Field(
-        None,
-        gt=0,
-        description="Timeout of one LLM call attempt, also capped by the deadline (default 60).",
-    )
-    final_answer_timeout_s: float | None = Field(
-        None, gt=0, description="Timeout of the degraded final-answer call (default 15)."
-    )
-    stop_tool: bool | None = Field(
-        None,
-        description="Require the task_finished tool to end the run; false: a plain answer ends it (default true).",
-    )
-    max_nudges: int | None = Field(
-        None,
-        ge=0,
-        description="Stop prompts in a row before the run ends with nudge_limit (default 3).",
-    )
-    llm_retries: int | None = Field(
-        None, ge=0, description="Retries on network errors, timeouts, 408/409/429/5xx (default 3)."
-    )
-    llm_retry_delay_s: float | None = Field(
-        None,
-        ge=0,
-        description="First retry delay, doubled each retry with jitter; Retry-After wins (default 10).",
-    )
-    repetition_threshold: int | None = Field(
-        None,
-        ge=0,
-        description="The N-th identical tool call gets a hint instead of running; 0 = off (default 2).",
-    )
-    max_tool_result_chars: int | None = Field(
-        None,
-        ge=0,
-        description="What the model sees of one tool result; 0 = no truncation (default 2000).",
-    )
-    progress: bool | None = Field(
-        None,
-        description="Inject a progress message before each step after the first (default false).",
-    )
-    max_total_tokens: int | None = Field(
-        None, ge=1, description="Token budget of the run; null = none (default null)."
-    )
-    max_context_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="Cap on one LLM call's prompt; over it the oldest tool results are elided (default null).",
-    )
-    final_answer_on_limit: bool | None = Field(
-        None,
-        description="At a step, time or token limit, ask once more for a best answer without tools (default true).",
-    )
-    stream_tokens: bool | None = Field(
-        None, description="Stream LLM output as token events (default false)."
-    )
-    prompt_language: Literal["en", "zh"] | None = Field(
-        None, description="Language of the texts the runtime injects (default en)."
-    )
+"""One optional field per setting of `Limits`, with its bounds; nothing else."""
 
 
 class HttpToolIn(BaseModel):

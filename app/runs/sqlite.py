@@ -27,8 +27,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.fanout import Fanout
-from app.runs.records import TERMINAL_EVENT_TYPES, Event, RunRecord, RunStatus
+from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
 from app.runs.sqlite_threads import GroupCommitWriter, ReaderPool
 from app.runs.store import DuplicateRunError, StoreError
@@ -197,7 +198,7 @@ class SqliteRunStore:
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
+    async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
         payload = json.dumps(data, separators=(",", ":"))  # now: the caller may mutate `data`
         ts = time.time()
 
@@ -231,7 +232,10 @@ class SqliteRunStore:
             " WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
         )
         rows = await self._read(_query(sql, (run_id, after, limit)))
-        return [Event(run_id, seq, t, ts, step, json.loads(d)) for seq, t, ts, step, d in rows]
+        return [
+            Event(run_id, seq, EventType(t), ts, step, json.loads(d))
+            for seq, t, ts, step, d in rows
+        ]
 
     def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         return self.fanout.follow(run_id, after, self.read)

@@ -1,6 +1,6 @@
 """The one protocol storage sits behind: run records, an append-only event log per run, and
-checkpoints. Implementations: `MemoryRunStore` (memory://) and `SqliteRunStore` (sqlite://);
-Redis Streams later.
+checkpoints. Implementations: `MemoryRunStore` (memory://) and `SqliteRunStore` (sqlite://),
+opened by URL with `app.runs.backends.open_store`; Redis Streams later.
 
 Ordering contract: `append` assigns the next `seq` of the run (1, 2, 3 … no gaps) and returns
 only once the event is durable; events are appended, and published to subscribers, in the
@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from app.engine.errors import FinishlineError
+from app.engine.events import EventType
 from app.runs.records import Event, RunRecord, RunStatus
 
 
@@ -63,7 +64,9 @@ class RunStore(Protocol):
     async def delete(self, run_id: str) -> None:
         """Remove a run, its events and its checkpoint."""
 
-    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event: ...
+    async def append(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Event: ...
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 
@@ -72,17 +75,3 @@ class RunStore(Protocol):
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None: ...
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None: ...
-
-
-def open_store(url: str) -> RunStore:
-    """A store for `sqlite:///path/to/file.db` or `memory://`."""
-    if url.startswith("memory://"):
-        from app.runs.memory import MemoryRunStore
-
-        return MemoryRunStore()
-    if url.startswith("sqlite://"):
-        from app.runs.sqlite import SqliteRunStore
-
-        path = url.removeprefix("sqlite://")
-        return SqliteRunStore(path[1:] if path.startswith("/") else path)
-    raise UnsupportedStoreError(f"unsupported store URL {url!r}: use sqlite:///path or memory://")

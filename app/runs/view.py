@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -67,8 +68,11 @@ def links_for(run_id: str) -> RunLinks:
 def to_view(record: RunRecord) -> RunView:
     request = record.request
     http_tools = [
-        {**tool, "headers": dict.fromkeys(tool.get("headers", {}), MASK)}
-        for tool in request.get("http_tools", [])
+        {
+            **tool.model_dump(mode="json", exclude_none=True),
+            "headers": dict.fromkeys(tool.headers, MASK),
+        }
+        for tool in request.http_tools
     ]
     return RunView(
         id=record.id,
@@ -76,13 +80,13 @@ def to_view(record: RunRecord) -> RunView:
         created_at=record.created_at,
         started_at=record.started_at,
         ended_at=record.ended_at,
-        task=request["task"],
+        task=request.task,
         system_prompt=record.system_prompt,
         model=record.model,
-        tools=request.get("tools", []),
+        tools=list(request.tools),
         http_tools=http_tools,
-        settings=record.settings,
-        metadata=request.get("metadata", {}),
+        settings=asdict(record.settings),
+        metadata=request.metadata,
         result=record.result,
         error=record.error,
         usage=record.usage,

@@ -1,6 +1,6 @@
 """Delivery of a run, as JSON, to its webhook once it ends: retried with exponential backoff,
-every attempt recorded on the run. Webhook hosts pass the same allow-list and address checks
-as HTTP tools."""
+every attempt recorded on the run. The `JsonPoster` (see `app.assembly`) checks the host
+against the same allow-list and address rules as HTTP tools."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import asyncio
 
 import structlog
 
-from app.engine.errors import ToolError
+from app.runs.ports import JsonPoster
 from app.runs.records import WebhookAttempt, utcnow
 from app.runs.store import RunStore
 from app.runs.view import to_view
-from app.tools.fetcher import HttpFetcher
 
 log = structlog.get_logger("finishline.webhooks")
 
@@ -22,13 +21,13 @@ class WebhookSender:
         self,
         *,
         store: RunStore,
-        fetcher: HttpFetcher | None,
+        poster: JsonPoster | None,
         attempts: int,
         backoff_s: float,
         timeout_s: float,
     ) -> None:
         self.store = store
-        self.fetcher = fetcher
+        self.poster = poster
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
@@ -36,19 +35,11 @@ class WebhookSender:
     async def deliver(self, run_id: str) -> None:
         for attempt in range(1, self.attempts + 1):
             record = await self.store.get(run_id)
-            if record is None or record.webhook is None or self.fetcher is None:
+            if record is None or record.webhook is None or self.poster is None:
                 return
             body = to_view(record).model_dump(mode="json")
-            status, error = None, None
-            try:
-                response = await self.fetcher.fetch(
-                    "POST", record.webhook.url, json=body, timeout_s=self.timeout_s
-                )
-                status = response.status_code
-                if not response.ok:
-                    error = f"answered {response.status_line}"
-            except ToolError as exc:
-                error = str(exc)
+            outcome = await self.poster.post_json(record.webhook.url, body, self.timeout_s)
+            status, error = outcome.status_code, outcome.error
             record = await self.store.get(run_id)
             if record is None or record.webhook is None:
                 return

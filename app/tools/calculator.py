@@ -85,7 +85,7 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+_UNARY: dict[type[ast.unaryop], Callable[[Number], Number]] = {
     ast.UAdd: operator.pos,
     ast.USub: operator.neg,
 }
@@ -163,7 +163,7 @@ def _eval(node: ast.expr, depth: int) -> Number:
     if depth > MAX_DEPTH:
         raise ToolError("the expression is nested too deeply")
     if isinstance(node, ast.Constant):
-        value = node.value
+        value: object = node.value
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ToolError(f"{value!r} is not a number; {_ALLOWED} are allowed")
         return value

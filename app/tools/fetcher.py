@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
 
 from app.tools.base import ToolError
-from app.tools.guard import BlockedHostError, NetworkGuard
+from app.tools.netguard import BlockedHostError, NetworkGuard
 from app.tools.transport import guarded_client
 
 _BINARY_MEDIA = (
@@ -203,7 +203,9 @@ async def _read_capped(
     """At most `max_bytes` of the body, and whether there was more."""
     buffer = bytearray()
     try:
-        async with contextlib.aclosing(response.aiter_bytes()) as chunks:
+        # httpx's iterators are async generators, typed as AsyncIterator
+        chunks_of = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+        async with contextlib.aclosing(chunks_of) as chunks:
             async for chunk in chunks:
                 buffer += chunk
                 if len(buffer) > max_bytes:

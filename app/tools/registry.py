@@ -18,10 +18,10 @@ from app.engine.errors import FinishlineError
 from app.engine.ports import Tool
 from app.engine.prompts import TASK_FINISHED
 from app.tools.calculator import CalculatorTool
-from app.tools.clock import CurrentTimeTool
+from app.tools.current_time import CurrentTimeTool
 from app.tools.fetcher import HttpFetcher
-from app.tools.guard import NetworkGuard, Resolver
 from app.tools.http import HttpGetTool
+from app.tools.netguard import NetworkGuard, Resolver
 from app.tools.plan import UpdatePlanTool
 
 RESERVED_NAMES = frozenset({TASK_FINISHED})

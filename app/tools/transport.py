@@ -23,7 +23,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 import httpcore
 import httpx
 
-from app.tools.guard import NetworkGuard
+from app.tools.netguard import NetworkGuard
 
 _ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
     (httpcore.ConnectTimeout, httpx.ConnectTimeout),

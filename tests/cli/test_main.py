@@ -11,8 +11,8 @@ import pytest
 from app.cli import main, parse_pair, parse_value
 from app.cli.client import TERMINAL_EVENT_TYPES
 from app.cli.exits import EPILOG, REASON_EXIT_CODES, ExitCode, exit_code_for, reason_of
+from app.engine.events import TERMINAL_EVENT_TYPES as SERVICE_TERMINAL_EVENT_TYPES
 from app.engine.policies import StopReason
-from app.runs.records import TERMINAL_EVENT_TYPES as SERVICE_TERMINAL_EVENT_TYPES
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "finishline"

@@ -12,11 +12,12 @@ import anyio
 import pytest
 from anyio.lowlevel import checkpoint
 
+from app.runs.backends import open_store
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
 from app.runs.sqlite import SqliteRunStore, StoreClosedError
 from app.runs.sqlite_schema import SCHEMA_VERSION
-from app.runs.store import DuplicateRunError, StoreError, open_store
+from app.runs.store import DuplicateRunError, StoreError
 
 BOUND_S = 10
 

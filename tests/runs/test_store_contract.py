@@ -25,6 +25,7 @@ from app.runs.records import (
     WebhookState,
     new_run_id,
 )
+from app.runs.spec import RunRequest
 from app.runs.sqlite import SqliteRunStore
 from app.runs.store import DuplicateRunError, RunStore, StoreError
 
@@ -109,7 +110,7 @@ async def test_get_returns_a_copy_that_does_not_change_the_store(store: Store) -
     got = await store.get(run.id)
     assert got is not None
     got.status = RunStatus.FAILED
-    got.request["task"] = "changed"
+    got.request.task = "changed"
     assert await store.get(run.id) == run
 
 
@@ -126,7 +127,7 @@ async def test_ping_succeeds_on_an_open_store_and_raises_once_it_is_closed(store
 
 async def test_creating_a_run_with_an_existing_id_raises_duplicate_run_error(store: Store) -> None:
     run = await created(store, owner="alice")
-    copy = run.model_copy(update={"owner": "bob", "request": {"task": "other"}})
+    copy = run.model_copy(update={"owner": "bob", "request": RunRequest(task="other")})
     with pytest.raises(DuplicateRunError):
         await store.create(copy)
     assert await store.get(run.id) == run  # the first one is untouched

@@ -91,7 +91,7 @@ def test_schema_tool_keeps_its_own_copy_of_the_schema() -> None:
 def test_tool_errors_are_the_engines_so_the_model_sees_their_message_as_is() -> None:
     from app.engine import errors
     from app.tools.base import ToolError
-    from app.tools.guard import BlockedHostError
+    from app.tools.netguard import BlockedHostError
 
     assert ToolError is errors.ToolError
     assert issubclass(BlockedHostError, errors.ToolError)

@@ -11,7 +11,7 @@ import pytest
 
 from app.engine.ports import ToolContext
 from app.tools.base import ToolError
-from app.tools.guard import BlockedHostError
+from app.tools.netguard import BlockedHostError
 from app.tools.registry import builtin_registry
 from tests.tools.conftest import FakeDNS
 from tests.tools.local_server import LocalServer

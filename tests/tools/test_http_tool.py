@@ -11,8 +11,8 @@ import pytest
 from app.engine.ports import ToolContext
 from app.tools.base import ToolError
 from app.tools.fetcher import HttpFetcher
-from app.tools.guard import BlockedHostError, NetworkGuard
 from app.tools.http import HttpTool
+from app.tools.netguard import BlockedHostError, NetworkGuard
 from tests.tools.conftest import FakeDNS
 from tests.tools.local_server import LocalServer
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Message
 
 from app.api.deps import EventCallerDep, ManagerDep, MetricsDep, SettingsDep
 from app.api.errors import ApiError, ErrorBody
-from app.api.schemas import EventPage
+from app.api.schemas import EventOut, EventPage
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.settings import Settings
@@ -45,7 +46,7 @@ def event_stream(
     run_id: str,
     after: int,
     *,
-    on_disconnect: object = None,
+    on_disconnect: Callable[[Message], Awaitable[None]] | None = None,
     headers: dict[str, str] | None = None,
 ) -> EventSourceResponse:
     """The SSE response following `run_id` from seq `after` to its terminal event."""
@@ -67,7 +68,7 @@ def event_stream(
         ping=settings.sse_ping_s,
         send_timeout=settings.sse_send_timeout_s,
         headers=headers,
-        client_close_handler_callable=on_disconnect,  # type: ignore[arg-type]
+        client_close_handler_callable=on_disconnect,
         # on SIGTERM, let streams run to their run's terminal event (the manager cancels
         # runs at the end of its grace period) instead of cutting them at once
         shutdown_event=anyio.Event(),
@@ -130,7 +131,7 @@ async def follow_events(
     if "application/json" in accept and "text/event-stream" not in accept:
         events = await manager.read_events(run_id, start, limit)
         body = EventPage(
-            events=[e.to_dict() for e in events],  # type: ignore[misc]
+            events=[EventOut.model_validate(e.to_dict()) for e in events],
             next_after=events[-1].seq if events else start,
             done=bool(events) and events[-1].terminal,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -19,7 +19,7 @@ from app.runs.view import RunView, to_view
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
-ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
 WAIT_DEFAULT_S = 30.0
 STATUS_LIST = r"^ *[a-z]+( *, *[a-z]+)* *$"
 

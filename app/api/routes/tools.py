@@ -12,7 +12,6 @@ from app.api.errors import ErrorBody
 from app.api.schemas import ServerInfo, SettingInfo, ToolInfo
 from app.llm.models import DEMO, SCRIPTED
 from app.runs.spec import RunSettingsIn
-from app.settings import CAPS
 
 router = APIRouter(tags=["server"])
 
@@ -48,10 +47,9 @@ def _value_type(field: FieldInfo) -> dict[str, Any]:
 async def server_info(request: Request, settings: SettingsDep, caller: CallerDep) -> ServerInfo:
     info = {}
     for name, field in RunSettingsIn.model_fields.items():
-        cap = getattr(settings, CAPS[name]) if name in CAPS else None
         info[name] = SettingInfo(
             default=getattr(settings, name),
-            cap=cap,
+            cap=settings.cap(name),
             description=field.description or "",
             **_value_type(field),
         )

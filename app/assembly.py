@@ -1,25 +1,32 @@
-"""From a request to what the engine needs: server-dependent checks at creation (caps,
-allow-lists, tool and model names), then the model, tools, limits and prompts at start."""
+"""The composition root of a run: from a request to what the engine needs.
+
+`RunAssembly` is the runs layer's `RunAssembler`: server-dependent checks at creation (caps,
+allow-lists, tool and model names), then the model, tools, limits and prompts at start.
+`FetcherPoster` is its `JsonPoster`, for webhooks. Both sit beside `app.main`, so the runs
+layer depends on neither settings, tools nor models."""
 
 from __future__ import annotations
 
 import json
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
-from app.engine.ports import ChatModel, Tool
+from app.engine.ports import Tool
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
 from app.llm.models import ModelFactory, ModelUnavailableError
 from app.runs.errors import InvalidRunError
+from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
-from app.runs.spec import RunRequest, RunSettingsIn
-from app.settings import CAPS, Settings
-from app.tools.guard import check_url_allowed
+from app.runs.spec import HttpToolIn, RunRequest, RunSettingsIn
+from app.settings import RUN_SETTINGS, Settings
+from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
+from app.tools.netguard import check_url_allowed
 from app.tools.registry import ToolRegistry, UnknownToolError
 
 
@@ -35,27 +42,7 @@ def load_prompts(path: Path | None) -> dict[PromptLanguage, Prompts]:
     return {lang: BUILTIN[lang].merged(overrides.get(lang, {})) for lang in BUILTIN}
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    model: str
-    settings: dict[str, Any]
-    tool_names: list[str]
-
-
-@dataclass(slots=True)
-class Prepared:
-    model: ChatModel
-    tools: list[Tool]
-    limits: Limits
-    prompts: Prompts
-    _closers: list[Any] = field(default_factory=list)
-
-    async def aclose(self) -> None:
-        for closer in self._closers:
-            await closer()
-
-
-class RunFactory:
+class RunAssembly:
     def __init__(
         self,
         *,
@@ -71,7 +58,7 @@ class RunFactory:
 
     # -- at creation ------------------------------------------------------------------------
 
-    def validate(self, request: RunRequest) -> Resolved:
+    def check(self, request: RunRequest) -> CheckedRequest:
         server = self.settings
         if len(request.task) > server.max_task_chars:
             raise InvalidRunError(
@@ -86,7 +73,7 @@ class RunFactory:
                 f"{metadata_bytes} bytes exceeds the server cap of {server.max_metadata_bytes}",
                 cap=server.max_metadata_bytes,
             )
-        settings = self.resolve_settings(request.settings)
+        limits = self.resolve_settings(request.settings)
         try:
             self.registry.resolve(request.tools)
         except UnknownToolError as exc:
@@ -104,11 +91,12 @@ class RunFactory:
             problem = check_url_allowed(tool.url, server.http_tool_allow_hosts)
             if problem is not None:
                 raise InvalidRunError(f"{where}.url", problem)
-            if tool.timeout_s is not None and tool.timeout_s > server.tool_timeout_limit_s:
+            tool_cap = server.cap("tool_timeout_s")
+            if tool.timeout_s is not None and tool_cap is not None and tool.timeout_s > tool_cap:
                 raise InvalidRunError(
                     f"{where}.timeout_s",
-                    f"{tool.timeout_s:g} exceeds the server cap of {server.tool_timeout_limit_s:g}",
-                    cap=server.tool_timeout_limit_s,
+                    f"{tool.timeout_s:g} exceeds the server cap of {tool_cap:g}",
+                    cap=tool_cap,
                 )
             if tool.parameters.get("type", "object") != "object":
                 # chat APIs take a function's arguments as one JSON object
@@ -116,7 +104,7 @@ class RunFactory:
                     f"{where}.parameters", "must be a JSON schema of type 'object'"
                 )
             try:
-                self._http_tool(tool.model_dump())
+                self._http_tool(tool)
             except ValueError as exc:
                 raise InvalidRunError(f"{where}.parameters", str(exc)) from exc
         if request.webhook is not None:
@@ -129,19 +117,24 @@ class RunFactory:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
         names = [*request.tools, *(t.name for t in request.http_tools)]
-        return Resolved(model=model, settings=settings, tool_names=names)
+        return CheckedRequest(model=model, limits=limits, tool_names=names)
 
-    def resolve_settings(self, requested: RunSettingsIn) -> dict[str, Any]:
+    def resolve_settings(self, requested: RunSettingsIn) -> Limits:
         """Every per-run setting: the request's value, else the server default; none over a cap."""
         server = self.settings
         explicit = requested.model_fields_set
-        resolved: dict[str, Any] = {}
-        for name in RunSettingsIn.model_fields:
-            value = getattr(requested, name) if name in explicit else getattr(server, name)
-            cap_name = CAPS.get(name)
-            cap = getattr(server, cap_name) if cap_name else None
-            if cap is not None and name in explicit:
-                unbounded = value is None or (name == "max_tool_result_chars" and value == 0)
+        chosen: dict[str, Any] = {}
+        for name, item in RUN_SETTINGS.items():
+            if name not in explicit:
+                continue
+            value = getattr(requested, name)
+            if value is None and not item.nullable:
+                raise InvalidRunError(
+                    f"settings.{name}", "must not be null; omit it for the default"
+                )
+            cap = server.cap(name)
+            if cap is not None:
+                unbounded = value is None or (item.spec.zero_is_unbounded and value == 0)
                 if unbounded or value > cap:
                     shown = (
                         "null (unbounded)"
@@ -154,26 +147,52 @@ class RunFactory:
                         cap=cap,
                         value=value,
                     )
-            resolved[name] = value
-        return resolved
+            chosen[name] = value
+        return replace(server.run_defaults(), **chosen)
 
     # -- at start ---------------------------------------------------------------------------
 
-    def prepare(self, record: RunRecord) -> Prepared:
-        request = RunRequest.model_validate(record.request)
+    def inputs(self, record: RunRecord) -> RunInputs:
+        request = record.request
         tools: list[Tool] = list(self.registry.resolve(request.tools))
-        tools += [self._http_tool(t.model_dump()) for t in request.http_tools]
-        limits = Limits(**record.settings)
+        tools += [self._http_tool(t) for t in request.http_tools]
+        limits = record.settings
         script = [entry.model_dump() for entry in request.model_script or ()]
-        return Prepared(
+        return RunInputs(
             model=self.models.create(record.model, script),
             tools=tools,
             limits=limits,
             prompts=self.prompts[limits.prompt_language],
         )
 
-    def _http_tool(self, spec: dict[str, Any]) -> HttpTool:
+    def _http_tool(self, tool: HttpToolIn) -> HttpTool:
         fetcher = self.registry.http
         if fetcher is None:
             raise ValueError("this server's registry has no HTTP fetcher")
-        return HttpTool(fetcher=fetcher, **spec)
+        return HttpTool(
+            fetcher=fetcher,
+            name=tool.name,
+            description=tool.description,
+            parameters=tool.parameters,
+            url=tool.url,
+            method=tool.method,
+            headers=tool.headers,
+            timeout_s=tool.timeout_s,
+            idempotent=tool.idempotent,
+        )
+
+
+class FetcherPoster:
+    """POSTs JSON through the registry's guarded fetcher: webhooks pass the same allow-list
+    and address checks as HTTP tools."""
+
+    def __init__(self, fetcher: HttpFetcher) -> None:
+        self.fetcher = fetcher
+
+    async def post_json(self, url: str, body: dict[str, Any], timeout_s: float) -> PostOutcome:
+        try:
+            response = await self.fetcher.fetch("POST", url, json=body, timeout_s=timeout_s)
+        except ToolError as exc:
+            return PostOutcome(None, str(exc))
+        error = None if response.ok else f"answered {response.status_line}"
+        return PostOutcome(response.status_code, error)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from app.tools.base import ToolError
-from app.tools.guard import (
+from app.tools.netguard import (
     AllowList,
     BlockedHostError,
     NetworkGuard,

@@ -8,7 +8,7 @@ import pytest
 
 from app.engine.ports import ToolContext
 from app.tools.base import ToolError
-from app.tools.clock import CurrentTimeTool
+from app.tools.current_time import CurrentTimeTool
 
 # A Wednesday, 12:00 UTC; in summer time, so Paris is at +02:00.
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

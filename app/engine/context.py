@@ -1,0 +1,35 @@
+"""What one model call (`asking.ask`) and one reply's tool calls (`acting.ToolStep`) need of a
+run: a small view the loop (`loop.ReactRun`) builds once, so neither reaches into the loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.guard import Guard
+from app.engine.policies import Limits
+from app.engine.ports import ChatModel, Clock, Tool, ToolContext
+from app.engine.prompts import Prompts
+from app.engine.state import RunState
+
+
+@dataclass(slots=True, eq=False)
+class RunContext:
+    state: RunState
+    limits: Limits
+    prompts: Prompts
+    model: ChatModel
+    tools: Mapping[str, Tool]
+    available_tools: str
+    """The tool names the model may call, for the unknown-tool message."""
+    spec_tokens: int
+    """Estimated tokens of the tool specs sent with each call."""
+    clock: Clock
+    jitter: Callable[[], float]
+    guard: Guard
+    log: Any
+    """The run's structlog logger, bound once."""
+    tool_ctx: ToolContext
+    deadline: float = 0.0
+    """The whole-run deadline by `clock`, set when the run starts."""

@@ -1,0 +1,67 @@
+"""What the runs layer needs from the composition root (`app.assembly`), as Protocols and
+plain values: a run checked and resolved at creation, equipped at start, and a way to POST
+JSON for webhooks. The runs layer imports only `app.engine` and itself."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.engine.policies import Limits
+from app.engine.ports import ChatModel, Tool
+from app.engine.prompts import Prompts
+from app.runs.records import RunRecord
+from app.runs.spec import RunRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRequest:
+    """A request the server accepts: the model that runs it, every setting resolved, and the
+    names of its tools (registered, then request-declared)."""
+
+    model: str
+    limits: Limits
+    tool_names: list[str]
+
+
+@dataclass(slots=True)
+class RunInputs:
+    """What the engine's loop takes for one run; `aclose()` once the run has ended."""
+
+    model: ChatModel
+    tools: list[Tool]
+    limits: Limits
+    prompts: Prompts
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        for closer in self.closers:
+            await closer()
+
+
+class RunAssembler(Protocol):
+    """Turns requests into runs: server-dependent checks at creation, the engine's inputs at
+    start."""
+
+    def check(self, request: RunRequest) -> CheckedRequest:
+        """Raise `InvalidRunError` naming the field when the server refuses the request."""
+        ...
+
+    def inputs(self, record: RunRecord) -> RunInputs:
+        """The model, tools, limits and prompts of a checked run."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PostOutcome:
+    """One POST: the HTTP status (None when no answer), and why it failed (None when 2xx)."""
+
+    status_code: int | None
+    error: str | None
+
+
+class JsonPoster(Protocol):
+    """POSTs a JSON body to a URL (allow-list and address checks are the poster's)."""
+
+    async def post_json(self, url: str, body: dict[str, Any], timeout_s: float) -> PostOutcome: ...
