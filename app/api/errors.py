@@ -119,6 +119,8 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         message = error.get("msg", "invalid")
         if error.get("type") == "extra_forbidden":
             message = "unknown field"
+        elif error.get("type") == "json_value":  # app.runs.jsonsafe: names the value itself
+            field, message = error["ctx"]["path"], error["ctx"]["problem"]
         elif error.get("type") == "json_invalid":
             field, message = "body", f"invalid JSON: {error.get('ctx', {}).get('error', message)}"
         problems.append({"field": field, "message": message, "type": error.get("type")})

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from app.runs.jsonsafe import json_problem
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
@@ -248,6 +251,18 @@ class RunRequest(BaseModel):
         max_length=2000,
         description="URL (allow-listed host) that receives the run as JSON once it ends.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _representable(cls, value: Any) -> Any:
+        """No NaN, Infinity, lone surrogate or integer past 64 bits anywhere (app.runs.jsonsafe)."""
+        found = json_problem(value)
+        if found is not None:
+            path, problem = found
+            raise PydanticCustomError(
+                "json_value", "{path}: {problem}", {"path": path, "problem": problem}
+            )
+        return value
 
     @field_validator("metadata", "http_tools", "model_script", mode="before")
     @classmethod
