@@ -28,7 +28,7 @@ from app.runs.errors import (
     RunNotFoundError,
     ShuttingDownError,
 )
-from app.runs.factory import RunFactory
+from app.runs.factory import Resolved, RunFactory
 from app.runs.metrics import RunMetrics
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
@@ -90,6 +90,7 @@ class RunManager:
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
         self._queue: deque[str] = deque()
+        self._admitting = 0  # runs past the queue check, being stored
         self._tasks: asyncio.TaskGroup | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._webhook_tasks: set[asyncio.Task[None]] = set()
@@ -167,15 +168,29 @@ class RunManager:
             if existing is not None:
                 return self._replay(existing, digest), False
         resolved = self.factory.validate(request)
-        if (
-            len(self._running) >= self.max_concurrent_runs
-            and len(self._queue) >= self.max_queued_runs
-        ):
+        # check for room and take it in one step (no await between): a run being stored
+        # holds its place, so concurrent requests cannot all pass the check
+        admitted = len(self._running) + len(self._queue) + self._admitting
+        if admitted >= self.max_concurrent_runs + self.max_queued_runs:
             raise QueueFullError(
-                f"{len(self._running)} runs are running and {len(self._queue)} are queued; "
-                "try again later",
+                f"{len(self._running)} runs are running and "
+                f"{len(self._queue) + self._admitting} are queued; try again later",
                 retry_after_s=5,
             )
+        self._admitting += 1
+        try:
+            return await self._admit(request, resolved, owner, idempotency_key, digest)
+        finally:
+            self._admitting -= 1
+
+    async def _admit(
+        self,
+        request: RunRequest,
+        resolved: Resolved,
+        owner: str | None,
+        idempotency_key: str | None,
+        digest: str,
+    ) -> tuple[RunRecord, bool]:
         record = RunRecord(
             id=new_run_id(),
             owner=owner,
