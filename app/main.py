@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.api.auth import StreamTokens
+from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.routes import events, health, runs, tools, ui
 from app.llm.models import ModelFactory
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_concurrent_runs=settings.max_concurrent_runs,
             max_queued_runs=settings.max_queued_runs,
             max_event_content_chars=settings.max_event_content_chars,
+            max_answer_chars=settings.max_answer_chars,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None
@@ -142,6 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
     invalid = {422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}}
     for module in (runs, events, tools):

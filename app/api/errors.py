@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from app.api.bodylimit import BodyTooLargeError
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
@@ -168,6 +169,16 @@ def _allowed_methods(request: Request) -> str:
     )
 
 
+def body_too_large(cap: int) -> JSONResponse:
+    message = f"the request body exceeds the server cap of {cap:,} bytes"
+    return error_response(413, "payload_too_large", message, {"cap": cap})
+
+
+async def _body_too_large(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyTooLargeError)
+    return body_too_large(exc.cap)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("request_failed", path=request.url.path)
     return error_response(500, "internal", "internal server error")
@@ -178,4 +189,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RunsError, _runs_error)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(BodyTooLargeError, _body_too_large)
     app.add_exception_handler(Exception, _unexpected)

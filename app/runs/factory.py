@@ -14,6 +14,7 @@ from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import ChatModel, Tool
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
 from app.llm.models import ModelFactory, ModelUnavailableError
+from app.runs.caps import check_sizes
 from app.runs.errors import InvalidRunError
 from app.runs.records import RunRecord
 from app.runs.spec import RunRequest, RunSettingsIn
@@ -73,6 +74,7 @@ class RunFactory:
 
     def validate(self, request: RunRequest) -> Resolved:
         server = self.settings
+        check_sizes(request, server)
         if len(request.task) > server.max_task_chars:
             raise InvalidRunError(
                 "task",

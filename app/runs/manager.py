@@ -74,6 +74,7 @@ class RunManager:
         max_concurrent_runs: int,
         max_queued_runs: int,
         max_event_content_chars: int,
+        max_answer_chars: int = 100_000,
     ) -> None:
         self.store = store
         self.factory = factory
@@ -86,6 +87,7 @@ class RunManager:
             metrics=metrics,
             max_event_content_chars=max_event_content_chars,
             on_ended=self._deliver_webhook,
+            max_answer_chars=max_answer_chars,
         )
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
