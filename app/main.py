@@ -27,6 +27,8 @@ from app.runs.metrics import RunMetrics
 from app.runs.store import open_store
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
+from app.tools.bounds import ConnectionBounds
+from app.tools.fetcher import HttpFetcher
 from app.tools.registry import builtin_registry
 
 log = structlog.get_logger("finishline")
@@ -77,6 +79,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             http_allow_hosts=settings.http_tool_allow_hosts,
             http_max_bytes=settings.http_tool_max_bytes,
             http_timeout_s=settings.http_tool_timeout_s,
+            bounds=ConnectionBounds(
+                per_run=settings.http_tool_connections_per_run,
+                per_key=settings.http_tool_connections_per_key,
+            ),
+        )
+        webhook_fetcher = (  # a client and pool of their own: tools cannot starve them
+            HttpFetcher(registry.http.guard, timeout_s=settings.webhook_timeout_s)
+            if registry.http is not None
+            else None
         )
         models = ModelFactory(
             base_url=settings.llm_base_url,
@@ -94,7 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics=metrics,
             webhooks=WebhookSender(
                 store=store,
-                fetcher=registry.http,
+                fetcher=webhook_fetcher,
                 attempts=settings.webhook_attempts,
                 backoff_s=settings.webhook_backoff_s,
                 timeout_s=settings.webhook_timeout_s,
@@ -134,6 +145,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await models.aclose()
             await registry.aclose()
+            if webhook_fetcher is not None:
+                await webhook_fetcher.aclose()
             await store.close()
             log.info("service_stopped")
 

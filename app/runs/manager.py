@@ -43,6 +43,7 @@ from app.runs.records import (
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, RunStore
 from app.runs.webhooks import WebhookSender
+from app.tools.bounds import bind_http_scope
 
 log = structlog.get_logger("finishline.runs")
 
@@ -326,6 +327,7 @@ class RunManager:
     async def _execute(self, active: _Active) -> None:
         record = active.record
         structlog.contextvars.bind_contextvars(run_id=record.id)
+        bind_http_scope(record.id, record.owner)  # per-run and per-key connection bounds
         try:
             record.status = RunStatus.RUNNING
             record.started_at = utcnow()
