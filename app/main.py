@@ -18,6 +18,7 @@ from app import __version__
 from app.api.auth import StreamTokens
 from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
+from app.api.openapi import enforced_openapi
 from app.api.routes import events, health, runs, tools, ui
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
@@ -157,6 +158,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.openapi = enforced_openapi(app, settings)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
     invalid = {422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}}

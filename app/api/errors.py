@@ -126,7 +126,12 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
             field, message = "body", f"invalid JSON: {error.get('ctx', {}).get('error', message)}"
         problems.append({"field": field, "message": message, "type": error.get("type")})
     summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
-    return error_response(422, "validation_error", summary, {"errors": problems})
+    details: dict[str, Any] = {"errors": problems}
+    if len(problems) == 1 and problems[0]["type"] == "json_value":
+        # a value no JSON schema can rule out (a lone surrogate, NaN, a 65-bit integer):
+        # named like the server's other runtime checks
+        details["field"] = problems[0]["field"]
+    return error_response(422, "validation_error", summary, details)
 
 
 async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
