@@ -28,6 +28,14 @@
 #     FINISHLINE_MAX_METADATA_BYTES=16384        largest accepted metadata (JSON)
 #     FINISHLINE_MAX_MESSAGE_CHARS=100000        longest steering message
 #     FINISHLINE_MAX_PENDING_MESSAGES=100        steering messages a run may hold undelivered
+#     FINISHLINE_MAX_BODY_BYTES=1048576          largest request body; past it, 413
+#     FINISHLINE_MAX_SYSTEM_PROMPT_CHARS=100000  longest accepted system_prompt
+#     FINISHLINE_MAX_MODEL_NAME_CHARS=200        longest accepted model name
+#     FINISHLINE_MAX_TOOLS=64                    most tools per run (tools + http_tools)
+#     FINISHLINE_MAX_TOOL_SCHEMA_BYTES=16384     largest HTTP tool parameters schema
+#     FINISHLINE_MAX_SCRIPT_REPLIES=200          most replies in a model_script
+#     FINISHLINE_MAX_SCRIPT_REPLY_CHARS=100000   largest scripted reply
+#     FINISHLINE_MAX_ANSWER_CHARS=100000         storage cap on a run's answer
 #     FINISHLINE_WEBHOOK_ATTEMPTS=5              delivery attempts of a run's webhook
 #     FINISHLINE_WEBHOOK_BACKOFF_S=1.0           first delay between attempts; doubles
 #     FINISHLINE_WEBHOOK_TIMEOUT_S=10.0          one delivery attempt
@@ -44,6 +52,8 @@
 #     FINISHLINE_HTTP_TOOL_ALLOW_HOSTS=          hosts HTTP tools and webhooks may call
 #     FINISHLINE_HTTP_TOOL_MAX_BYTES=1000000     response size cap of HTTP tools
 #     FINISHLINE_HTTP_TOOL_TIMEOUT_S=20.0        default timeout of HTTP tools
+#     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_RUN=8  HTTP tool requests in flight per run
+#     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_KEY=32  ... per API key
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
 #     FINISHLINE_MAX_TIME_S=60.0                 FINISHLINE_MAX_TIME_LIMIT_S=3600.0

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from app.caps import check_sizes
 from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import Tool
@@ -24,6 +25,7 @@ from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
 from app.runs.spec import HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import RUN_SETTINGS, Settings
+from app.tools.bounds import bind_http_scope
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
 from app.tools.netguard import check_url_allowed
@@ -60,6 +62,7 @@ class RunAssembly:
 
     def check(self, request: RunRequest) -> CheckedRequest:
         server = self.settings
+        check_sizes(request, server)
         if len(request.task) > server.max_task_chars:
             raise InvalidRunError(
                 "task",
@@ -153,6 +156,9 @@ class RunAssembly:
     # -- at start ---------------------------------------------------------------------------
 
     def inputs(self, record: RunRecord) -> RunInputs:
+        """What the engine needs to run `record`; called in the run's own task, which it binds
+        to the run's per-run and per-key bounds on HTTP tool connections."""
+        bind_http_scope(record.id, record.owner)
         request = record.request
         tools: list[Tool] = list(self.registry.resolve(request.tools))
         tools += [self._http_tool(t) for t in request.http_tools]

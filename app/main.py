@@ -16,7 +16,9 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.api.auth import StreamTokens
+from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
+from app.api.openapi import enforced_openapi
 from app.api.routes import events, health, runs, tools, ui
 from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.llm.models import ModelFactory
@@ -26,6 +28,8 @@ from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
+from app.tools.bounds import ConnectionBounds
+from app.tools.fetcher import HttpFetcher
 from app.tools.registry import builtin_registry
 
 log = structlog.get_logger("finishline")
@@ -76,6 +80,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             http_allow_hosts=settings.http_tool_allow_hosts,
             http_max_bytes=settings.http_tool_max_bytes,
             http_timeout_s=settings.http_tool_timeout_s,
+            bounds=ConnectionBounds(
+                per_run=settings.http_tool_connections_per_run,
+                per_key=settings.http_tool_connections_per_key,
+            ),
+        )
+        webhook_fetcher = (  # a client and pool of their own: tools cannot starve them
+            HttpFetcher(registry.http.guard, timeout_s=settings.webhook_timeout_s)
+            if registry.http is not None
+            else None
         )
         models = ModelFactory(
             base_url=settings.llm_base_url,
@@ -93,7 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics=metrics,
             webhooks=WebhookSender(
                 store=store,
-                poster=FetcherPoster(registry.http) if registry.http is not None else None,
+                poster=FetcherPoster(webhook_fetcher) if webhook_fetcher is not None else None,
                 attempts=settings.webhook_attempts,
                 backoff_s=settings.webhook_backoff_s,
                 timeout_s=settings.webhook_timeout_s,
@@ -103,6 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_event_content_chars=settings.max_event_content_chars,
             max_message_chars=settings.max_message_chars,
             max_pending_messages=settings.max_pending_messages,
+            max_answer_chars=settings.max_answer_chars,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None
@@ -134,6 +148,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await models.aclose()
             await registry.aclose()
+            if webhook_fetcher is not None:
+                await webhook_fetcher.aclose()
             await store.close()
             log.info("service_stopped")
 
@@ -144,6 +160,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.openapi = enforced_openapi(app, settings)  # type: ignore[method-assign]
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}

@@ -79,6 +79,35 @@ class ServerSettings(BaseSettings):
     max_pending_messages: int = Field(
         100, ge=1, description="Steering messages a run may hold before its next LLM call."
     )
+    # request size caps (docs/limits.md)
+    max_body_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        description="Largest request body in bytes; past it, 413 (checked while it streams in).",
+    )
+    max_system_prompt_chars: int = Field(
+        100_000, ge=1, description="Longest accepted system_prompt."
+    )
+    max_model_name_chars: int = Field(200, ge=1, description="Longest accepted model name.")
+    max_tools: int = Field(
+        64, ge=1, le=256, description="Most tools one run may have: tools plus http_tools."
+    )
+    max_tool_schema_bytes: int = Field(
+        16_384,
+        ge=2,
+        description="Largest parameters schema (JSON) of one request-declared HTTP tool.",
+    )
+    max_script_replies: int = Field(
+        200, ge=1, le=1000, description="Most replies in a model_script."
+    )
+    max_script_reply_chars: int = Field(
+        100_000, ge=1, description="Largest scripted reply: its content plus its tool calls (JSON)."
+    )
+    max_answer_chars: int = Field(
+        100_000,
+        ge=1000,
+        description="Storage cap on a run's answer; a longer one is cut, saying so.",
+    )
     webhook_attempts: int = Field(5, ge=1, description="Delivery attempts of a run's webhook.")
     webhook_backoff_s: float = Field(
         1.0, ge=0, description="First delay between webhook attempts; doubles each attempt."
@@ -119,6 +148,14 @@ class ServerSettings(BaseSettings):
         1_000_000, ge=1, description="Response size cap of HTTP tools."
     )
     http_tool_timeout_s: float = Field(20.0, gt=0, description="Default timeout of HTTP tools.")
+    http_tool_connections_per_run: int = Field(
+        8, ge=1, description="HTTP tool requests one run may have in flight; more wait their turn."
+    )
+    http_tool_connections_per_key: int = Field(
+        32,
+        ge=1,
+        description="HTTP tool requests the runs of one API key may have in flight together.",
+    )
 
     @field_validator("api_keys", "http_tool_allow_hosts", mode="before")
     @classmethod

@@ -30,30 +30,57 @@ class Caller:
 
 
 class StreamTokens:
+    """`<expires>.<owner tag>.<signature>`: the owner tag is an HMAC of the run's owner with
+    this server's secret (never a plain digest of the key, which could be brute-forced from a
+    URL or a log line), the signature an HMAC of the run id, the tag and the expiry."""
+
     def __init__(self, secret: bytes | None = None, *, ttl_s: int = 300) -> None:
         self._secret = secret or secrets.token_bytes(32)
         self.ttl_s = ttl_s
 
-    def _sign(self, run_id: str, owner: str, expires: int) -> str:
-        message = f"{run_id}|{owner}|{expires}".encode()
-        digest = hmac.new(self._secret, message, hashlib.sha256).digest()
+    def _mac(self, message: str, size: int = 32) -> str:
+        digest = hmac.new(self._secret, message.encode(), hashlib.sha256).digest()[:size]
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def _owner_tag(self, owner: str | None) -> str:
+        return self._mac(f"owner|{owner or ''}", 16)
+
+    def _sign(self, run_id: str, tag: str, expires: int) -> str:
+        return self._mac(f"{run_id}|{tag}|{expires}")
 
     def issue(self, run_id: str, owner: str | None, *, now: float | None = None) -> tuple[str, int]:
         """A token for `run_id`'s events and its expiry (epoch seconds)."""
         expires = int(now if now is not None else time.time()) + self.ttl_s
-        owner_part = owner or ""
-        return f"{expires}.{owner_part}.{self._sign(run_id, owner_part, expires)}", expires
+        tag = self._owner_tag(owner)
+        return f"{expires}.{tag}.{self._sign(run_id, tag, expires)}", expires
 
-    def verify(self, token: str, run_id: str, *, now: float | None = None) -> Caller | None:
-        """The caller the token stands for, or None if it is forged, expired or for another run."""
+    def verify(
+        self, token: str, run_id: str, owner: str | None, *, now: float | None = None
+    ) -> Caller | None:
+        """The caller the token stands for (the run's `owner`), or None if it is forged,
+        expired, for another run or for another owner."""
         try:
-            expires_text, owner, signature = token.split(".", 2)
-            expires = int(expires_text)
+            expires_text, tag, signature = token.split(".", 2)
+            expires = int(expires_text) if len(expires_text) <= 18 else -1
         except ValueError:
             return None
         if expires < (now if now is not None else time.time()):
             return None
-        if not hmac.compare_digest(signature, self._sign(run_id, owner, expires)):
-            return None
-        return Caller(owner or None)
+        tag_ok = hmac.compare_digest(tag.encode(), self._owner_tag(owner).encode())
+        signed_ok = hmac.compare_digest(
+            signature.encode(), self._sign(run_id, tag, expires).encode()
+        )
+        return Caller(owner) if tag_ok and signed_ok else None
+
+
+def key_digest(api_key: str) -> bytes:
+    """What API keys are compared by: equal-length digests, so a comparison's time says
+    nothing about how much of a key matched."""
+    return hashlib.sha256(api_key.encode()).digest()
+
+
+def key_matches(api_key: str, keys: list[str]) -> bool:
+    """Whether `api_key` is one of `keys`, compared in constant time against every one."""
+    offered = key_digest(api_key)
+    results = [hmac.compare_digest(offered, key_digest(key)) for key in keys]
+    return any(results)

@@ -9,8 +9,9 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
 
-from app.api.auth import Caller, StreamTokens, owner_of
+from app.api.auth import Caller, StreamTokens, key_matches, owner_of
 from app.api.errors import ApiError
+from app.runs.errors import RunNotFoundError
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.settings import Settings
@@ -57,7 +58,7 @@ def bearer_caller(settings: Settings, authorization: str | None) -> Caller:
     if not authorization:
         raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key>", _CHALLENGE)
     scheme, _, key = authorization.partition(" ")
-    if scheme.lower() != "bearer" or key.strip() not in settings.api_keys:
+    if scheme.lower() != "bearer" or not key_matches(key.strip(), settings.api_keys):
         raise ApiError(401, "unauthorized", "invalid API key", _CHALLENGE)
     return Caller(owner_of(key.strip()))
 
@@ -73,6 +74,7 @@ async def get_caller(
 
 async def get_event_caller(
     run_id: str,
+    manager: ManagerDep,
     settings: SettingsDep,
     tokens: TokensDep,
     token: Annotated[
@@ -84,7 +86,11 @@ async def get_event_caller(
     authorization: Annotated[str | None, Header(description="Bearer <API key>.")] = None,
 ) -> Caller:
     if token is not None and settings.api_keys:
-        caller = tokens.verify(token, run_id)
+        try:  # the run's owner, to check the token against; an unknown run is a bad token
+            owner = (await manager.get(run_id, None, any_owner=True)).owner
+        except RunNotFoundError:
+            owner = None
+        caller = tokens.verify(token, run_id, owner)
         if caller is None:
             raise ApiError(
                 401, "unauthorized", "invalid or expired stream token for this run", _CHALLENGE

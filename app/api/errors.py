@@ -48,6 +48,14 @@ class ErrorBody(BaseModel):
     error: ErrorInfo = Field(description="The error.")
 
 
+class BodyTooLargeError(FinishlineError, StarletteHTTPException):
+    """Raised by `app.api.bodylimit` while the body streams in; answered as JSON here."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(413, f"the request body exceeds the server cap of {cap:,} bytes")
+        self.cap = cap
+
+
 class ApiError(FinishlineError):
     """An HTTP-level refusal raised by routes and dependencies."""
 
@@ -123,11 +131,18 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         message = error.get("msg", "invalid")
         if error.get("type") == "extra_forbidden":
             message = "unknown field"
+        elif error.get("type") == "json_value":  # app.runs.jsonsafe: names the value itself
+            field, message = error["ctx"]["path"], error["ctx"]["problem"]
         elif error.get("type") == "json_invalid":
             field, message = "body", f"invalid JSON: {error.get('ctx', {}).get('error', message)}"
         problems.append({"field": field, "message": message, "type": error.get("type")})
     summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
-    return error_response(422, "validation_error", summary, {"errors": problems})
+    details: dict[str, Any] = {"errors": problems}
+    if len(problems) == 1 and problems[0]["type"] == "json_value":
+        # a value no JSON schema can rule out (a lone surrogate, NaN, a 65-bit integer):
+        # named like the server's other runtime checks
+        details["field"] = problems[0]["field"]
+    return error_response(422, "validation_error", summary, details)
 
 
 def runs_error_status(exc: RunsError) -> tuple[int, str]:
@@ -179,6 +194,16 @@ def _allowed_methods(request: Request) -> str:
     )
 
 
+def body_too_large(cap: int) -> JSONResponse:
+    message = f"the request body exceeds the server cap of {cap:,} bytes"
+    return error_response(413, "payload_too_large", message, {"cap": cap})
+
+
+async def _body_too_large(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyTooLargeError)
+    return body_too_large(exc.cap)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("request_failed", path=request.url.path)
     return error_response(500, "internal", "internal server error")
@@ -189,4 +214,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RunsError, _runs_error)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(BodyTooLargeError, _body_too_large)
     app.add_exception_handler(Exception, _unexpected)

@@ -34,7 +34,7 @@ from app.runs.errors import (
     TooManyMessagesError,
 )
 from app.runs.metrics import RunMetrics
-from app.runs.ports import RunAssembler
+from app.runs.ports import CheckedRequest, RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ACTIVE_STATUSES,
@@ -97,6 +97,7 @@ class RunManager:
         max_event_content_chars: int,
         max_message_chars: int = 100_000,
         max_pending_messages: int = 100,
+        max_answer_chars: int = 100_000,
     ) -> None:
         self.store = store
         self.assembler = assembler
@@ -111,10 +112,12 @@ class RunManager:
             metrics=metrics,
             max_event_content_chars=max_event_content_chars,
             on_ended=self._deliver_webhook,
+            max_answer_chars=max_answer_chars,
         )
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
         self._queue: deque[str] = deque()
+        self._admitting = 0  # runs past the queue check, being stored
         self._tasks: asyncio.TaskGroup | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._webhook_tasks: set[asyncio.Task[None]] = set()
@@ -195,15 +198,30 @@ class RunManager:
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
-        if (
-            len(self._running) >= self.max_concurrent_runs
-            and len(self._queue) >= self.max_queued_runs
-        ):
+        # check for room and take it in one step (no await between): a run being stored
+        # holds its place, so concurrent requests cannot all pass the check
+        admitted = len(self._running) + len(self._queue) + self._admitting
+        if admitted >= self.max_concurrent_runs + self.max_queued_runs:
             raise QueueFullError(
-                f"{len(self._running)} runs are running and {len(self._queue)} are queued; "
-                "try again later",
+                f"{len(self._running)} runs are running and "
+                f"{len(self._queue) + self._admitting} are queued; try again later",
                 retry_after_s=5,
             )
+        self._admitting += 1
+        try:
+            return await self._admit(request, checked, previous, owner, idempotency_key, digest)
+        finally:
+            self._admitting -= 1
+
+    async def _admit(
+        self,
+        request: RunRequest,
+        checked: CheckedRequest,
+        previous: RunRecord | None,
+        owner: str | None,
+        idempotency_key: str | None,
+        digest: str,
+    ) -> tuple[RunRecord, bool]:
         record = RunRecord(
             id=new_run_id(),
             owner=owner,

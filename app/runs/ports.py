@@ -49,7 +49,7 @@ class RunAssembler(Protocol):
         ...
 
     def inputs(self, record: RunRecord) -> RunInputs:
-        """The model, tools, limits and prompts of a checked run."""
+        """The model, tools, limits and prompts of a checked run; called in the run's own task."""
         ...
 
 

@@ -34,11 +34,13 @@ class RunRecorder:
         metrics: RunMetrics,
         max_event_content_chars: int,
         on_ended: Callable[[RunRecord], None],
+        max_answer_chars: int = 100_000,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.max_event_content_chars = max_event_content_chars
         self.on_ended = on_ended
+        self.max_answer_chars = max_answer_chars
 
     async def record(self, record: RunRecord, step: Step) -> None:
         """Store one step of the engine: an event, the checkpoint, or the run's end."""
@@ -81,6 +83,9 @@ class RunRecorder:
         status = status_for(reason)
         record.status = status
         record.ended_at = utcnow()
+        if answer is not None and len(answer) > self.max_answer_chars:
+            cap = self.max_answer_chars
+            answer = f"{answer[:cap]}\n\n[Answer cut at {cap:,} characters of {len(answer):,}.]"
         record.result = RunResult(answer=answer, reason=reason, degraded=degraded)
         record.error = RunErrorInfo(type=error.type, message=error.message) if error else None
         if usage is not None:

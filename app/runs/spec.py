@@ -8,15 +8,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.engine.policies import Limits
 from app.engine.setting import Declared, declared
+from app.runs.jsonsafe import json_problem
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
 for 1, no "30" for 30)."""
 MAX_JSON_DEPTH = 32
+MAX_LIST_ITEMS = {"tools": 256, "http_tools": 256, "model_script": 1000}
+"""Fixed ceilings on the lists of a request, checked before anything in them is validated,
+so a huge list is refused in microseconds. Server settings (max_tools, max_script_replies)
+set the working caps below these."""
 """How deeply free-form JSON (metadata, tool schemas, scripted arguments) may nest: far past
 any real use, well short of what serializing it again can handle."""
 
@@ -104,7 +110,9 @@ class HttpToolIn(BaseModel):
         description="POST/PUT/PATCH send the arguments as a JSON body; GET/DELETE as query parameters.",
     )
     headers: dict[str, str] = Field(
-        default_factory=dict, description="Sent with every call; values are never shown back."
+        default_factory=dict,
+        max_length=32,
+        description="Sent with every call (at most 32); values are never shown back.",
     )
     timeout_s: float | None = Field(
         None, gt=0, description="Per-call timeout; defaults to the run's tool_timeout_s."
@@ -183,17 +191,23 @@ class RunRequest(BaseModel):
         description="Model name sent to the LLM endpoint; 'demo' (built-in demo agent) or 'scripted' (replays model_script). Default: the server's.",
     )
     tools: list[str] = Field(
-        default_factory=list, description="Names of registered tools (GET /tools)."
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS["tools"],
+        description="Names of registered tools (GET /tools).",
     )
     http_tools: list[HttpToolIn] = Field(
-        default_factory=list, description="Tools declared in this request, called over HTTP."
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS["http_tools"],
+        description="Tools declared in this request, called over HTTP.",
     )
     settings: RunSettingsIn = Field(default_factory=RunSettingsIn, description="Per-run settings.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="Your own data, kept on the run."
     )
     model_script: list[ScriptedReplyIn] | None = Field(
-        None, description="Replies of the scripted model, one per LLM call."
+        None,
+        max_length=MAX_LIST_ITEMS["model_script"],
+        description="Replies of the scripted model, one per LLM call.",
     )
     webhook: str | None = Field(
         None,
@@ -207,6 +221,27 @@ class RunRequest(BaseModel):
         "as the last assistant message), then `task`. Its system prompt is inherited unless "
         "this request gives one; tools, model and settings come from this request.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _representable(cls, value: Any) -> Any:
+        """No NaN, Infinity, lone surrogate or integer past 64 bits anywhere (app.runs.jsonsafe)."""
+        if isinstance(value, dict):
+            for name, ceiling in MAX_LIST_ITEMS.items():
+                items = value.get(name)
+                if isinstance(items, list) and len(items) > ceiling:
+                    raise PydanticCustomError(
+                        "json_value",
+                        "{path}: {problem}",
+                        {"path": name, "problem": f"has {len(items):,} items; at most {ceiling}"},
+                    )
+        found = json_problem(value)
+        if found is not None:
+            path, problem = found
+            raise PydanticCustomError(
+                "json_value", "{path}: {problem}", {"path": path, "problem": problem}
+            )
+        return value
 
     @field_validator("metadata", "http_tools", "model_script", mode="before")
     @classmethod

@@ -30,6 +30,7 @@ import anyio
 import httpx
 
 from app.tools.base import ToolError
+from app.tools.bounds import ConnectionBounds
 from app.tools.netguard import BlockedHostError, NetworkGuard
 from app.tools.transport import guarded_client
 
@@ -96,6 +97,7 @@ class HttpFetcher:
         max_bytes: int = 1_000_000,
         timeout_s: float = 20.0,
         max_redirects: int = 5,
+        bounds: ConnectionBounds | None = None,
     ) -> None:
         if max_bytes <= 0 or timeout_s <= 0 or max_redirects < 0:
             raise ValueError("max_bytes and timeout_s must be positive, max_redirects >= 0")
@@ -103,6 +105,7 @@ class HttpFetcher:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.max_redirects = max_redirects
+        self.bounds = bounds
         self._pinned = client is None
         self._client = client if client is not None else guarded_client(guard, timeout_s=timeout_s)
 
@@ -145,8 +148,9 @@ class HttpFetcher:
         except httpx.InvalidURL as exc:
             raise ToolError(f"invalid URL {url[:200]!r}: {exc}") from None
         try:
-            with anyio.fail_after(timeout):
-                return await self._exchange(request, headers or {}, max_bytes or self.max_bytes)
+            with anyio.fail_after(timeout):  # waiting for a slot counts against it too
+                async with self.bounds.slot() if self.bounds else contextlib.nullcontext():
+                    return await self._exchange(request, headers or {}, max_bytes or self.max_bytes)
         except TimeoutError:
             host = request.url.host
             raise ToolError(f"the request to {host} timed out after {timeout:g} s") from None

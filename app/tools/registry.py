@@ -17,6 +17,7 @@ import httpx
 from app.engine.errors import FinishlineError
 from app.engine.ports import Tool
 from app.engine.prompts import TASK_FINISHED
+from app.tools.bounds import ConnectionBounds
 from app.tools.calculator import CalculatorTool
 from app.tools.current_time import CurrentTimeTool
 from app.tools.fetcher import HttpFetcher
@@ -128,6 +129,7 @@ def builtin_registry(
     http_timeout_s: float = 20.0,
     client: httpx.AsyncClient | None = None,
     resolver: Resolver | None = None,
+    bounds: ConnectionBounds | None = None,
 ) -> ToolRegistry:
     """calculator, current_time, http_get and update_plan, over one guarded HTTP client.
 
@@ -140,6 +142,7 @@ def builtin_registry(
         client=client,
         max_bytes=http_max_bytes,
         timeout_s=http_timeout_s,
+        bounds=bounds,
     )
     tools: list[Tool] = [
         CalculatorTool(),

@@ -3,9 +3,12 @@ and each run visible only to the key that made it."""
 
 from __future__ import annotations
 
+import hmac
+
 import httpx
 import pytest
 
+from app.api import auth
 from app.settings import Settings
 from tests.api.kit import (
     cancel,
@@ -139,3 +142,26 @@ async def test_idempotency_keys_belong_to_each_api_key() -> None:
         assert (first.status_code, second.status_code) == (202, 202)
         assert first.json()["id"] != second.json()["id"]
         error_of(other_body, 409, "idempotency_conflict")
+
+
+@pytest.mark.parametrize("key", ["k2", "wrong", "k"])
+async def test_api_keys_are_compared_in_constant_time_each_against_every_key(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Digests of equal length, each compared with hmac.compare_digest, all of them whatever
+    matches: how long a check takes tells nothing about the keys."""
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def counting(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(auth.hmac, "compare_digest", counting)
+    async with api_client(settings(api_keys=["k1", "k2", "k3"])) as client:
+        response = await client.get("/runs", headers={"Authorization": f"Bearer {key}"})
+
+        assert response.status_code == (200 if key == "k2" else 401)
+        assert len(compared) == 3
+        assert {len(a) for a, _ in compared} == {32}
+        assert {len(b) for _, b in compared} == {32}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from app.api.auth import StreamTokens, owner_of
 from app.settings import Settings
 from tests.api.kit import (
     TERMINAL_EVENTS,
@@ -87,7 +90,8 @@ async def test_expired_token_is_401() -> None:
     async with app_with_state(keyed()) as (client, state):
         run = await run_to_end(client, finishing(), K1)
         owner_token = (await client.post(f"/runs/{run['id']}/stream-token", headers=K1)).json()
-        owner = owner_token["token"].split(".")[1]
+        assert owner_token["expires_at"]
+        owner = owner_of(KEY1)
         tokens = state["tokens"]
         expired, expires = tokens.issue(run["id"], owner, now=time.time() - tokens.ttl_s - 5)
         assert expires < time.time()
@@ -143,3 +147,42 @@ async def test_stream_token_without_auth_configured_is_issued_and_not_needed() -
         events_response, events = await sse(client, "GET", response.json()["events_url"])
         assert events_response.status_code == 200
         assert events[-1].event in TERMINAL_EVENTS
+
+
+async def test_the_token_carries_no_digest_of_the_api_key() -> None:
+    """The owner part is an HMAC with the server's secret: an unsalted hash of a weak key
+    in a URL (or a log line) could be brute-forced back to the key."""
+    async with app_with_state(keyed()) as (client, _):
+        run = await run_to_end(client, finishing(), K1)
+
+        token = (await client.post(f"/runs/{run['id']}/stream-token", headers=K1)).json()["token"]
+
+        digest = hashlib.sha256(KEY1.encode()).hexdigest()
+        assert owner_of(KEY1) not in token
+        assert digest[:16] not in token
+        assert digest[:16] not in base64.urlsafe_b64decode(token.split(".")[1] + "==").hex()
+        another = StreamTokens(b"another secret").issue(run["id"], owner_of(KEY1), now=0)[0]
+        assert another.split(".")[1] != token.split(".")[1]
+
+
+async def test_a_token_names_its_runs_owner_so_it_cannot_serve_another_keys_run() -> None:
+    async with app_with_state(keyed()) as (client, state):
+        mine = await run_to_end(client, finishing(), K1)
+        theirs = await run_to_end(client, finishing(), K2)
+        tokens: StreamTokens = state["tokens"]
+
+        forged, _ = tokens.issue(theirs["id"], owner_of(KEY1))
+        response = await client.get(f"/runs/{theirs['id']}/events", params={"token": forged})
+
+        error_of(response, 401, "unauthorized")
+        good, _ = tokens.issue(mine["id"], owner_of(KEY1))
+        assert (await client.get(f"/runs/{mine['id']}/events", params={"token": good})).is_success
+
+
+async def test_a_token_for_an_unknown_run_is_401_like_any_bad_token() -> None:
+    async with app_with_state(keyed()) as (client, state):
+        token, _ = state["tokens"].issue(UNKNOWN, owner_of(KEY1))
+
+        response = await client.get(f"/runs/{UNKNOWN}/events", params={"token": token})
+
+        error_of(response, 401, "unauthorized")

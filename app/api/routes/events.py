@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
@@ -37,6 +38,10 @@ SSE_EVENT = {
     "required": ["data"],
 }
 SSE_CONTENT = {"text/event-stream": {"schema": SSE_EVENT}}
+MAX_SEQ = 10**18 - 1
+"""The largest event seq a client may name (`?after=`, `Last-Event-ID`): 18 digits, well inside
+SQLite's 64-bit integers."""
+LAST_EVENT_ID = r"^[0-9]{1,18}$"
 
 
 def event_stream(
@@ -78,20 +83,14 @@ def event_stream(
 
 def _start(after: int | None, last_event_id: str | None) -> int:
     if last_event_id is not None:
-        try:
-            value = int(last_event_id)
-        except ValueError:
+        if not re.fullmatch(LAST_EVENT_ID, last_event_id):
             raise ApiError(
                 422,
                 "validation_error",
-                "Last-Event-ID: must be an integer event seq",
+                f"Last-Event-ID: must be an event seq, an integer from 0 to {MAX_SEQ}",
                 field="Last-Event-ID",
-            ) from None
-        if value < 0:
-            raise ApiError(
-                422, "validation_error", "Last-Event-ID: must be >= 0", field="Last-Event-ID"
             )
-        return value
+        return int(last_event_id)
     return after or 0
 
 
@@ -119,10 +118,16 @@ async def follow_events(
     metrics: MetricsDep,
     settings: SettingsDep,
     caller: EventCallerDep,
-    after: Annotated[int | None, Query(ge=0, description="Start after this seq.")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_SEQ, description="Start after this seq.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size (JSON only).")] = 500,
     last_event_id: Annotated[
-        str | None, Header(description="SSE reconnection: resume after this seq.")
+        str | None,
+        Header(
+            description="SSE reconnection: resume after this seq.",
+            json_schema_extra={"pattern": LAST_EVENT_ID},
+        ),
     ] = None,
 ) -> Response:
     await manager.get(run_id, caller.owner, any_owner=caller.any_owner)

@@ -1,0 +1,104 @@
+"""The OpenAPI document declares what this server enforces: the static schema of the
+request models, plus this server's caps (settings) as maximums, and links from a created run
+to the operations on it (for clients and stateful fuzzers). What no schema can state (a
+combined count, metadata bytes, an allow-list, a registered name) is still checked at
+runtime and refused with a 422 naming the field (docs/limits.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.runs.records import RunStatus
+from app.settings import CAPS, Settings
+
+RUN_ID = {"run_id": "$response.body#/id"}
+LINKS = {
+    "GetRun": "get_run_runs__run_id__get",
+    "WaitRun": "wait_run_runs__run_id__wait_get",
+    "FollowEvents": "follow_events_runs__run_id__events_get",
+    "CancelRun": "cancel_run_runs__run_id__cancel_post",
+    "GetStreamToken": "stream_token_runs__run_id__stream_token_post",
+    "DeleteRun": "delete_run_runs__run_id__delete",
+}
+
+
+def _bound(prop: dict[str, Any], kind: str, key: str, value: Any) -> None:
+    """Set `key` on the branch of `prop` of JSON type `kind` (itself, or in its anyOf)."""
+    for branch in prop.get("anyOf", [prop]):
+        if branch.get("type") == kind or (kind == "number" and branch.get("type") == "integer"):
+            branch[key] = value
+
+
+def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    components = schema.get("components", {}).get("schemas", {})
+    run = components.get("RunCreate", {}).get("properties", {})
+    for name, cap in (
+        ("task", settings.max_task_chars),
+        ("system_prompt", settings.max_system_prompt_chars),
+        ("model", settings.max_model_name_chars),
+    ):
+        if name in run:
+            _bound(run[name], "string", "maxLength", cap)
+    for name, cap in (
+        ("tools", settings.max_tools),
+        ("http_tools", settings.max_tools),
+        ("model_script", settings.max_script_replies),
+    ):
+        if name in run:
+            _bound(run[name], "array", "maxItems", cap)
+    per_run = components.get("RunSettingsIn", {}).get("properties", {})
+    for name, cap_name in CAPS.items():
+        cap = getattr(settings, cap_name)
+        if cap is not None and name in per_run:
+            _bound(per_run[name], "number", "maximum", cap)
+    tool = components.get("HttpToolIn", {}).get("properties", {})
+    if "timeout_s" in tool:
+        _bound(tool["timeout_s"], "number", "maximum", settings.cap("tool_timeout_s"))
+    for parameter in (
+        schema["paths"].get("/runs/{run_id}/wait", {}).get("get", {}).get("parameters", [])
+    ):
+        if parameter["name"] == "timeout_s":
+            _bound(parameter["schema"], "number", "maximum", settings.max_wait_s)
+    for parameter in (
+        schema["paths"].get("/runs/{run_id}/events", {}).get("get", {}).get("parameters", [])
+    ):
+        pattern = parameter["schema"].pop("pattern", None)
+        if pattern is not None:  # on the string branch, where it applies
+            _bound(parameter["schema"], "string", "pattern", pattern)
+    too_large = {
+        "description": "The body exceeds FINISHLINE_MAX_BODY_BYTES.",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            if "requestBody" in operation:
+                operation["responses"].setdefault("413", too_large)
+    statuses = "(" + "|".join(s.value for s in RunStatus) + ")"
+    for parameter in schema["paths"].get("/runs", {}).get("get", {}).get("parameters", []):
+        if parameter["name"] == "status":  # the route names a wrong one in its 422 itself
+            for branch in parameter["schema"].get("anyOf", []):
+                if branch.get("type") == "array":
+                    branch["items"]["pattern"] = rf"^ *{statuses}( *, *{statuses})* *$"
+    created = schema["paths"].get("/runs", {}).get("post", {}).get("responses", {})
+    for status in ("202",):  # the 200 may be an SSE stream: no JSON body to link from
+        if status in created:
+            created[status]["links"] = {
+                name: {"operationId": operation, "parameters": RUN_ID}
+                for name, operation in LINKS.items()
+            }
+    return schema
+
+
+def enforced_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:
+    """A replacement for `app.openapi` that adds this server's caps and links once."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = declare_caps(build(), settings)
+        return app.openapi_schema
+
+    return openapi

@@ -1,0 +1,53 @@
+"""The size caps of a run request (server settings; docs/limits.md), checked by the assembly:
+each names the field and the cap. Checked first and cheaply (lengths and counts before anything
+is built), so a huge request is refused in time linear in its size, which the body cap bounds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app.runs.errors import InvalidRunError
+from app.runs.spec import RunRequest
+from app.settings import Settings
+
+
+def _over(field: str, size: int, cap: int, unit: str) -> InvalidRunError:
+    return InvalidRunError(
+        field, f"{size:,} {unit} exceeds the server cap of {cap:,}", cap=cap, size=size
+    )
+
+
+def _json_chars(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False))
+
+
+def check_sizes(request: RunRequest, server: Settings) -> None:
+    """Refuse the first part of `request` over its cap (`InvalidRunError`)."""
+    if request.system_prompt is not None and (
+        len(request.system_prompt) > server.max_system_prompt_chars
+    ):
+        raise _over(
+            "system_prompt", len(request.system_prompt), server.max_system_prompt_chars, "chars"
+        )
+    if request.model is not None and len(request.model) > server.max_model_name_chars:
+        raise _over("model", len(request.model), server.max_model_name_chars, "chars")
+    tools = len(request.tools) + len(request.http_tools)
+    if tools > server.max_tools:
+        raise _over("tools", tools, server.max_tools, "tools (tools plus http_tools)")
+    for index, tool in enumerate(request.http_tools):
+        size = _json_chars(tool.parameters)
+        if size > server.max_tool_schema_bytes:
+            raise _over(
+                f"http_tools[{index}].parameters", size, server.max_tool_schema_bytes, "bytes"
+            )
+    script = request.model_script or []
+    if len(script) > server.max_script_replies:
+        raise _over("model_script", len(script), server.max_script_replies, "replies")
+    for index, reply in enumerate(script):
+        size = len(reply.content or "") + sum(
+            _json_chars(call.arguments) + len(call.name) + len(call.id or "")
+            for call in reply.tool_calls
+        )
+        if size > server.max_script_reply_chars:
+            raise _over(f"model_script[{index}]", size, server.max_script_reply_chars, "chars")

@@ -1,0 +1,60 @@
+"""What a decoded JSON body may hold beyond its shape: values Python's JSON parser lets
+through but nothing downstream can carry.
+
+- non-finite numbers (`NaN`, `Infinity`, and `1e400`, which parses as infinity): JSON has
+  none, so the run could never be written back out;
+- lone UTF-16 surrogates (`"\\ud800"`): not text, so not encodable as UTF-8 (a valid pair
+  decodes to one character and is fine);
+- integers outside 64 bits: past what SQLite and most JSON readers hold exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _path(parent: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
+
+
+def _text_problem(text: str) -> str | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone UTF-16 surrogate (not text)"
+    return None
+
+
+def json_problem(value: Any, root: str = "") -> tuple[str, str] | None:
+    """The first unrepresentable value in `value` as (its path, what is wrong), else None.
+
+    Iterative, so nesting cannot exhaust the stack; linear in the size of `value`."""
+    stack: list[tuple[str, Any]] = [(root, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            problem = _text_problem(item)
+            if problem:
+                return path or "body", problem
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return path or "body", "is an integer outside the 64-bit range"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return path or "body", "is not a finite number (NaN, Infinity, or out of range)"
+        elif isinstance(item, dict):
+            children = list(item.items())
+            for key, child in reversed(children):
+                if isinstance(key, str) and (problem := _text_problem(key)):
+                    return path or "body", f"has a key that {problem}"
+                stack.append((_path(path, str(key)), child))
+        elif isinstance(item, list):
+            stack.extend((_path(path, i), child) for i, child in reversed(list(enumerate(item))))
+    return None
