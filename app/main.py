@@ -26,6 +26,7 @@ from app.runs.metrics import RunMetrics
 from app.runs.store import open_store
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
+from app.tools.mcp.source import McpToolSource
 from app.tools.registry import builtin_registry
 
 log = structlog.get_logger("finishline")
@@ -70,6 +71,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        mcp = (  # first: a server the allow-list refuses stops start-up here
+            McpToolSource(settings.mcp_servers, allow_hosts=settings.http_tool_allow_hosts)
+            if settings.mcp_servers
+            else None
+        )
         store = open_store(settings.store_url)
         await store.open()
         registry = builtin_registry(
@@ -77,6 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             http_max_bytes=settings.http_tool_max_bytes,
             http_timeout_s=settings.http_tool_timeout_s,
         )
+        if mcp is not None:  # sessions open in the background; registry.aclose closes them
+            registry.use_mcp(mcp)
+            mcp.start()
         models = ModelFactory(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
+
 CommaList = Annotated[list[str], NoDecode]
 
 # per-run setting -> the server setting that caps it
@@ -116,6 +118,12 @@ class Settings(BaseSettings):
         1_000_000, ge=1, description="Response size cap of HTTP tools."
     )
     http_tool_timeout_s: float = Field(20.0, gt=0, description="Default timeout of HTTP tools.")
+    mcp_servers: Annotated[dict[str, McpServerConfig], NoDecode] = Field(
+        default_factory=dict,
+        description="MCP servers whose tools runs may use (JSON, or @path to a JSON file): "
+        '{"NAME": {"url": "https://…/mcp", "headers": {…}}} or '
+        '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See README.',
+    )
 
     # -- per-run defaults (DESIGN §2) and their caps ---------------------------------------
     max_steps: int = Field(10, ge=1)
@@ -154,6 +162,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _parse_mcp_servers(cls, value: Any) -> Any:
+        return parse_mcp_servers(value)
 
     @model_validator(mode="after")
     def _defaults_within_caps(self) -> Settings:

@@ -20,6 +20,7 @@ from app.runs.spec import RunRequest, RunSettingsIn
 from app.settings import CAPS, Settings
 from app.tools.guard import check_url_allowed
 from app.tools.http import HttpTool
+from app.tools.mcp.source import UnknownServerError
 from app.tools.registry import ToolRegistry, UnknownToolError
 
 
@@ -93,7 +94,8 @@ class RunFactory:
             raise InvalidRunError(
                 "tools", str(exc), unknown=exc.unknown, available=exc.available
             ) from exc
-        taken = {TASK_FINISHED, *request.tools}
+        mcp_names = [tool.name for tool in self._mcp_tools(request.mcp_servers)]
+        taken = {TASK_FINISHED, *request.tools, *mcp_names}
         for index, tool in enumerate(request.http_tools):
             where = f"http_tools[{index}]"
             if tool.name in taken:
@@ -128,7 +130,8 @@ class RunFactory:
         except ModelUnavailableError as exc:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
-        names = [*request.tools, *(t.name for t in request.http_tools)]
+        names = [*dict.fromkeys([*request.tools, *mcp_names])]
+        names += [t.name for t in request.http_tools]
         return Resolved(model=model, settings=settings, tool_names=names)
 
     def resolve_settings(self, requested: RunSettingsIn) -> dict[str, Any]:
@@ -162,6 +165,7 @@ class RunFactory:
     def prepare(self, record: RunRecord) -> Prepared:
         request = RunRequest.model_validate(record.request)
         tools: list[Tool] = list(self.registry.resolve(request.tools))
+        tools += [t for t in self._mcp_tools(request.mcp_servers) if t.name not in request.tools]
         tools += [self._http_tool(t.model_dump()) for t in request.http_tools]
         limits = Limits(**record.settings)
         script = [entry.model_dump() for entry in request.model_script or ()]
@@ -171,6 +175,20 @@ class RunFactory:
             limits=limits,
             prompts=self.prompts[limits.prompt_language],
         )
+
+    def _mcp_tools(self, servers: list[str]) -> list[Tool]:
+        """Every tool of the MCP servers a request enables whole (`mcp_servers`)."""
+        if not servers:
+            return []
+        source = self.registry.mcp
+        if source is None:
+            raise InvalidRunError("mcp_servers", "this server has no MCP servers configured")
+        try:
+            return list(source.server_tools(servers))
+        except UnknownServerError as exc:
+            raise InvalidRunError(
+                "mcp_servers", str(exc), unknown=exc.unknown, available=exc.available
+            ) from exc
 
     def _http_tool(self, spec: dict[str, Any]) -> HttpTool:
         fetcher = self.registry.http

@@ -231,7 +231,13 @@ class RunRequest(BaseModel):
         description="Model name sent to the LLM endpoint; 'demo' (built-in demo agent) or 'scripted' (replays model_script). Default: the server's.",
     )
     tools: list[str] = Field(
-        default_factory=list, description="Names of registered tools (GET /tools)."
+        default_factory=list,
+        description="Names of tools from GET /tools (built-in, or an MCP server's NAME__TOOL).",
+    )
+    mcp_servers: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="MCP servers (GET /tools/mcp-servers) whose every tool this run may use.",
     )
     http_tools: list[HttpToolIn] = Field(
         default_factory=list, description="Tools declared in this request, called over HTTP."
