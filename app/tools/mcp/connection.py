@@ -73,6 +73,7 @@ class ServerConnection:
     async def run(self) -> None:
         delay = self.config.retry_initial_s
         while not self._closing:
+            live = False
             try:
                 async with AsyncExitStack() as stack:
                     async with asyncio.timeout(self.config.connect_timeout_s):
@@ -83,6 +84,7 @@ class ServerConnection:
                     await self._set("connected", None)
                     delay = self.config.retry_initial_s
                     await self._serve(client)
+                    live = True
             except Exception as exc:  # any failure to connect or to list: retry later
                 if not self._closing:
                     await self._set("reconnecting", describe_failure(exc))
@@ -90,7 +92,7 @@ class ServerConnection:
                 self._client = None
             if self._closing:
                 break
-            if self.state == "connected":  # left a live session: reconnect at once
+            if live:  # the session died under a call: reconnect at once
                 await self._set("reconnecting", self.error or "the session ended")
                 continue
             log.warning("mcp_server_down", server=self.name, error=self.error, retry_s=delay)
@@ -155,6 +157,8 @@ class ServerConnection:
         self.listed = True
         log.info("mcp_tools_listed", server=self.name, tools=len(tools))
         self.on_change()
+        async with self._changed:
+            self._changed.notify_all()
 
     async def _on_message(self, message: object) -> None:
         if isinstance(message, ToolListChangedNotification):
@@ -202,7 +206,7 @@ class ServerConnection:
     def _lost(self, client: Client, exc: BaseException) -> None:
         if self._client is client:
             self._client = None
-            self.error = describe_failure(exc)
+            self.state, self.error = "reconnecting", describe_failure(exc)
             self._dead = True
             self._wake.set()
 

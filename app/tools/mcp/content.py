@@ -1,8 +1,9 @@
 """An MCP `tools/call` result as the text observation the model reads.
 
-Text parts are joined with blank lines; structured content, when the server sends it, is
-shown as JSON instead of its text rendering (servers repeat it as text for old clients);
-images, audio, resource links and binary resources get a one-line description. An
+Text parts are joined with blank lines; structured content is shown as JSON when the
+result has no text part (the spec has servers repeat it as text, and the SDK's text of a
+wrapped scalar, `"hi"` for `{"result": "hi"}`, reads better than the wrapper); images,
+audio, resource links and binary resources get a one-line description. An
 `isError` result becomes a `ToolError`, so the engine shows it as an `is_error` observation.
 """
 
@@ -30,16 +31,13 @@ __all__ = ["render_result"]
 
 def render_result(tool: str, result: CallToolResult) -> str:
     """The observation text of `result`; raises `ToolError` when it is an error result."""
-    parts: list[str] = []
+    parts = [
+        block.text if isinstance(block, TextContent) else _describe(block)
+        for block in result.content
+    ]
     structured = result.structured_content
-    if structured is not None and not result.is_error:
-        parts.append(json.dumps(structured, ensure_ascii=False, indent=2))
-    for block in result.content:
-        if isinstance(block, TextContent):
-            if structured is None or result.is_error:
-                parts.append(block.text)
-        else:
-            parts.append(_describe(block))
+    if structured is not None and not any(isinstance(b, TextContent) for b in result.content):
+        parts.insert(0, json.dumps(structured, ensure_ascii=False, indent=2))
     text = "\n\n".join(part for part in parts if part)
     if result.is_error:
         raise ToolError(text or f"{tool} reported an error without a message")
