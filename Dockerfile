@@ -42,6 +42,7 @@
 #     FINISHLINE_HTTP_TOOL_ALLOW_HOSTS=          hosts HTTP tools and webhooks may call
 #     FINISHLINE_HTTP_TOOL_MAX_BYTES=1000000     response size cap of HTTP tools
 #     FINISHLINE_HTTP_TOOL_TIMEOUT_S=20.0        default timeout of HTTP tools
+#     FINISHLINE_MCP_SERVERS=                    MCP servers: JSON or @/path/to/file.json (mount it)
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
 #     FINISHLINE_MAX_TIME_S=60.0                 FINISHLINE_MAX_TIME_LIMIT_S=3600.0

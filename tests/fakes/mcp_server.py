@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ToolAnnotations
 
@@ -59,7 +60,7 @@ def build_server(state: ServerState | None = None) -> MCPServer[Any]:
     @server.tool()
     def fail(message: str) -> str:
         """Always fails with the message."""
-        raise ValueError(message)
+        raise ToolError(message)
 
     @server.tool(structured_output=True)
     def weather(city: str) -> dict[str, Any]:

@@ -100,7 +100,7 @@ async def test_results_render_structured_content_images_and_errors(ctx: ToolCont
         assert json.loads(weather) == {"city": "Oslo", "temp_c": 21}
         picture = await tools["fake__picture"].call({}, ctx)
         assert picture == "[image (image/png), 70 bytes; not shown]"
-        with pytest.raises(ToolError, match="Error executing tool fail"):
+        with pytest.raises(ToolError, match=r"^Error executing tool fail: boom$"):
             await tools["fake__fail"].call({"message": "boom"}, ctx)
 
 

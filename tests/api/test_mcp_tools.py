@@ -1,0 +1,153 @@
+"""Runs using tools of MCP servers, through the API: a real stdio MCP server (a child process
+built with the SDK) and a configured HTTP server that is down."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.api.kit import error_of, finish, json_events, run_to_end, scripted, settings
+from tests.fakes.service import api_client
+from tests.fakes.serving import loopback_socket
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = {
+    "command": [sys.executable, "-m", "tests.fakes.mcp_server"],
+    "cwd": str(ROOT),
+    "retry_initial_s": 0.05,
+    "retry_max_s": 0.2,
+}
+
+
+async def servers_until(client: httpx.AsyncClient, name: str, state: str) -> dict[str, Any]:
+    """Read GET /tools/mcp-servers until `name` is in `state`."""
+    with anyio.fail_after(20):
+        while True:
+            response = await client.get("/tools/mcp-servers")
+            assert response.status_code == 200, response.text
+            server = next(s for s in response.json() if s["name"] == name)
+            if server["state"] == state:
+                return server
+            await anyio.sleep(0.02)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with api_client(settings(mcp_servers={"fake": FAKE})) as client:
+        await servers_until(client, "fake", "connected")
+        yield client
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+async def observations(client: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
+    events = (await json_events(client, run_id))["events"]
+    return [e for e in events if e["type"] == "observation"]
+
+
+async def test_get_tools_shows_builtin_and_mcp_sources(client: httpx.AsyncClient) -> None:
+    tools = {t["name"]: t for t in (await client.get("/tools")).json()}
+    assert tools["calculator"]["source"] == "builtin"
+    add = tools["fake__add"]
+    assert add["source"] == "mcp:fake"
+    assert add["description"] == "Add two integers."
+    assert add["idempotent"] is True
+    assert add["parameters"]["properties"]["a"]["type"] == "integer"
+    servers = (await client.get("/tools/mcp-servers")).json()
+    assert servers == [
+        {
+            "name": "fake",
+            "transport": "stdio",
+            "state": "connected",
+            "error": None,
+            "tools": sum(1 for t in tools.values() if t["source"] == "mcp:fake"),
+        }
+    ]
+
+
+async def test_a_run_calls_an_mcp_tool_named_in_tools(client: httpx.AsyncClient) -> None:
+    body = scripted(call("fake__add", a=2, b=3), finish("5"), tools=["fake__add"])
+    run = await run_to_end(client, body)
+    assert run["result"]["answer"] == "5"
+    [observation] = await observations(client, run["id"])
+    assert observation["tool"] == "fake__add"
+    assert observation["content"] == "5"
+    assert observation["is_error"] is False
+
+
+async def test_mcp_servers_enables_every_tool_of_a_server(client: httpx.AsyncClient) -> None:
+    body = scripted(
+        call("fake__echo", text="hello"),
+        call("fake__fail", message="boom"),
+        call("fake__echo", text=3),
+        finish(),
+        mcp_servers=["fake"],
+    )
+    run = await run_to_end(client, body)
+    events = (await json_events(client, run["id"]))["events"]
+    queued = next(e for e in events if e["type"] == "run.queued")
+    assert {"fake__echo", "fake__add", "fake__grow"} <= set(queued["tools"])
+    echo, fail, invalid = [e for e in events if e["type"] == "observation"]
+    assert (echo["content"], echo["is_error"]) == ("hello", False)
+    assert fail["content"] == "The tool fake__fail failed: Error executing tool fail: boom"
+    assert fail["is_error"] is True
+    assert invalid["is_error"] is True
+    assert "3 is not of type 'string'" in invalid["content"]
+
+
+async def test_a_call_past_tool_timeout_is_cancelled_and_the_session_lives_on(
+    client: httpx.AsyncClient,
+) -> None:
+    body = scripted(
+        call("fake__slow", seconds=60),
+        call("fake__echo", text="after"),
+        finish(),
+        tools=["fake__slow", "fake__echo"],
+        settings={"tool_timeout_s": 0.5},
+    )
+    run = await run_to_end(client, body)
+    assert run["status"] == "completed"
+    slow, echo = await observations(client, run["id"])
+    assert slow["is_error"] is True
+    assert slow["timed_out"] is True
+    assert (echo["content"], echo["is_error"]) == ("after", False)
+
+
+async def test_unknown_tools_and_servers_are_refused(client: httpx.AsyncClient) -> None:
+    response = await client.post("/runs", json=scripted(finish(), tools=["fake__nope"]))
+    error = error_of(response, 422)
+    assert "fake__nope" in error["message"]
+    response = await client.post("/runs", json=scripted(finish(), mcp_servers=["nope"]))
+    error = error_of(response, 422)
+    assert error["message"].startswith("mcp_servers: unknown MCP server 'nope'")
+    assert error["details"]["available"] == ["fake"]
+
+
+async def test_a_server_that_is_down_is_shown_and_its_tools_refused() -> None:
+    with loopback_socket() as sock:
+        port = sock.getsockname()[1]
+    down = {"url": f"http://127.0.0.1:{port}/mcp", "retry_initial_s": 0.05, "retry_max_s": 0.2}
+    config = settings(mcp_servers={"web": down}, http_tool_allow_hosts=["127.0.0.1"])
+    async with api_client(config) as client:
+        server = await servers_until(client, "web", "reconnecting")
+        assert "ConnectError" in server["error"]
+        assert server["tools"] == 0
+        response = await client.post("/runs", json=scripted(finish(), tools=["web__add"]))
+        assert error_of(response, 422)
+        response = await client.post("/runs", json=scripted(finish(), mcp_servers=["web"]))
+        assert "has not connected yet" in error_of(response, 422)["message"]
+
+
+async def test_no_servers_configured() -> None:
+    async with api_client(settings()) as client:
+        assert (await client.get("/tools/mcp-servers")).json() == []
+        response = await client.post("/runs", json=scripted(finish(), mcp_servers=["fake"]))
+        assert "no MCP servers configured" in error_of(response, 422)["message"]
