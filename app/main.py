@@ -83,9 +83,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             http_max_bytes=settings.http_tool_max_bytes,
             http_timeout_s=settings.http_tool_timeout_s,
         )
-        if mcp is not None:  # sessions open in the background; registry.aclose closes them
-            registry.use_mcp(mcp)
-            mcp.start()
+        if mcp is not None:
+            registry.use_mcp(mcp)  # registry.aclose() closes its sessions
         models = ModelFactory(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
@@ -116,6 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         try:
             async with asyncio.TaskGroup() as tasks:
+                if mcp is not None:
+                    mcp.start()  # sessions open in the background, retried while down
                 manager.start(tasks)
                 interrupted = await manager.recover()
                 undo = drain_on_sigterm(lambda: manager.begin_drain(settings.shutdown_grace_s))

@@ -1,5 +1,5 @@
 """Runs using tools of MCP servers, through the API: a real stdio MCP server (a child process
-built with the SDK) and a configured HTTP server that is down."""
+built with the SDK), an HTTP one killed mid-run, and one down from the start."""
 
 from __future__ import annotations
 
@@ -12,9 +12,19 @@ import anyio
 import httpx
 import pytest
 
-from tests.api.kit import error_of, finish, json_events, run_to_end, scripted, settings
+from tests.api.kit import (
+    create,
+    error_of,
+    finish,
+    json_events,
+    run_to_end,
+    scripted,
+    settings,
+    wait_ended,
+)
+from tests.fakes.mcp_server import ServerState, build_server
 from tests.fakes.service import api_client
-from tests.fakes.serving import loopback_socket
+from tests.fakes.serving import Served, loopback_socket
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = {
@@ -151,3 +161,27 @@ async def test_no_servers_configured() -> None:
         assert (await client.get("/tools/mcp-servers")).json() == []
         response = await client.post("/runs", json=scripted(finish(), mcp_servers=["fake"]))
         assert "no MCP servers configured" in error_of(response, 422)["message"]
+
+
+async def test_a_server_killed_mid_run_is_an_error_observation_not_a_failed_run() -> None:
+    state = ServerState()
+    build_server(state)
+    served = Served(state.app(), lifespan="on", timeout_graceful_shutdown=0)
+    async with served:
+        web = {"url": served.url("/mcp"), "retry_initial_s": 0.05, "retry_max_s": 0.2}
+        config = settings(mcp_servers={"web": web}, http_tool_allow_hosts=["127.0.0.1"])
+        async with api_client(config) as client:
+            await servers_until(client, "web", "connected")
+            body = scripted(call("web__slow", seconds=60), finish("went on"), mcp_servers=["web"])
+            run = await create(client, body)
+            with anyio.fail_after(10):
+                await state.started.wait()
+            await served.stop()
+            run = await wait_ended(client, run["id"])
+            assert run["status"] == "completed"
+            assert run["result"]["answer"] == "went on"
+            [slow] = await observations(client, run["id"])
+            assert slow["is_error"] is True
+            assert "MCP server 'web'" in slow["content"]
+            server = await servers_until(client, "web", "reconnecting")
+            assert server["error"]
