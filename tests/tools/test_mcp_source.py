@@ -131,6 +131,19 @@ async def test_a_killed_stdio_child_is_an_error_observation_then_restarted(
         assert again != pid
 
 
+async def test_a_child_that_dies_while_idle_is_found_and_restarted(ctx: ToolContext) -> None:
+    config = stdio_config().model_copy(update={"health_interval_s": 0.2})
+    async with source_of({"fake": config}) as source:
+        connection = source.connections["fake"]
+        await until(connection, "connected")
+        pid = int(await source.tools()["fake__pid"].call({}, ctx))
+        process = await anyio.open_process(["kill", "-9", str(pid)])
+        await process.wait()
+        with anyio.fail_after(20):  # no call needed: the health listing finds it
+            await connection.wait_for(lambda c: c.connects == 2 and c.state == "connected")
+        assert int(await source.tools()["fake__pid"].call({}, ctx)) != pid
+
+
 async def test_closing_stops_the_stdio_child(ctx: ToolContext) -> None:
     async with source_of({"fake": stdio_config()}) as source:
         await until(source.connections["fake"], "connected")

@@ -30,6 +30,13 @@ class _ServerBase(BaseModel):
         0.5, gt=0, le=600, description="First delay before reconnecting; doubles each failure."
     )
     retry_max_s: float = Field(30.0, gt=0, le=3600, description="Longest delay between attempts.")
+    health_interval_s: float | None = Field(
+        30.0,
+        gt=0,
+        le=86400,
+        description="List the tools again this often on an idle session (finds a dead server "
+        "before a call does); null: never.",
+    )
 
 
 class McpHttpServer(_ServerBase):

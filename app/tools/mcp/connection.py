@@ -53,6 +53,8 @@ class ServerConnection:
         self.error: str | None = None
         self.tools: list[Tool] = []
         self.listed = False
+        self.connects = 0
+        """Sessions opened so far (each reconnect adds one)."""
         """True once a listing succeeded (its tools are kept while the server is down)."""
         self.on_change: Callable[[], None] = lambda: None
         self._guard = guard
@@ -78,9 +80,11 @@ class ServerConnection:
                 async with AsyncExitStack() as stack:
                     async with asyncio.timeout(self.config.connect_timeout_s):
                         client = await stack.enter_async_context(self._client_for())
+                        self._stale = False
                         await self._list(client)
                     self._dead = False
                     self._client = client
+                    self.connects += 1
                     await self._set("connected", None)
                     delay = self.config.retry_initial_s
                     await self._serve(client)
@@ -105,9 +109,14 @@ class ServerConnection:
         await self._set("closed", None)
 
     async def _serve(self, client: Client) -> None:
-        """Until the session dies or the source closes; list again when told to."""
+        """Until the session dies or the source closes; list again when told to, and every
+        `health_interval_s` (which also finds a server that died while idle)."""
         while True:
-            await self._wake.wait()
+            try:
+                async with asyncio.timeout(self.config.health_interval_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                self._stale = True
             self._wake.clear()
             if self._closing or self._dead:
                 return
