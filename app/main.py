@@ -115,8 +115,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         try:
             async with asyncio.TaskGroup() as tasks:
-                if mcp is not None:
-                    mcp.start()  # sessions open in the background, retried while down
+                if mcp is not None:  # each server's first attempt, then retried in the background
+                    mcp.start()
+                    await mcp.wait_started()
                 manager.start(tasks)
                 interrupted = await manager.recover()
                 undo = drain_on_sigterm(lambda: manager.begin_drain(settings.shutdown_grace_s))

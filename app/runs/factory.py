@@ -164,8 +164,9 @@ class RunFactory:
 
     def prepare(self, record: RunRecord) -> Prepared:
         request = RunRequest.model_validate(record.request)
-        tools: list[Tool] = list(self.registry.resolve(request.tools))
-        tools += [t for t in self._mcp_tools(request.mcp_servers) if t.name not in request.tools]
+        tools: list[Tool] = list(self.registry.resolve(request.tools, stand_ins=True))
+        mcp = self._mcp_tools(request.mcp_servers, lenient=True)
+        tools += [t for t in mcp if t.name not in request.tools]
         tools += [self._http_tool(t.model_dump()) for t in request.http_tools]
         limits = Limits(**record.settings)
         script = [entry.model_dump() for entry in request.model_script or ()]
@@ -176,15 +177,18 @@ class RunFactory:
             prompts=self.prompts[limits.prompt_language],
         )
 
-    def _mcp_tools(self, servers: list[str]) -> list[Tool]:
-        """Every tool of the MCP servers a request enables whole (`mcp_servers`)."""
+    def _mcp_tools(self, servers: list[str], *, lenient: bool = False) -> list[Tool]:
+        """Every tool of the MCP servers a request enables whole (`mcp_servers`); `lenient`
+        (at start) skips a server that has not listed its tools since a restart."""
         if not servers:
             return []
         source = self.registry.mcp
+        if source is None and lenient:
+            return []
         if source is None:
             raise InvalidRunError("mcp_servers", "this server has no MCP servers configured")
         try:
-            return list(source.server_tools(servers))
+            return list(source.server_tools(servers, lenient=lenient))
         except UnknownServerError as exc:
             raise InvalidRunError(
                 "mcp_servers", str(exc), unknown=exc.unknown, available=exc.available

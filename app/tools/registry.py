@@ -107,11 +107,19 @@ class ToolRegistry:
             for tool in self
         ]
 
-    def resolve(self, names: Iterable[str]) -> list[Tool]:
-        """The tools for `names`, in that order, each once; every unknown name in one error."""
+    def resolve(self, names: Iterable[str], *, stand_ins: bool = False) -> list[Tool]:
+        """The tools for `names`, in that order, each once; every unknown name in one error.
+
+        `stand_ins` (for a run that starts): an MCP tool its server does not offer right now
+        resolves to a stand-in whose calls are `is_error` observations.
+        """
         wanted = list(dict.fromkeys(names))
         tools = self._all()
         unknown = [name for name in wanted if name not in tools]
+        if unknown and stand_ins and self._mcp is not None:
+            found = {name: self._mcp.stand_in(name) for name in unknown}
+            tools = {**tools, **{name: tool for name, tool in found.items() if tool is not None}}
+            unknown = [name for name in unknown if name not in tools]
         if unknown:
             raise UnknownToolError(unknown, sorted(tools))
         return [tools[name] for name in wanted]

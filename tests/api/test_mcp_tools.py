@@ -13,14 +13,17 @@ import httpx
 import pytest
 
 from tests.api.kit import (
+    cancel,
     create,
     error_of,
     finish,
+    hanging,
     json_events,
     run_to_end,
     scripted,
     settings,
     wait_ended,
+    wait_for_status,
 )
 from tests.fakes.mcp_server import ServerState, build_server
 from tests.fakes.service import api_client
@@ -185,3 +188,33 @@ async def test_a_server_killed_mid_run_is_an_error_observation_not_a_failed_run(
             assert "MCP server 'web'" in slow["content"]
             server = await servers_until(client, "web", "reconnecting")
             assert server["error"]
+
+
+async def test_a_queued_run_whose_tool_is_gone_at_start_gets_an_error_observation() -> None:
+    state = ServerState()
+    build_server(state)
+    async with Served(state.app(), lifespan="on") as served:
+        web = {"url": served.url("/mcp"), "health_interval_s": 0.05}
+        config = settings(
+            mcp_servers={"web": web}, http_tool_allow_hosts=["127.0.0.1"], max_concurrent_runs=1
+        )
+        async with api_client(config) as client:
+            await servers_until(client, "web", "connected")
+            blocker = await create(client, hanging())
+            await wait_for_status(client, blocker["id"], "running")
+            queued = await create(
+                client, scripted(call("web__echo", text="x"), finish(), tools=["web__echo"])
+            )
+            state.server.remove_tool("echo")  # seen by the next health listing
+            with anyio.fail_after(10):
+                while True:
+                    tools = {t["name"] for t in (await client.get("/tools")).json()}
+                    if "web__echo" not in tools:
+                        break
+                    await anyio.sleep(0.02)
+            await cancel(client, blocker["id"])
+            run = await wait_ended(client, queued["id"])
+            assert run["status"] == "completed"
+            [echo] = await observations(client, run["id"])
+            assert echo["is_error"] is True
+            assert "does not offer web__echo right now" in echo["content"]

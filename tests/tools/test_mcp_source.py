@@ -18,7 +18,7 @@ from app.engine.ports import ToolContext
 from app.tools.base import ToolError
 from app.tools.mcp.config import McpHttpServer, McpServerConfig, McpStdioServer
 from app.tools.mcp.connection import ServerConnection
-from app.tools.mcp.source import McpToolSource, UnknownServerError
+from app.tools.mcp.source import McpToolSource, UnavailableTool, UnknownServerError
 from tests.fakes.mcp_server import ServerState, build_server
 from tests.fakes.serving import Served, loopback_socket
 from tests.tools.conftest import FakeDNS
@@ -144,6 +144,15 @@ async def test_a_child_that_dies_while_idle_is_found_and_restarted(ctx: ToolCont
         assert int(await source.tools()["fake__pid"].call({}, ctx)) != pid
 
 
+async def test_wait_started_returns_once_every_first_attempt_ended() -> None:
+    down = http_config(free_port())
+    async with source_of({"fake": stdio_config(), "web": down}) as source:
+        await source.wait_started()
+        assert source.connections["fake"].state == "connected"
+        assert "fake__add" in source.tools()
+        assert source.connections["web"].state == "reconnecting"
+
+
 async def test_closing_stops_the_stdio_child(ctx: ToolContext) -> None:
     async with source_of({"fake": stdio_config()}) as source:
         await until(source.connections["fake"], "connected")
@@ -209,6 +218,12 @@ async def test_a_server_down_at_start_up_is_retried_and_its_tools_appear(
         assert "web__add" not in source.tools()
         with pytest.raises(UnknownServerError, match="has not connected yet"):
             source.server_tools(["web"])
+        assert source.server_tools(["web"], lenient=True) == []
+        stand_in = source.stand_in("web__add")  # for a run created before a restart
+        assert isinstance(stand_in, UnavailableTool)
+        with pytest.raises(ToolError, match="MCP server 'web' does not offer web__add right now"):
+            await stand_in.call({}, ctx)
+        assert source.stand_in("calculator") is None
         state = ServerState()
         build_server(state)
         async with Served(state.app(), lifespan="on", port=port):

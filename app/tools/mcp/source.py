@@ -21,7 +21,7 @@ import structlog
 from mcp.types import Tool as McpToolInfo
 
 from app.engine.ports import ToolContext
-from app.tools.base import SchemaTool
+from app.tools.base import SchemaTool, ToolError
 from app.tools.mcp.config import McpHttpServer, McpServerConfig
 from app.tools.mcp.connection import ServerConnection
 from app.tools.mcp.content import render_result
@@ -31,6 +31,8 @@ from app.tools.mcp.network import NetworkGuard, Resolver, check_url_allowed
 log = structlog.get_logger("finishline.mcp")
 
 CLOSE_GRACE_S = 10.0
+START_GRACE_S = 5.0
+"""Beyond the longest `connect_timeout_s`, how long `wait_started` may wait."""
 """How long closing waits for sessions to end (stdio children to exit) before cancelling."""
 
 
@@ -63,6 +65,27 @@ class McpTool(SchemaTool):
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
         result = await self._connection.call(self.remote_name, arguments)
         return render_result(self.name, result)
+
+
+class UnavailableTool(SchemaTool):
+    """Stands in for an MCP tool a starting run was given but its server does not offer now
+    (down since a restart, or no longer listing it): every call is an `is_error` observation."""
+
+    def __init__(self, name: str, server: str) -> None:
+        super().__init__(
+            name=name,
+            description=f"A tool of the MCP server {server!r}, unavailable right now.",
+            parameters={"type": "object"},
+            idempotent=False,
+        )
+        self.source = f"mcp:{server}"
+        self._server = server
+
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        raise ToolError(
+            f"MCP server {self._server!r} does not offer {self.name} right now "
+            "(it is down, or no longer lists the tool)"
+        )
 
 
 class McpToolSource:
@@ -104,6 +127,19 @@ class McpToolSource:
         for name, connection in self.connections.items():
             self._tasks.append(asyncio.create_task(connection.run(), name=f"mcp:{name}"))
 
+    async def wait_started(self) -> None:
+        """Return once every server's first attempt has ended (connected or failed), so a
+        healthy server's tools are listed before runs start; bounded by the connect timeouts."""
+        if not self.connections:
+            return
+        bound = max(c.config.connect_timeout_s for c in self.connections.values())
+        try:
+            async with asyncio.timeout(bound + START_GRACE_S):
+                for connection in self.connections.values():
+                    await connection.wait_for(lambda c: c.state != "connecting")
+        except TimeoutError:
+            log.warning("mcp_start_slow", waited_s=bound + START_GRACE_S)
+
     async def aclose(self) -> None:
         """Close every session and stop stdio children; cancel what does not end in time."""
         for connection in self.connections.values():
@@ -126,13 +162,24 @@ class McpToolSource:
     def server_names(self) -> list[str]:
         return sorted(self.connections)
 
-    def server_tools(self, names: Iterable[str]) -> list[McpTool]:
+    def stand_in(self, name: str) -> SchemaTool | None:
+        """The tool `name`, or an `UnavailableTool` when it names a configured server
+        (`SERVER__…`) that does not offer it now; None when it is no MCP tool at all."""
+        tool = self._tools.get(name)
+        if tool is not None:
+            return tool
+        server = name.partition("__")[0]
+        return UnavailableTool(name, server) if server in self.connections else None
+
+    def server_tools(self, names: Iterable[str], *, lenient: bool = False) -> list[McpTool]:
         """All the tools of the servers `names`, each server once, in order.
 
         `UnknownServerError` names every server that is not configured, or that has not
-        listed its tools since start-up.
+        listed its tools since start-up; `lenient` skips them instead (a run starting).
         """
         wanted = list(dict.fromkeys(names))
+        if lenient:
+            wanted = [n for n in wanted if n in self.connections and self.connections[n].listed]
         unknown = [name for name in wanted if name not in self.connections]
         if unknown:
             listed = ", ".join(repr(name) for name in unknown)
