@@ -255,6 +255,23 @@ async def test_a_server_killed_mid_call_then_restarted(ctx: ToolContext) -> None
             assert restarted.calls == ["echo"]
 
 
+async def test_a_server_restarted_between_calls_gets_a_new_session(ctx: ToolContext) -> None:
+    first = ServerState()
+    build_server(first)
+    served = Served(first.app(), lifespan="on", timeout_graceful_shutdown=0)
+    async with served, source_of({"web": http_config(served.port)}) as source:
+        connection = source.connections["web"]
+        await until(connection, "connected")
+        await served.stop()
+        second = ServerState()
+        build_server(second)
+        async with Served(second.app(), lifespan="on", port=served.port):
+            # the old session is unknown to the new process: reopened, and the call sent again
+            assert await source.tools()["web__echo"].call({"text": "again"}, ctx) == "again"
+            assert second.calls == ["echo"]
+            assert connection.connects == 2
+
+
 # -- the network guard --------------------------------------------------------------------------
 
 

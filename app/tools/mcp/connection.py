@@ -12,7 +12,9 @@ cancelling it; leaving a stdio session stops its child.
 Calls come from run tasks: `call()` sends `tools/call` on the current session. Cancelling
 the caller (tool timeout, deadline, cancel) makes the SDK send `notifications/cancelled`
 for the request. A call that finds the server down, or whose connection breaks, raises
-`ToolError` (an `is_error` observation) and wakes the supervisor to reconnect.
+`ToolError` (an `is_error` observation) and wakes the supervisor to reconnect. A session
+the server no longer knows (an HTTP server restarted between calls) is reopened and the
+call sent once more.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, Implementation, Tool, ToolListChangedNotification
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 from pydantic import ValidationError
 
 from app import __version__
@@ -188,7 +190,25 @@ class ServerConnection:
     # -- for runs and the source ----------------------------------------------------------
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
-        """`tools/call` on the live session; `ToolError` when the server is unreachable."""
+        """`tools/call` on the live session; `ToolError` when the server is unreachable.
+
+        A session the server no longer knows (it restarted between calls) is reopened and
+        the call sent once more: the server refused it unseen, so it did not run.
+        """
+        try:
+            return await self._call(tool, arguments)
+        except _SessionExpiredError:
+            try:
+                async with asyncio.timeout(self.config.connect_timeout_s):
+                    await self.wait_for(lambda c: c._client is not None or c._closing)
+            except TimeoutError:
+                pass
+            try:
+                return await self._call(tool, arguments)
+            except _SessionExpiredError as exc:
+                raise ToolError(f"MCP server {self.name!r} refused the session again") from exc
+
+    async def _call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
         client = self._client
         if client is None:
             reason = f": {self.error}" if self.error else ""
@@ -199,6 +219,9 @@ class ServerConnection:
         try:
             return await client.call_tool(tool, arguments)
         except MCPError as exc:
+            if exc.code == INVALID_REQUEST and "session" in exc.message.lower():
+                self._lost(client, exc)
+                raise _SessionExpiredError from exc
             if exc.code != CONNECTION_CLOSED:
                 refusal = f"MCP server {self.name!r} refused the call: {exc.message}"
                 raise ToolError(refusal) from exc
@@ -228,6 +251,10 @@ class ServerConnection:
         """Ask the supervisor to leave its session (stopping a stdio child) and end."""
         self._closing = True
         self._wake.set()
+
+
+class _SessionExpiredError(Exception):
+    """The server answered that it does not know the session (HTTP 404 after a restart)."""
 
 
 class _OwnedHttp:
