@@ -20,7 +20,6 @@ call sent once more.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any, Literal
@@ -55,9 +54,9 @@ class ServerConnection:
         self.error: str | None = None
         self.tools: list[Tool] = []
         self.listed = False
+        """True once a listing succeeded (its tools are kept while the server is down)."""
         self.connects = 0
         """Sessions opened so far (each reconnect adds one)."""
-        """True once a listing succeeded (its tools are kept while the server is down)."""
         self.on_change: Callable[[], None] = lambda: None
         self._guard = guard
         self._client: Client | None = None
@@ -66,7 +65,6 @@ class ServerConnection:
         self._dead = False
         self._closing = False
         self._changed = asyncio.Condition()
-        self.since = time.time()
 
     @property
     def transport(self) -> Literal["http", "stdio"]:
@@ -164,10 +162,11 @@ class ServerConnection:
             cursor = page.next_cursor
             if cursor is None:
                 break
-        self.tools = tools
-        self.listed = True
-        log.info("mcp_tools_listed", server=self.name, tools=len(tools))
-        self.on_change()
+        if tools != self.tools or not self.listed:
+            log.info("mcp_tools_listed", server=self.name, tools=len(tools))
+            self.tools = tools
+            self.listed = True
+            self.on_change()
         async with self._changed:
             self._changed.notify_all()
 
@@ -182,7 +181,6 @@ class ServerConnection:
         changed = state != self.state
         self.state, self.error = state, error
         if changed:
-            self.since = time.time()
             log.info("mcp_server_state", server=self.name, state=state, error=error)
         async with self._changed:
             self._changed.notify_all()
