@@ -115,9 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         try:
             async with asyncio.TaskGroup() as tasks:
-                if mcp is not None:  # each server's first attempt, then retried in the background
+                if mcp is not None:  # sessions open in the background; start-up does not wait
                     mcp.start()
-                    await mcp.wait_started()
                 manager.start(tasks)
                 interrupted = await manager.recover()
                 undo = drain_on_sigterm(lambda: manager.begin_drain(settings.shutdown_grace_s))

@@ -35,7 +35,10 @@ class RunView(BaseModel):
     task: str = Field(description="What the agent was asked to do.")
     system_prompt: str | None = Field(None, description="The request's system prompt.")
     model: str = Field(description="The model that runs it.")
-    tools: list[str] = Field(description="Registered tools it may call.")
+    tools: list[str] = Field(description="Tools it may call, as the request named them.")
+    mcp_servers: list[str] = Field(
+        default_factory=list, description="MCP servers whose every tool it may call."
+    )
     http_tools: list[dict[str, Any]] = Field(
         default_factory=list, description="Tools declared in the request; header values masked."
     )
@@ -74,6 +77,7 @@ def to_view(record: RunRecord) -> RunView:
         system_prompt=request.get("system_prompt"),
         model=record.model,
         tools=request.get("tools", []),
+        mcp_servers=request.get("mcp_servers", []),
         http_tools=http_tools,
         settings=record.settings,
         metadata=request.get("metadata", {}),

@@ -105,6 +105,7 @@ async def test_mcp_servers_enables_every_tool_of_a_server(client: httpx.AsyncCli
         mcp_servers=["fake"],
     )
     run = await run_to_end(client, body)
+    assert run["mcp_servers"] == ["fake"]
     events = (await json_events(client, run["id"]))["events"]
     queued = next(e for e in events if e["type"] == "run.queued")
     assert {"fake__echo", "fake__add", "fake__grow"} <= set(queued["tools"])

@@ -144,15 +144,6 @@ async def test_a_child_that_dies_while_idle_is_found_and_restarted(ctx: ToolCont
         assert int(await source.tools()["fake__pid"].call({}, ctx)) != pid
 
 
-async def test_wait_started_returns_once_every_first_attempt_ended() -> None:
-    down = http_config(free_port())
-    async with source_of({"fake": stdio_config(), "web": down}) as source:
-        await source.wait_started()
-        assert source.connections["fake"].state == "connected"
-        assert "fake__add" in source.tools()
-        assert source.connections["web"].state == "reconnecting"
-
-
 async def test_closing_stops_the_stdio_child(ctx: ToolContext) -> None:
     async with source_of({"fake": stdio_config()}) as source:
         await until(source.connections["fake"], "connected")

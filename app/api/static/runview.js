@@ -134,7 +134,8 @@ export class RunView {
 
   #fromRun(run) {
     this.task.textContent = run.task;
-    const tools = run.tools.length ? ` · tools ${run.tools.join(", ")}` : "";
+    const names = [...run.tools, ...(run.mcp_servers || []).map((name) => `${name}__*`)];
+    const tools = names.length ? ` · tools ${names.join(", ")}` : "";
     this.model.textContent = `model ${run.model}${tools}`;
     this.maxSteps = run.settings.max_steps;
     this.maxTime = run.settings.max_time_s;

@@ -31,8 +31,6 @@ from app.tools.mcp.network import NetworkGuard, Resolver, check_url_allowed
 log = structlog.get_logger("finishline.mcp")
 
 CLOSE_GRACE_S = 10.0
-START_GRACE_S = 5.0
-"""Beyond the longest `connect_timeout_s`, how long `wait_started` may wait."""
 """How long closing waits for sessions to end (stdio children to exit) before cancelling."""
 
 
@@ -126,19 +124,6 @@ class McpToolSource:
         """Launch every server's supervisor; returns at once."""
         for name, connection in self.connections.items():
             self._tasks.append(asyncio.create_task(connection.run(), name=f"mcp:{name}"))
-
-    async def wait_started(self) -> None:
-        """Return once every server's first attempt has ended (connected or failed), so a
-        healthy server's tools are listed before runs start; bounded by the connect timeouts."""
-        if not self.connections:
-            return
-        bound = max(c.config.connect_timeout_s for c in self.connections.values())
-        try:
-            async with asyncio.timeout(bound + START_GRACE_S):
-                for connection in self.connections.values():
-                    await connection.wait_for(lambda c: c.state != "connecting")
-        except TimeoutError:
-            log.warning("mcp_start_slow", waited_s=bound + START_GRACE_S)
 
     async def aclose(self) -> None:
         """Close every session and stop stdio children; cancel what does not end in time."""
