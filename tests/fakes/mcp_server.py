@@ -5,8 +5,9 @@ In process (Streamable HTTP, served by `Served`): `build_server(state)` and
 `state.cancelled`). As a child process (stdio): `python -m tests.fakes.mcp_server`.
 
 Tools: `add` (read-only), `echo`, `fail` (an isError result), `weather` (structured
-content), `picture` (an image), `slow` (sleeps; marks a cancel), `pid` (the process id),
-`grow` (adds the tool `extra` and sends tools/list_changed).
+content), `picture` (an image), `slow` (sleeps; marks a cancel), `header` (an HTTP request
+header), `environ` (an environment variable), `pid` (the process id), `grow` (adds the tool
+`extra` and sends tools/list_changed).
 """
 
 from __future__ import annotations
@@ -82,6 +83,16 @@ def build_server(state: ServerState | None = None) -> MCPServer[Any]:
             state.cancelled.set()
             raise
         return "slept"
+
+    @server.tool()
+    def header(name: str, ctx: Context) -> str:
+        """The value of an HTTP request header, or (absent)."""
+        return (ctx.headers or {}).get(name.lower(), "(absent)")
+
+    @server.tool()
+    def environ(name: str) -> str:
+        """The value of an environment variable of the server process, or (unset)."""
+        return os.environ.get(name, "(unset)")
 
     @server.tool()
     def pid() -> int:

@@ -92,6 +92,19 @@ async def test_stdio_server_lists_tools_with_schemas_and_hints(ctx: ToolContext)
         ]
 
 
+async def test_a_stdio_child_gets_its_env_but_not_the_services_secrets(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FINISHLINE_LLM_API_KEY", "sk-secret")
+    config = stdio_config().model_copy(update={"env": {"FAKE_MCP_MODE": "test"}})
+    async with source_of({"fake": config}) as source:
+        await until(source.connections["fake"], "connected")
+        environ = source.tools()["fake__environ"]
+        assert await environ.call({"name": "FAKE_MCP_MODE"}, ctx) == "test"
+        assert await environ.call({"name": "FINISHLINE_LLM_API_KEY"}, ctx) == "(unset)"
+        assert await environ.call({"name": "PATH"}, ctx) != "(unset)"
+
+
 async def test_results_render_structured_content_images_and_errors(ctx: ToolContext) -> None:
     async with source_of({"fake": stdio_config()}) as source:
         await until(source.connections["fake"], "connected")
@@ -166,15 +179,15 @@ def _gone(pid: int) -> bool:
 async def test_http_server_lists_and_calls(ctx: ToolContext) -> None:
     state = ServerState()
     build_server(state)
-    async with (
-        Served(state.app(), lifespan="on") as served,
-        source_of({"web": http_config(served.port)}) as source,
-    ):
-        await until(source.connections["web"], "connected")
-        assert source.describe_servers()[0]["transport"] == "http"
-        add = source.tools()["web__add"]
-        assert await add.call({"a": 20, "b": 22}, ctx) == "42"
-        assert state.calls == ["add"]
+    async with Served(state.app(), lifespan="on") as served:
+        config = http_config(served.port).model_copy(update={"headers": {"X-Key": "s3cret"}})
+        async with source_of({"web": config}) as source:
+            await until(source.connections["web"], "connected")
+            assert source.describe_servers()[0]["transport"] == "http"
+            assert await source.tools()["web__header"].call({"name": "X-Key"}, ctx) == "s3cret"
+            add = source.tools()["web__add"]
+            assert await add.call({"a": 20, "b": 22}, ctx) == "42"
+            assert state.calls == ["add"]
 
 
 async def test_a_cancelled_call_cancels_the_mcp_request(ctx: ToolContext) -> None:
