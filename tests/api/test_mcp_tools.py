@@ -219,3 +219,37 @@ async def test_a_queued_run_whose_tool_is_gone_at_start_gets_an_error_observatio
             [echo] = await observations(client, run["id"])
             assert echo["is_error"] is True
             assert "does not offer web__echo right now" in echo["content"]
+
+
+async def test_long_results_are_truncated_like_any_tool(client: httpx.AsyncClient) -> None:
+    body = scripted(
+        call("fake__echo", text="x" * 500),
+        finish(),
+        tools=["fake__echo"],
+        settings={"max_tool_result_chars": 100},
+    )
+    run = await run_to_end(client, body)
+    [echo] = await observations(client, run["id"])
+    assert echo["truncated"] is True
+    assert echo["original_chars"] == 500
+    assert echo["content"] == "x" * 500
+
+
+async def test_the_deadline_cancels_the_mcp_request() -> None:
+    state = ServerState()
+    build_server(state)
+    async with Served(state.app(), lifespan="on") as served:
+        web = {"url": served.url("/mcp")}
+        config = settings(mcp_servers={"web": web}, http_tool_allow_hosts=["127.0.0.1"])
+        async with api_client(config) as client:
+            await servers_until(client, "web", "connected")
+            body = scripted(
+                call("web__slow", seconds=60),
+                tools=["web__slow"],
+                settings={"max_time_s": 1, "final_answer_on_limit": False},
+            )
+            run = await run_to_end(client, body)
+            assert run["status"] == "incomplete"
+            assert run["result"]["reason"] == "timeout"
+            with anyio.fail_after(10):
+                await state.cancelled.wait()
