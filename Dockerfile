@@ -54,6 +54,7 @@
 #     FINISHLINE_HTTP_TOOL_TIMEOUT_S=20.0        default timeout of HTTP tools
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_RUN=8  HTTP tool requests in flight per run
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_KEY=32  ... per API key
+#     FINISHLINE_MCP_SERVERS=                    MCP servers: JSON or @/path/to/file.json (mount it)
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
 #     FINISHLINE_MAX_TIME_S=60.0                 FINISHLINE_MAX_TIME_LIMIT_S=3600.0

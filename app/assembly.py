@@ -28,6 +28,7 @@ from app.settings import RUN_SETTINGS, Settings
 from app.tools.bounds import bind_http_scope
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
+from app.tools.mcp.source import UnknownServerError
 from app.tools.netguard import check_url_allowed
 from app.tools.registry import ToolRegistry, UnknownToolError
 
@@ -83,7 +84,8 @@ class RunAssembly:
             raise InvalidRunError(
                 "tools", str(exc), unknown=exc.unknown, available=exc.available
             ) from exc
-        taken = {TASK_FINISHED, *request.tools}
+        mcp_names = [tool.name for tool in self._mcp_tools(request.mcp_servers)]
+        taken = {TASK_FINISHED, *request.tools, *mcp_names}
         for index, tool in enumerate(request.http_tools):
             where = f"http_tools[{index}]"
             if tool.name in taken:
@@ -119,7 +121,8 @@ class RunAssembly:
         except ModelUnavailableError as exc:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
-        names = [*request.tools, *(t.name for t in request.http_tools)]
+        names = [*dict.fromkeys([*request.tools, *mcp_names])]
+        names += [t.name for t in request.http_tools]
         return CheckedRequest(model=model, limits=limits, tool_names=names)
 
     def resolve_settings(self, requested: RunSettingsIn) -> Limits:
@@ -160,7 +163,9 @@ class RunAssembly:
         to the run's per-run and per-key bounds on HTTP tool connections."""
         bind_http_scope(record.id, record.owner)
         request = record.request
-        tools: list[Tool] = list(self.registry.resolve(request.tools))
+        tools: list[Tool] = list(self.registry.resolve(request.tools, stand_ins=True))
+        mcp = self._mcp_tools(request.mcp_servers, lenient=True)
+        tools += [t for t in mcp if t.name not in request.tools]
         tools += [self._http_tool(t) for t in request.http_tools]
         limits = record.settings
         script = [entry.model_dump() for entry in request.model_script or ()]
@@ -170,6 +175,23 @@ class RunAssembly:
             limits=limits,
             prompts=self.prompts[limits.prompt_language],
         )
+
+    def _mcp_tools(self, servers: list[str], *, lenient: bool = False) -> list[Tool]:
+        """Every tool of the MCP servers a request enables whole (`mcp_servers`); `lenient`
+        (at start) skips a server that has not listed its tools since a restart."""
+        if not servers:
+            return []
+        source = self.registry.mcp
+        if source is None and lenient:
+            return []
+        if source is None:
+            raise InvalidRunError("mcp_servers", "this server has no MCP servers configured")
+        try:
+            return list(source.server_tools(servers, lenient=lenient))
+        except UnknownServerError as exc:
+            raise InvalidRunError(
+                "mcp_servers", str(exc), unknown=exc.unknown, available=exc.available
+            ) from exc
 
     def _http_tool(self, tool: HttpToolIn) -> HttpTool:
         fetcher = self.registry.http

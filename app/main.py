@@ -30,6 +30,7 @@ from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.bounds import ConnectionBounds
 from app.tools.fetcher import HttpFetcher
+from app.tools.mcp.source import McpToolSource
 from app.tools.registry import builtin_registry
 
 log = structlog.get_logger("finishline")
@@ -74,6 +75,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        mcp = (  # first: a server the allow-list refuses stops start-up here
+            McpToolSource(settings.mcp_servers, allow_hosts=settings.http_tool_allow_hosts)
+            if settings.mcp_servers
+            else None
+        )
         store = open_store(settings.store_url)
         await store.open()
         registry = builtin_registry(
@@ -90,6 +96,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if registry.http is not None
             else None
         )
+        if mcp is not None:
+            registry.use_mcp(mcp)  # registry.aclose() closes its sessions
         models = ModelFactory(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
@@ -123,6 +131,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         try:
             async with asyncio.TaskGroup() as tasks:
+                if mcp is not None:  # sessions open in the background; start-up does not wait
+                    mcp.start()
                 manager.start(tasks)
                 interrupted = await manager.recover()
                 undo = drain_on_sigterm(lambda: manager.begin_drain(settings.shutdown_grace_s))

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.engine.policies import Limits
 from app.engine.setting import Declared, declared
+from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -156,6 +157,12 @@ class ServerSettings(BaseSettings):
         ge=1,
         description="HTTP tool requests the runs of one API key may have in flight together.",
     )
+    mcp_servers: Annotated[dict[str, McpServerConfig], NoDecode] = Field(
+        default_factory=dict,
+        description="MCP servers whose tools runs may use (JSON, or @path to a JSON file): "
+        '{"NAME": {"url": "https://…/mcp", "headers": {…}}} or '
+        '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See README.',
+    )
 
     @field_validator("api_keys", "http_tool_allow_hosts", mode="before")
     @classmethod
@@ -163,6 +170,11 @@ class ServerSettings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _parse_mcp_servers(cls, value: Any) -> Any:
+        return parse_mcp_servers(value)
 
     def run_defaults(self) -> Limits:
         """Every per-run setting at this server's default."""

@@ -84,6 +84,22 @@ class ToolInfo(BaseModel):
     idempotent: bool = Field(
         description="False: repeated identical calls run until past the repetition threshold."
     )
+    source: str = Field(
+        "builtin", description="'builtin', or 'mcp:NAME' for a tool of the MCP server NAME."
+    )
+
+
+class McpServerInfo(BaseModel):
+    """A configured MCP server and the state of its session."""
+
+    name: str = Field(description="What a request lists in `mcp_servers`; its tools' prefix.")
+    transport: Literal["http", "stdio"] = Field(description="Streamable HTTP, or a child process.")
+    state: Literal["connecting", "connected", "reconnecting", "closed"] = Field(
+        description="connecting (never connected yet), connected, reconnecting (down, retried "
+        "with backoff), closed (shutting down)."
+    )
+    error: str | None = Field(None, description="Why the last attempt or session failed.")
+    tools: int = Field(description="How many of its tools are offered (last listing).")
 
 
 class StreamToken(BaseModel):

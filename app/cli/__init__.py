@@ -98,7 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="a registered tool the agent may call (repeatable)",
+        help="a tool from GET /tools the agent may call, MCP ones as SERVER__TOOL (repeatable)",
+    )
+    run.add_argument(
+        "--mcp-server",
+        dest="mcp_servers",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an MCP server whose every tool the agent may call (repeatable)",
     )
     run.add_argument("--system", metavar="PROMPT", help="system prompt")
     run.add_argument(

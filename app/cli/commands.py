@@ -94,6 +94,8 @@ def run_body(args: argparse.Namespace) -> dict[str, Any]:
         body["model"] = model
     if args.tools:
         body["tools"] = args.tools
+    if args.mcp_servers:
+        body["mcp_servers"] = args.mcp_servers
     if args.settings:
         body["settings"] = dict(args.settings)
     if args.metadata:

@@ -71,7 +71,11 @@ def run_detail(run: dict[str, Any]) -> RenderableType:
     facts.add_row("task", Text(str(run.get("task"))))
     if run.get("system_prompt"):
         facts.add_row("system", Text(str(run["system_prompt"])))
-    tools = [*run.get("tools", []), *(t.get("name", "?") for t in run.get("http_tools", []))]
+    tools = [
+        *run.get("tools", []),
+        *(f"{name}__*" for name in run.get("mcp_servers", [])),
+        *(t.get("name", "?") for t in run.get("http_tools", [])),
+    ]
     facts.add_row("tools", ", ".join(tools) or "none")
     facts.add_row("created", local_time(run.get("created_at")))
     facts.add_row("started", local_time(run.get("started_at")))

@@ -193,7 +193,12 @@ class RunRequest(BaseModel):
     tools: list[str] = Field(
         default_factory=list,
         max_length=MAX_LIST_ITEMS["tools"],
-        description="Names of registered tools (GET /tools).",
+        description="Names of tools from GET /tools (built-in, or an MCP server's NAME__TOOL).",
+    )
+    mcp_servers: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="MCP servers (GET /tools/mcp-servers) whose every tool this run may use.",
     )
     http_tools: list[HttpToolIn] = Field(
         default_factory=list,

@@ -39,7 +39,10 @@ class RunView(BaseModel):
         description="The system prompt it runs with: the request's, or the one inherited from its previous run.",
     )
     model: str = Field(description="The model that runs it.")
-    tools: list[str] = Field(description="Registered tools it may call.")
+    tools: list[str] = Field(description="Tools it may call, as the request named them.")
+    mcp_servers: list[str] = Field(
+        default_factory=list, description="MCP servers whose every tool it may call."
+    )
     http_tools: list[dict[str, Any]] = Field(
         default_factory=list, description="Tools declared in the request; header values masked."
     )
@@ -84,6 +87,7 @@ def to_view(record: RunRecord) -> RunView:
         system_prompt=record.system_prompt,
         model=record.model,
         tools=list(request.tools),
+        mcp_servers=list(request.mcp_servers),
         http_tools=http_tools,
         settings=asdict(record.settings),
         metadata=request.metadata,

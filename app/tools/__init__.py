@@ -9,4 +9,5 @@ transport.py   an httpx transport pinned to the addresses the guard checked
 fetcher.py     HttpFetcher: one guarded exchange (redirects, deadline, size cap)
 http.py        http_get, and HttpTool for tools declared in a request
 registry.py    ToolRegistry, UnknownToolError, builtin_registry()
+mcp/           tools of MCP servers: McpToolSource (see its package docstring)
 """

@@ -1,8 +1,10 @@
 """The tools a server offers, by name, and the factory of the built-in set.
 
 A `ToolRegistry` is built once per process and shared by every run, so tools hold no per-run
-state. It owns the `HttpFetcher` (and so the HTTP client) of its HTTP tools: close it with
-`aclose()` (or `async with`) on shutdown. Request-declared `HttpTool`s should use the same
+state. Besides its own tools it offers those of an attached MCP source (`use_mcp`), whose
+set changes as servers connect and list them. It owns the `HttpFetcher` (and so the HTTP
+client) of its HTTP tools, and the MCP source's sessions: close them with `aclose()` (or
+`async with`) on shutdown. Request-declared `HttpTool`s should use the same
 `registry.http` fetcher, so they share its guard, connection pool and limits.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -24,6 +26,9 @@ from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpGetTool
 from app.tools.netguard import NetworkGuard, Resolver
 from app.tools.plan import UpdatePlanTool
+
+if TYPE_CHECKING:
+    from app.tools.mcp.source import McpToolSource
 
 RESERVED_NAMES = frozenset({TASK_FINISHED})
 """Names the engine gives its own tools; no registered tool may take them."""
@@ -51,6 +56,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = (), *, http: HttpFetcher | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         self._http = http
+        self._mcp: McpToolSource | None = None
         for tool in tools:
             self.register(tool)
 
@@ -58,6 +64,20 @@ class ToolRegistry:
     def http(self) -> HttpFetcher | None:
         """The fetcher HTTP tools of this registry share, if it has one."""
         return self._http
+
+    @property
+    def mcp(self) -> McpToolSource | None:
+        """The MCP tool source whose tools this registry offers too, if any."""
+        return self._mcp
+
+    def use_mcp(self, source: McpToolSource) -> None:
+        """Offer `source`'s tools beside the registered ones (which win a name clash)."""
+        self._mcp = source
+
+    def _all(self) -> dict[str, Tool]:
+        if self._mcp is None:
+            return self._tools
+        return {**self._mcp.tools(), **self._tools}
 
     def register(self, tool: Tool) -> None:
         if tool.name in RESERVED_NAMES:
@@ -69,44 +89,57 @@ class ToolRegistry:
     def get(self, name: str) -> Tool:
         """The tool called `name`; `UnknownToolError` when there is none."""
         try:
-            return self._tools[name]
+            return self._all()[name]
         except KeyError:
             raise UnknownToolError([name], self.names()) from None
 
     def names(self) -> list[str]:
-        return sorted(self._tools)
+        return sorted(self._all())
 
     def describe(self) -> list[dict[str, Any]]:
-        """What `GET /tools` shows: name, description, parameters, idempotent; by name."""
+        """What `GET /tools` shows: name, description, parameters, idempotent, source."""
         return [
             {
                 "name": tool.name,
                 "description": tool.description,
                 "parameters": dict(tool.parameters),
                 "idempotent": tool.idempotent,
+                "source": getattr(tool, "source", "builtin"),
             }
             for tool in self
         ]
 
-    def resolve(self, names: Iterable[str]) -> list[Tool]:
-        """The tools for `names`, in that order, each once; every unknown name in one error."""
+    def resolve(self, names: Iterable[str], *, stand_ins: bool = False) -> list[Tool]:
+        """The tools for `names`, in that order, each once; every unknown name in one error.
+
+        `stand_ins` (for a run that starts): an MCP tool its server does not offer right now
+        resolves to a stand-in whose calls are `is_error` observations.
+        """
         wanted = list(dict.fromkeys(names))
-        unknown = [name for name in wanted if name not in self._tools]
+        tools = self._all()
+        unknown = [name for name in wanted if name not in tools]
+        if unknown and stand_ins and self._mcp is not None:
+            found = {name: self._mcp.stand_in(name) for name in unknown}
+            tools = {**tools, **{name: tool for name, tool in found.items() if tool is not None}}
+            unknown = [name for name in unknown if name not in tools]
         if unknown:
-            raise UnknownToolError(unknown, self.names())
-        return [self._tools[name] for name in wanted]
+            raise UnknownToolError(unknown, sorted(tools))
+        return [tools[name] for name in wanted]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return name in self._all()
 
     def __iter__(self) -> Iterator[Tool]:
-        return iter(self._tools[name] for name in self.names())
+        tools = self._all()
+        return iter(tools[name] for name in sorted(tools))
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._all())
 
     async def aclose(self) -> None:
-        """Release what the tools hold open: the HTTP client, if this registry made it."""
+        """Release what the tools hold open: MCP sessions, the HTTP client if it made it."""
+        if self._mcp is not None:
+            await self._mcp.aclose()
         if self._http is not None:
             await self._http.aclose()
 

@@ -11,7 +11,7 @@ from tests.fakes.service import api_client
 BUILTIN_TOOLS = ["calculator", "current_time", "http_get", "update_plan"]
 
 
-async def test_tools_lists_the_builtins_with_name_description_parameters_idempotent() -> None:
+async def test_tools_lists_the_builtins_with_their_schema_idempotence_and_source() -> None:
     async with api_client(settings()) as client:
         response = await client.get("/tools")
 
@@ -19,7 +19,8 @@ async def test_tools_lists_the_builtins_with_name_description_parameters_idempot
         tools = response.json()
         assert [t["name"] for t in tools] == BUILTIN_TOOLS
         for tool in tools:
-            assert set(tool) == {"name", "description", "parameters", "idempotent"}
+            assert set(tool) == {"name", "description", "parameters", "idempotent", "source"}
+            assert tool["source"] == "builtin"
             assert tool["description"]
             assert tool["parameters"]["type"] == "object"
             assert isinstance(tool["idempotent"], bool)

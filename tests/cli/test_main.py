@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main, parse_pair, parse_value
+from app.cli import build_parser, main, parse_pair, parse_value
 from app.cli.client import TERMINAL_EVENT_TYPES
+from app.cli.commands import run_body
 from app.cli.exits import EPILOG, REASON_EXIT_CODES, ExitCode, exit_code_for, reason_of
 from app.engine.events import TERMINAL_EVENT_TYPES as SERVICE_TERMINAL_EVENT_TYPES
 from app.engine.policies import StopReason
@@ -122,3 +123,13 @@ def test_a_pair_splits_at_the_first_equals_sign() -> None:
 def test_a_bad_command_line_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv, environ={}) == ExitCode.USAGE == 2
     assert "usage: finishline" in capsys.readouterr().err
+
+
+def test_run_asks_for_tools_and_whole_mcp_servers() -> None:
+    args = build_parser().parse_args(
+        ["run", "t", "--tool", "docs__search", "--mcp-server", "files", "--mcp-server", "web"]
+    )
+    body = run_body(args)
+    assert body["tools"] == ["docs__search"]
+    assert body["mcp_servers"] == ["files", "web"]
+    assert "mcp_servers" not in run_body(build_parser().parse_args(["run", "t"]))

@@ -21,8 +21,9 @@ import anyio
 import uvicorn
 
 
-def loopback_socket(backlog: int = 1024) -> socket.socket:
-    """A TCP socket listening on 127.0.0.1 at a free port, for a server to take over.
+def loopback_socket(backlog: int = 1024, port: int = 0) -> socket.socket:
+    """A TCP socket listening on 127.0.0.1 at a free port (or `port`, to serve again on
+    the port of a stopped server), for a server to take over.
 
     TCP_NODELAY is set on it because Linux hands it to every accepted connection, and a
     server given the socket with `uvicorn --fd` takes it for AF_UNIX and never sets it
@@ -31,7 +32,9 @@ def loopback_socket(backlog: int = 1024) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
+        # lets a server stopped with connections open be served again on its port
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
         sock.listen(backlog)
     except BaseException:
         sock.close()
@@ -79,9 +82,10 @@ class Served:
         lifespan: Literal["on", "off"] = "off",
         timeout_graceful_shutdown: float = 5,
         start_timeout_s: float = 10,
+        port: int = 0,
     ) -> None:
         self.app = app
-        self.port = 0
+        self.port = port
         self._lifespan = lifespan
         self._grace = timeout_graceful_shutdown
         self._start_timeout_s = start_timeout_s
@@ -92,7 +96,7 @@ class Served:
         return f"http://{host}:{self.port}{path}"
 
     async def __aenter__(self) -> Self:
-        sock = loopback_socket()
+        sock = loopback_socket(port=self.port)
         try:
             self.port = sock.getsockname()[1]
             config = uvicorn.Config(

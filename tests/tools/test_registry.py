@@ -36,13 +36,15 @@ async def test_builtin_registry_registers_the_four_builtins() -> None:
         assert all(isinstance(tool, Tool) for tool in registry)
 
 
-async def test_describe_lists_name_description_parameters_idempotent_sorted_by_name() -> None:
+async def test_describe_lists_name_description_parameters_idempotent_source_by_name() -> None:
     async with builtin_registry() as registry:
         described = registry.describe()
     assert [entry["name"] for entry in described] == BUILTIN_NAMES
     assert all(
-        set(entry) == {"name", "description", "parameters", "idempotent"} for entry in described
+        set(entry) == {"name", "description", "parameters", "idempotent", "source"}
+        for entry in described
     )
+    assert {entry["source"] for entry in described} == {"builtin"}
     by_name = {entry["name"]: entry for entry in described}
     assert by_name["calculator"]["parameters"]["required"] == ["expression"]
     assert by_name["calculator"]["idempotent"] is True

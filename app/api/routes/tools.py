@@ -9,7 +9,7 @@ from pydantic.fields import FieldInfo
 
 from app.api.deps import CallerDep, RegistryDep, SettingsDep
 from app.api.errors import ErrorBody
-from app.api.schemas import ServerInfo, SettingInfo, ToolInfo
+from app.api.schemas import McpServerInfo, ServerInfo, SettingInfo, ToolInfo
 from app.llm.models import DEMO, SCRIPTED
 from app.runs.spec import RunSettingsIn
 
@@ -19,11 +19,22 @@ router = APIRouter(tags=["server"])
 @router.get(
     "/tools",
     response_model=list[ToolInfo],
-    summary="Registered tools",
+    summary="Tools: built-in, and those the MCP servers list",
     responses={401: {"model": ErrorBody}},
 )
 async def list_tools(registry: RegistryDep, caller: CallerDep) -> list[ToolInfo]:
     return [ToolInfo(**tool) for tool in registry.describe()]
+
+
+@router.get(
+    "/tools/mcp-servers",
+    response_model=list[McpServerInfo],
+    summary="Configured MCP servers and their state",
+    responses={401: {"model": ErrorBody}},
+)
+async def list_mcp_servers(registry: RegistryDep, caller: CallerDep) -> list[McpServerInfo]:
+    source = registry.mcp
+    return [] if source is None else [McpServerInfo(**s) for s in source.describe_servers()]
 
 
 def _value_type(field: FieldInfo) -> dict[str, Any]:

@@ -155,7 +155,8 @@ export class RunView {
   #fromRun(run) {
     this.run = run;
     this.task.textContent = run.task;
-    const tools = run.tools.length ? ` · tools ${run.tools.join(", ")}` : "";
+    const names = [...run.tools, ...(run.mcp_servers || []).map((name) => `${name}__*`)];
+    const tools = names.length ? ` · tools ${names.join(", ")}` : "";
     this.model.textContent = `model ${run.model}${tools}`;
     if (run.previous_run_id) {
       const href = `#/runs/${encodeURIComponent(run.previous_run_id)}`;
