@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
-from app.engine.setting import Declared, declared
 from app.main import create_app
 from app.runs.spec import RunSettingsIn
 from app.settings import CAPS, RUN_SETTINGS, Settings

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
+from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
-from app.engine.setting import Declared, declared
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
