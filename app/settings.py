@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from pydantic import AliasChoices, Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
-from app.engine.setting import Declared, declared
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 CommaList = Annotated[list[str], NoDecode]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
-from app.engine.setting import Declared, declared
 from app.main import create_app
 from app.runs.spec import RunSettingsIn
 from app.settings import CAPS, RUN_SETTINGS, Settings
@@ -89,6 +89,31 @@ def test_env_example_lists_every_setting_as_declared() -> None:
     start = text.index(SECTION)
     # on a new setting: paste the expected section (the assertion shows it) into .env.example
     assert text[start:] == env_section()
+
+
+def readme_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def readme_row(item: Declared) -> str:
+    variable = f"`FINISHLINE_{item.name.upper()}`"
+    cap = "–"
+    if item.spec.capped:
+        shown = "none" if item.spec.cap is None else readme_value(item.spec.cap)
+        cap = f"{shown}, `FINISHLINE_{item.spec.cap_name(item.name).upper()}`"
+    meaning = item.spec.description.removesuffix(".")
+    return f"| `{item.name}` | {readme_value(item.default)}, {variable} | {cap} | {meaning} |"
+
+
+def test_the_readme_table_lists_every_setting_as_declared() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    header = "| setting | default, set by | cap, set by | meaning |\n|---|---|---|---|\n"
+    start = text.index(header) + len(header)
+    rows = text[start : text.index("\n\n", start)].splitlines()
+    # on a new setting: paste the expected rows (the assertion shows them) into README.md
+    assert rows == [readme_row(item) for item in DECLARED]
 
 
 @pytest.mark.parametrize("name", [i.name for i in DECLARED if not i.nullable])

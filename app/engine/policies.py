@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from app.engine.setting import setting
+from app.engine.declarations import setting
 
 
 class StopReason(StrEnum):
@@ -50,7 +50,7 @@ PromptLanguage = Literal["en", "zh"]
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Everything that bounds or shapes one run: each field is a per-run setting, declared
-    here once (type, default, bounds, server cap, description; see `app.engine.setting`)."""
+    here once (type, default, bounds, server cap, description; see `app.engine.declarations`)."""
 
     max_steps: int = setting(10, "LLM turns before the run ends with max_steps.", ge=1, cap=100)
     max_time_s: float = setting(

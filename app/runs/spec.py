@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
-from app.engine.setting import Declared, declared
 from app.runs.jsonsafe import json_problem
 
 STRICT = ConfigDict(extra="forbid", strict=True)

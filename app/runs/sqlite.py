@@ -47,6 +47,9 @@ _ON_CONFLICT = """
         previous_run_id = excluded.previous_run_id, record = excluded.record
 """
 
+_EVENT_TYPES = {t.value: t for t in EventType}
+"""A stored type back to its member: a dict lookup, cheaper than EventType(t) per row."""
+
 
 class StoreClosedError(StoreError):
     """The store is not open: `open()` was not called, or `close()` was."""
@@ -233,7 +236,7 @@ class SqliteRunStore:
         )
         rows = await self._read(_query(sql, (run_id, after, limit)))
         return [
-            Event(run_id, seq, EventType(t), ts, step, json.loads(d))
+            Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
             for seq, t, ts, step, d in rows
         ]
 
