@@ -27,6 +27,7 @@
 #     FINISHLINE_MAX_TASK_CHARS=100000           longest accepted task
 #     FINISHLINE_MAX_METADATA_BYTES=16384        largest accepted metadata (JSON)
 #     FINISHLINE_MAX_BODY_BYTES=1048576          largest request body; past it, 413
+#     FINISHLINE_MAX_BODY_JSON_VALUES=50000      most JSON values in a POST /runs body
 #     FINISHLINE_MAX_SYSTEM_PROMPT_CHARS=100000  longest accepted system_prompt
 #     FINISHLINE_MAX_MODEL_NAME_CHARS=200        longest accepted model name
 #     FINISHLINE_MAX_TOOLS=64                    most tools per run (tools + http_tools)

@@ -82,6 +82,12 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest request body in bytes; past it, 413 (checked while it streams in).",
     )
+    max_body_json_values: int = Field(
+        50_000,
+        ge=100,
+        description="Most JSON values (commas, arrays and objects) a POST /runs body may hold; "
+        "past it, 422.",
+    )
     max_system_prompt_chars: int = Field(
         100_000, ge=1, description="Longest accepted system_prompt."
     )

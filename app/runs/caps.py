@@ -13,9 +13,7 @@ from app.settings import Settings
 
 
 def _over(field: str, size: int, cap: int, unit: str) -> InvalidRunError:
-    return InvalidRunError(
-        field, f"{size:,} {unit} exceeds the server cap of {cap:,}", cap=cap, size=size
-    )
+    return InvalidRunError(field, f"{size:,} {unit} exceeds the server cap of {cap:,}", cap=cap)
 
 
 def _json_chars(value: Any) -> int:
@@ -24,6 +22,11 @@ def _json_chars(value: Any) -> int:
 
 def check_sizes(request: RunRequest, server: Settings) -> None:
     """Refuse the first part of `request` over its cap (`InvalidRunError`)."""
+    if len(request.task) > server.max_task_chars:
+        raise _over("task", len(request.task), server.max_task_chars, "chars")
+    metadata = len(json.dumps(request.metadata).encode())
+    if metadata > server.max_metadata_bytes:
+        raise _over("metadata", metadata, server.max_metadata_bytes, "bytes")
     if request.system_prompt is not None and (
         len(request.system_prompt) > server.max_system_prompt_chars
     ):

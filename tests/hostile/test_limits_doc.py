@@ -9,6 +9,7 @@ from app.settings import CAPS
 ROOT = Path(__file__).resolve().parent.parent.parent
 CAP_SETTINGS = [
     "max_body_bytes",
+    "max_body_json_values",
     "max_concurrent_runs",
     "max_queued_runs",
     "max_task_chars",
