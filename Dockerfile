@@ -32,6 +32,7 @@
 #     FINISHLINE_MAX_MODEL_NAME_CHARS=200        longest accepted model name
 #     FINISHLINE_MAX_TOOLS=64                    most tools per run (tools + http_tools)
 #     FINISHLINE_MAX_TOOL_SCHEMA_BYTES=16384     largest HTTP tool parameters schema
+#     FINISHLINE_MAX_TOOL_SCHEMAS_TOTAL_BYTES=65536  all HTTP tool schemas together
 #     FINISHLINE_MAX_SCRIPT_REPLIES=200          most replies in a model_script
 #     FINISHLINE_MAX_SCRIPT_REPLY_CHARS=100000   largest scripted reply
 #     FINISHLINE_MAX_ANSWER_CHARS=100000         storage cap on a run's answer

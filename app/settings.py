@@ -100,6 +100,12 @@ class Settings(BaseSettings):
         ge=2,
         description="Largest parameters schema (JSON) of one request-declared HTTP tool.",
     )
+    max_tool_schemas_total_bytes: int = Field(
+        65_536,
+        ge=2,
+        description="Largest parameters schemas (JSON) of all request-declared HTTP tools "
+        "together.",
+    )
     max_script_replies: int = Field(
         200, ge=1, le=1000, description="Most replies in a model_script."
     )

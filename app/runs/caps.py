@@ -38,12 +38,17 @@ def check_sizes(request: RunRequest, server: Settings) -> None:
     tools = len(request.tools) + len(request.http_tools)
     if tools > server.max_tools:
         raise _over("tools", tools, server.max_tools, "tools (tools plus http_tools)")
+    total = 0
     for index, tool in enumerate(request.http_tools):
         size = _json_chars(tool.parameters)
         if size > server.max_tool_schema_bytes:
             raise _over(
                 f"http_tools[{index}].parameters", size, server.max_tool_schema_bytes, "bytes"
             )
+        total += size
+    if total > server.max_tool_schemas_total_bytes:
+        # each schema is checked against the JSON Schema metaschema: milliseconds a property
+        raise _over("http_tools", total, server.max_tool_schemas_total_bytes, "bytes of schemas")
     script = request.model_script or []
     if len(script) > server.max_script_replies:
         raise _over("model_script", len(script), server.max_script_replies, "replies")

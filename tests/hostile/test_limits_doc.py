@@ -17,6 +17,7 @@ CAP_SETTINGS = [
     "max_model_name_chars",
     "max_tools",
     "max_tool_schema_bytes",
+    "max_tool_schemas_total_bytes",
     "max_metadata_bytes",
     "max_script_replies",
     "max_script_reply_chars",
