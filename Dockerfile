@@ -29,10 +29,12 @@
 #     FINISHLINE_MAX_MESSAGE_CHARS=100000        longest steering message
 #     FINISHLINE_MAX_PENDING_MESSAGES=100        steering messages a run may hold undelivered
 #     FINISHLINE_MAX_BODY_BYTES=1048576          largest request body; past it, 413
+#     FINISHLINE_MAX_BODY_JSON_VALUES=50000      most JSON values in a POST /runs body
 #     FINISHLINE_MAX_SYSTEM_PROMPT_CHARS=100000  longest accepted system_prompt
 #     FINISHLINE_MAX_MODEL_NAME_CHARS=200        longest accepted model name
 #     FINISHLINE_MAX_TOOLS=64                    most tools per run (tools + http_tools)
 #     FINISHLINE_MAX_TOOL_SCHEMA_BYTES=16384     largest HTTP tool parameters schema
+#     FINISHLINE_MAX_TOOL_SCHEMAS_TOTAL_BYTES=65536  all HTTP tool schemas together
 #     FINISHLINE_MAX_SCRIPT_REPLIES=200          most replies in a model_script
 #     FINISHLINE_MAX_SCRIPT_REPLY_CHARS=100000   largest scripted reply
 #     FINISHLINE_MAX_ANSWER_CHARS=100000         storage cap on a run's answer

@@ -13,9 +13,7 @@ from app.settings import Settings
 
 
 def _over(field: str, size: int, cap: int, unit: str) -> InvalidRunError:
-    return InvalidRunError(
-        field, f"{size:,} {unit} exceeds the server cap of {cap:,}", cap=cap, size=size
-    )
+    return InvalidRunError(field, f"{size:,} {unit} exceeds the server cap of {cap:,}", cap=cap)
 
 
 def _json_chars(value: Any) -> int:
@@ -24,6 +22,11 @@ def _json_chars(value: Any) -> int:
 
 def check_sizes(request: RunRequest, server: Settings) -> None:
     """Refuse the first part of `request` over its cap (`InvalidRunError`)."""
+    if len(request.task) > server.max_task_chars:
+        raise _over("task", len(request.task), server.max_task_chars, "chars")
+    metadata = len(json.dumps(request.metadata).encode())
+    if metadata > server.max_metadata_bytes:
+        raise _over("metadata", metadata, server.max_metadata_bytes, "bytes")
     if request.system_prompt is not None and (
         len(request.system_prompt) > server.max_system_prompt_chars
     ):
@@ -35,12 +38,17 @@ def check_sizes(request: RunRequest, server: Settings) -> None:
     tools = len(request.tools) + len(request.http_tools)
     if tools > server.max_tools:
         raise _over("tools", tools, server.max_tools, "tools (tools plus http_tools)")
+    total = 0
     for index, tool in enumerate(request.http_tools):
         size = _json_chars(tool.parameters)
         if size > server.max_tool_schema_bytes:
             raise _over(
                 f"http_tools[{index}].parameters", size, server.max_tool_schema_bytes, "bytes"
             )
+        total += size
+    if total > server.max_tool_schemas_total_bytes:
+        # each schema is checked against the JSON Schema metaschema: milliseconds a property
+        raise _over("http_tools", total, server.max_tool_schemas_total_bytes, "bytes of schemas")
     script = request.model_script or []
     if len(script) > server.max_script_replies:
         raise _over("model_script", len(script), server.max_script_replies, "replies")

@@ -86,6 +86,12 @@ class ServerSettings(BaseSettings):
         ge=1024,
         description="Largest request body in bytes; past it, 413 (checked while it streams in).",
     )
+    max_body_json_values: int = Field(
+        50_000,
+        ge=100,
+        description="Most JSON values (commas, arrays and objects) a POST /runs body may hold; "
+        "past it, 422.",
+    )
     max_system_prompt_chars: int = Field(
         100_000, ge=1, description="Longest accepted system_prompt."
     )
@@ -97,6 +103,12 @@ class ServerSettings(BaseSettings):
         16_384,
         ge=2,
         description="Largest parameters schema (JSON) of one request-declared HTTP tool.",
+    )
+    max_tool_schemas_total_bytes: int = Field(
+        65_536,
+        ge=2,
+        description="Largest parameters schemas (JSON) of all request-declared HTTP tools "
+        "together.",
     )
     max_script_replies: int = Field(
         200, ge=1, le=1000, description="Most replies in a model_script."

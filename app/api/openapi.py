@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic.json_schema import models_json_schema
 
+from app.api.schemas import RunCreate
 from app.runs.records import RunStatus
 from app.settings import CAPS, Settings
 
@@ -32,8 +34,18 @@ def _bound(prop: dict[str, Any], kind: str, key: str, value: Any) -> None:
             branch[key] = value
 
 
+def _request_models(components: dict[str, Any]) -> None:
+    """POST /runs reads its body itself (app.api.runbody): add the models it declares."""
+    _, definitions = models_json_schema(
+        [(RunCreate, "validation")], ref_template="#/components/schemas/{model}"
+    )
+    for name, definition in definitions.get("$defs", {}).items():
+        components.setdefault(name, definition)
+
+
 def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    components = schema.get("components", {}).get("schemas", {})
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    _request_models(components)
     run = components.get("RunCreate", {}).get("properties", {})
     for name, cap in (
         ("task", settings.max_task_chars),

@@ -13,8 +13,11 @@ exception is shown as `TypeName: message`.
 from __future__ import annotations
 
 import copy
+import json
 import re
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +34,39 @@ TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 MAX_MESSAGE_CHARS = 300
 """A validation message quotes the offending value; a huge value is cut to this length."""
+
+
+_CHECKED: OrderedDict[str, str | None] = OrderedDict()
+_CHECKED_LOCK = threading.Lock()
+CHECKED_SCHEMAS = 256
+"""Schemas whose check is remembered: checking one against the Draft 2020-12 metaschema
+costs milliseconds per property, and a request's tools are built three times (validated in
+a worker thread, checked at creation, built at start)."""
+
+
+def schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """None for a valid Draft 2020-12 schema, else " at 'where': what" (remembered)."""
+    try:
+        key = json.dumps(schema, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        key = None
+    if key is not None:
+        with _CHECKED_LOCK:
+            if key in _CHECKED:
+                _CHECKED.move_to_end(key)
+                return _CHECKED[key]
+    try:
+        Draft202012Validator.check_schema(schema)
+        problem = None
+    except SchemaError as exc:
+        where = _format_path(exc.absolute_path)
+        problem = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
+    if key is not None:
+        with _CHECKED_LOCK:
+            _CHECKED[key] = problem
+            while len(_CHECKED) > CHECKED_SCHEMAS:
+                _CHECKED.popitem(last=False)
+    return problem
 
 
 class SchemaTool(ABC):
@@ -57,15 +93,11 @@ class SchemaTool(ABC):
         if not TOOL_NAME_PATTERN.fullmatch(name):
             raise ValueError(f"invalid tool name {name!r}: use 1 to 64 letters, digits, '_' or '-'")
         schema = copy.deepcopy(dict(parameters))
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            where = _format_path(exc.absolute_path)
-            at = f" at '{where}'" if where else ""
+        problem = schema_problem(schema)
+        if problem is not None:
             raise ValueError(
-                f"the parameters of tool {name!r} are not a valid JSON schema{at}: "
-                f"{_shorten(exc.message)}"
-            ) from exc
+                f"the parameters of tool {name!r} are not a valid JSON schema{problem}"
+            )
         self.name = name
         self.description = description
         self.parameters = schema

@@ -9,6 +9,7 @@ from app.settings import CAPS
 ROOT = Path(__file__).resolve().parent.parent.parent
 CAP_SETTINGS = [
     "max_body_bytes",
+    "max_body_json_values",
     "max_concurrent_runs",
     "max_queued_runs",
     "max_task_chars",
@@ -16,6 +17,7 @@ CAP_SETTINGS = [
     "max_model_name_chars",
     "max_tools",
     "max_tool_schema_bytes",
+    "max_tool_schemas_total_bytes",
     "max_metadata_bytes",
     "max_script_replies",
     "max_script_reply_chars",

@@ -32,6 +32,7 @@ CAPPED = {
     "max_model_name_chars": 10,
     "max_tools": 2,
     "max_tool_schema_bytes": 100,
+    "max_tool_schemas_total_bytes": 150,
     "max_script_replies": 2,
     "max_script_reply_chars": 50,
     "http_tool_allow_hosts": ["api.example.com"],
@@ -52,6 +53,16 @@ CAPPED = {
             "http_tools[0].parameters",
             100,
         ),
+        (
+            finishing(
+                http_tools=[
+                    http_tool(i, parameters={"type": "object", "description": "d" * 60})
+                    for i in range(2)
+                ]
+            ),
+            "http_tools",
+            150,
+        ),
         (scripted(finish(), finish(), finish()), "model_script", 2),
         (scripted({"content": "c" * 51}), "model_script[0]", 50),
         (scripted(finish("a" * 51)), "model_script[0]", 50),
@@ -62,6 +73,7 @@ CAPPED = {
         "tools",
         "tools-and-http-tools",
         "tool-schema",
+        "tool-schemas-together",
         "script-replies",
         "reply-content",
         "reply-arguments",

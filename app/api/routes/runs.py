@@ -12,7 +12,8 @@ from pydantic import Field
 from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep, TokensDep
 from app.api.errors import ApiError, ErrorBody
 from app.api.routes.events import SSE_CONTENT, event_stream
-from app.api.schemas import MessageIn, RunCreate, RunList, StreamToken
+from app.api.runbody import OPENAPI_BODY, read_run_body
+from app.api.schemas import MessageIn, RunList, StreamToken
 from app.runs.errors import RunAlreadyEndedError
 from app.runs.records import RunStatus
 from app.runs.view import RunView, to_view
@@ -51,6 +52,7 @@ def _run(view: RunView, status: int) -> JSONResponse:
     '`Idempotency-Key` replays an earlier identical request). With `"stream": true` the answer is '
     "the run's SSE stream itself.",
     dependencies=[Depends(require_json)],
+    openapi_extra=OPENAPI_BODY,  # parsed in a worker thread (app.api.runbody)
     responses={
         200: {
             "model": RunView,
@@ -76,7 +78,7 @@ def _run(view: RunView, status: int) -> JSONResponse:
     },
 )
 async def create_run(
-    body: RunCreate,
+    http: Request,
     manager: ManagerDep,
     metrics: MetricsDep,
     settings: SettingsDep,
@@ -85,8 +87,9 @@ async def create_run(
         str | None, Header(max_length=200, description="Same key and body: the same run.")
     ] = None,
 ) -> Response:
+    body, run_request = await read_run_body(await http.body(), settings)
     record, created = await manager.create(
-        body.run_request(), owner=caller.owner, idempotency_key=idempotency_key
+        run_request, owner=caller.owner, idempotency_key=idempotency_key
     )
     view = to_view(record)
     if body.stream:

@@ -1,0 +1,67 @@
+"""The body of POST /runs, parsed and validated in a worker thread.
+
+Parsing and validating JSON costs time in proportion to how many values it holds, and a
+body within the size cap can hold hundreds of thousands (`[[],[],…]`): done on the event
+loop, that stalled every other request for seconds. In a thread, the loop keeps answering
+(the interpreter switches threads every few milliseconds), and the size caps are checked
+there too, so an oversized request never reaches the loop's own work (hashing, storing).
+JSON parsing and pydantic validation run in C and Rust without letting go of the interpreter,
+so a cheap count of the body's values bounds them first (FINISHLINE_MAX_BODY_JSON_VALUES)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from app.api.schemas import RunCreate
+from app.caps import check_sizes
+from app.runs.errors import InvalidRunError
+from app.runs.spec import RunRequest
+from app.settings import Settings
+from app.tools.base import schema_problem
+
+OPENAPI_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunCreate"}}},
+    }
+}
+"""What the route declares, as FastAPI would for a `RunCreate` parameter."""
+
+
+def parse_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest]:
+    """The request and its run, or RequestValidationError / InvalidRunError (a cap)."""
+    # parsing and validating run in C and Rust, holding the interpreter for their whole
+    # length: bound how many values they may meet first, in a pass over the bytes
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    if values > settings.max_body_json_values:
+        raise InvalidRunError(
+            "body",
+            f"holds about {values:,} JSON values (commas, arrays and objects), more than the "
+            f"server cap of {settings.max_body_json_values:,}",
+            cap=settings.max_body_json_values,
+        )
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        error = {"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error"}
+        raise RequestValidationError([{**error, "ctx": {"error": str(exc)[:200]}}]) from None
+    try:
+        body = RunCreate.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        ) from None
+    request = body.run_request()
+    check_sizes(request, settings)
+    for tool in request.http_tools:  # the costly check, here off the loop (remembered)
+        schema_problem(tool.parameters)
+    return body, request
+
+
+async def read_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest]:
+    return await anyio.to_thread.run_sync(parse_run_body, raw, settings)
