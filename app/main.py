@@ -27,6 +27,7 @@ from app.runs.store import open_store
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.registry import builtin_registry
+from app.tracing import start_tracing
 
 log = structlog.get_logger("finishline")
 
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             demo_delay_s=settings.demo_delay_s,
         )
         metrics = RunMetrics()
+        tracing = start_tracing()  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
         manager = RunManager(
             store=store,
             factory=RunFactory(
@@ -101,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_concurrent_runs=settings.max_concurrent_runs,
             max_queued_runs=settings.max_queued_runs,
             max_event_content_chars=settings.max_event_content_chars,
+            observer=tracing,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None
@@ -125,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         "models": models,
                         "metrics": metrics,
                         "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
+                        "tracing": tracing,
                     }
                 finally:
                     undo()
@@ -133,6 +137,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await models.aclose()
             await registry.aclose()
             await store.close()
+            if tracing is not None:  # the spans still batched go out, off the event loop
+                await asyncio.to_thread(tracing.shutdown)
             log.info("service_stopped")
 
     app = FastAPI(

@@ -30,6 +30,7 @@ from app.runs.errors import (
 )
 from app.runs.factory import RunFactory
 from app.runs.metrics import RunMetrics
+from app.runs.observer import RunObserver, RunTrace
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ACTIVE_STATUSES,
@@ -74,6 +75,7 @@ class RunManager:
         max_concurrent_runs: int,
         max_queued_runs: int,
         max_event_content_chars: int,
+        observer: RunObserver | None = None,
     ) -> None:
         self.store = store
         self.factory = factory
@@ -81,11 +83,13 @@ class RunManager:
         self.webhooks = webhooks
         self.max_concurrent_runs = max_concurrent_runs
         self.max_queued_runs = max_queued_runs
+        self.observer = observer
+        self._traces: dict[str, RunTrace] = {}
         self.recorder = RunRecorder(
             store=store,
             metrics=metrics,
             max_event_content_chars=max_event_content_chars,
-            on_ended=self._deliver_webhook,
+            on_ended=self._on_ended,
         )
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
@@ -156,9 +160,15 @@ class RunManager:
     # -- requests -------------------------------------------------------------------------
 
     async def create(
-        self, request: RunRequest, *, owner: str | None, idempotency_key: str | None = None
+        self,
+        request: RunRequest,
+        *,
+        owner: str | None,
+        idempotency_key: str | None = None,
+        traceparent: str | None = None,
     ) -> tuple[RunRecord, bool]:
-        """The new run and True, or the run an idempotent replay names and False."""
+        """The new run and True, or the run an idempotent replay names and False.
+        `traceparent`: the caller's W3C trace context, the parent of the run's trace."""
         if self.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
         digest = request_hash(request)
@@ -186,6 +196,9 @@ class RunManager:
             idempotency_key=idempotency_key,
             request_hash=digest,
         )
+        trace = self.observer.open(record, traceparent) if self.observer is not None else None
+        if trace is not None:
+            record.trace_id = trace.trace_id
         try:
             await self.store.create(record)
         except DuplicateRunError:
@@ -195,6 +208,8 @@ class RunManager:
             if existing is None:
                 raise
             return self._replay(existing, digest), False
+        if trace is not None:
+            self._traces[record.id] = trace
         await self.store.append(
             record.id,
             "run.queued",
@@ -309,11 +324,15 @@ class RunManager:
     async def _execute(self, active: _Active) -> None:
         record = active.record
         structlog.contextvars.bind_contextvars(run_id=record.id)
+        trace = self._traces.get(record.id)
         try:
             record.status = RunStatus.RUNNING
             record.started_at = utcnow()
             await self.store.save(record)
-            await self.store.append(record.id, "run.started", 0, {})
+            if trace is not None:
+                trace.started()
+            started = {"trace_id": record.trace_id} if record.trace_id else {}
+            await self.store.append(record.id, "run.started", 0, started)
             log.info("run_started")
             prepared = self.factory.prepare(record)
             try:
@@ -328,6 +347,8 @@ class RunManager:
                     cancel=active.cancel,
                 ):
                     await self.recorder.record(record, step)
+                    if trace is not None:
+                        trace.step(step)
             finally:
                 await prepared.aclose()
         except asyncio.CancelledError:
@@ -347,6 +368,12 @@ class RunManager:
             self._active.pop(record.id, None)
             active.done.set()
             self._start_next()
+
+    def _on_ended(self, record: RunRecord) -> None:
+        trace = self._traces.pop(record.id, None)
+        if trace is not None:
+            trace.ended(record)
+        self._deliver_webhook(record)
 
     def _deliver_webhook(self, record: RunRecord) -> None:
         if record.webhook is not None and self._tasks is not None:

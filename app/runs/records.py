@@ -143,6 +143,7 @@ class RunRecord(BaseModel):
     webhook: WebhookState | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

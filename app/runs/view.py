@@ -49,6 +49,10 @@ class RunView(BaseModel):
     webhook: WebhookState | None = Field(
         None, description="Delivery state of the run's webhook, if it has one."
     )
+    trace_id: str | None = Field(
+        None,
+        description="The run's OpenTelemetry trace id (32 hex digits) when the server exports traces; the caller's own when POST /runs carried a `traceparent` header.",
+    )
     links: RunLinks = Field(description="Related URLs.")
 
 
@@ -81,5 +85,6 @@ def to_view(record: RunRecord) -> RunView:
         error=record.error,
         usage=record.usage,
         webhook=record.webhook,
+        trace_id=record.trace_id,
         links=links_for(record.id),
     )
