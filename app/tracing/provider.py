@@ -21,7 +21,7 @@ class Tracing:
 
     def __init__(self, *, capture_content: bool) -> None:
         resource = Resource.create({SERVICE_VERSION: __version__})
-        if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
+        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
             resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
         # sampler, span limits and the batch processor's settings come from OTEL_* variables
         self.provider = TracerProvider(resource=resource)

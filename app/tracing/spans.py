@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec
 
+import structlog
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -37,9 +39,28 @@ from app.engine.steps import (
 from app.propagation import TRACEPARENT
 from app.runs.records import RunRecord
 
+log = structlog.get_logger("finishline.tracing")
+
 PROPAGATOR = TraceContextTextMapPropagator()
 LOCAL_MODELS = frozenset({"demo", "scripted"})
 NS_PER_MS = 1_000_000
+
+
+P = ParamSpec("P")
+
+
+def _never_raises(
+    method: Callable[Concatenate[OtelRunTrace, P], None],
+) -> Callable[Concatenate[OtelRunTrace, P], None]:
+    """A failure to trace is logged; it never fails the run."""
+
+    def guarded(self: OtelRunTrace, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception:
+            log.exception("trace_failed", method=method.__name__)
+
+    return guarded
 
 
 def _text_message(role: str, text: str, **fields: Any) -> str:
@@ -94,12 +115,14 @@ class OtelRunTrace:
     def trace_id(self) -> str:
         return format(self.span.get_span_context().trace_id, "032x")
 
+    @_never_raises
     def started(self) -> None:
         if self._traceparent is not None:
             TRACEPARENT.set(self._traceparent)  # outbound requests of this task carry it
         if self._recording:
             self.span.add_event("run.started")
 
+    @_never_raises
     def step(self, step: Step) -> None:
         if not self._recording or isinstance(step, TokenDelta):
             return
@@ -126,6 +149,7 @@ class OtelRunTrace:
             self.span.add_event("finishline.intervention", attributes, timestamp=now)
         self._last_ns = now
 
+    @_never_raises
     def ended(self, record: RunRecord) -> None:
         self._close_chat()
         span = self.span
