@@ -58,6 +58,10 @@
 #     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
+#   traces (OpenTelemetry, off unless an endpoint is set; README "Traces")
+#     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318
+#     OTEL_SERVICE_NAME=finishline               and the other standard OTEL_* variables
+#     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false   record prompts and replies
 #   the server process (uvicorn reads these)
 #     UVICORN_HOST=0.0.0.0  UVICORN_PORT=8000    where it listens (the healthcheck follows the port)
 #     FORWARDED_ALLOW_IPS=*                      proxies whose X-Forwarded-* headers are trusted;

@@ -181,24 +181,28 @@ class OtelRunTrace:
         start = now - step.duration_ms * NS_PER_MS
         if self._retry_start_ns is not None:
             start = min(start, self._retry_start_ns)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self._provider,
+            "gen_ai.request.model": step.model,
+            "gen_ai.usage.input_tokens": step.prompt_tokens,
+            "gen_ai.usage.output_tokens": step.completion_tokens,
+            "gen_ai.response.finish_reasons": ("tool_calls" if step.tool_calls else "stop",),
+            "finishline.step": step.step,
+        }
+        # the exceptions only: each attribute costs the SDK time on every span
+        if step.estimated:
+            attributes["finishline.llm.tokens_estimated"] = True
+        if step.final:
+            attributes["finishline.llm.final"] = True
+        if self._retries:
+            attributes["finishline.llm.attempts"] = len(self._retries) + 1
         span = self._tracer.start_span(
             f"chat {step.model}",
             context=self._context,
             kind=SpanKind.CLIENT,
             start_time=start,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self._provider,
-                "gen_ai.request.model": step.model,
-                "gen_ai.usage.input_tokens": step.prompt_tokens,
-                "gen_ai.usage.output_tokens": step.completion_tokens,
-                "gen_ai.response.finish_reasons": ("tool_calls" if step.tool_calls else "stop",),
-                "finishline.llm.tokens_estimated": step.estimated,
-                "finishline.llm.tool_calls": step.tool_calls,
-                "finishline.llm.final": step.final,
-                "finishline.llm.attempts": len(self._retries) + 1,
-                "finishline.step": step.step,
-            },
+            attributes=attributes,
         )
         for retry, at in self._retries:
             span.add_event("gen_ai.retry", _retry_attributes(retry), timestamp=at)
@@ -219,9 +223,11 @@ class OtelRunTrace:
             "gen_ai.tool.call.id": step.call_id,
             "gen_ai.tool.type": "function",
             "finishline.step": step.step,
-            "finishline.tool.truncated": step.truncated,
-            "finishline.tool.repeated": step.repeated,
         }
+        if step.truncated:
+            attributes["finishline.tool.truncated"] = True
+        if step.repeated:
+            attributes["finishline.tool.repeated"] = True
         if self._capture:
             arguments = self._arguments.pop(step.call_id, None)
             attributes["gen_ai.tool.call.arguments"] = json.dumps(arguments, ensure_ascii=False)
