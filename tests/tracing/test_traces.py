@@ -186,6 +186,39 @@ async def test_a_failed_run_is_an_error_span_with_its_retries(otel_env: pytest.M
     assert [name for name, _ in agent.events] == ["run.started", "gen_ai.retry"]
 
 
+async def test_an_invalid_traceparent_starts_a_trace_of_the_runs_own(
+    otel_env: pytest.MonkeyPatch,
+) -> None:
+    async with OtlpReceiver() as otlp:
+        otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        async with api_client(settings()) as client:
+            headers = {"traceparent": "00-not-a-trace-01"}
+            created = await create(client, {"task": "hello", "model": "demo"}, headers)
+            run = await wait_ended(client, created["id"])
+            spans = await otlp.wait_for_span("invoke_agent")
+
+    (agent,) = by_name(spans, "invoke_agent")
+    assert agent.parent_span_id == ""
+    assert agent.trace_id == run["trace_id"]
+    assert len(run["trace_id"]) == 32
+    assert agent.attributes["gen_ai.provider.name"] == "finishline"  # the demo model
+
+
+async def test_a_caller_that_does_not_sample_gets_its_trace_id_and_no_spans(
+    otel_env: pytest.MonkeyPatch,
+) -> None:
+    async with OtlpReceiver() as otlp:
+        otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        async with api_client(settings()) as client:
+            headers = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"}
+            created = await create(client, {"task": "hello", "model": "demo"}, headers)
+            run = await wait_ended(client, created["id"])
+        # the app has stopped, and its tracer with it: every span it had was exported
+
+    assert run["trace_id"] == CALLER_TRACE
+    assert otlp.spans == []
+
+
 async def test_nothing_is_traced_or_exported_when_off(otel_env: pytest.MonkeyPatch) -> None:
     async with OtlpReceiver() as otlp, FakeLLMServer([FakeReply.finish("done")]) as llm:
         # an endpoint, switched off by OTEL_SDK_DISABLED: the standard off switch
