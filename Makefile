@@ -10,6 +10,7 @@ PORT   ?= 8000
 # from pyproject.toml by `make lock`. Installs take exactly those files, hashes checked.
 LOCK   := requirements
 PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
+PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
 .PHONY: run test lint format bench clean image chromium lock lock-check
 
@@ -22,13 +23,13 @@ $(STAMP): pyproject.toml $(LOCK)/build.txt $(LOCK)/dev.txt | $(BIN)/python
 	$(PIP_LOCKED) -r $(LOCK)/build.txt
 	$(PIP_LOCKED) -r $(LOCK)/dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(BIN)/python -m pip check
+	$(PIP_CHECK)
 	touch $(STAMP)
 
 # the bench extra (LangGraph, profilers) on top of dev; `make test` never needs it
 $(BENCH_STAMP): $(STAMP) $(LOCK)/bench.txt
 	$(PIP_LOCKED) -r $(LOCK)/bench.txt
-	$(BIN)/python -m pip check
+	$(PIP_CHECK)
 	touch $(BENCH_STAMP)
 
 # uv compiles the lock: universal (every platform's markers), for the oldest Python
@@ -53,8 +54,8 @@ lock-check: $(UV)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	  cp -r pyproject.toml $(LOCK) "$$tmp/" && \
 	  $(MAKE) --no-print-directory -s -C "$$tmp" -f $(CURDIR)/Makefile lock UV=$(UV) && \
-	  diff -r -u $(LOCK) "$$tmp/$(LOCK)" && echo "lock: in sync with pyproject.toml" || \
-	  { echo "lock: out of date with pyproject.toml: run make lock and commit requirements/"; exit 1; }
+	  if diff -r -u $(LOCK) "$$tmp/$(LOCK)"; then echo "lock: in sync with pyproject.toml"; \
+	  else echo "lock: out of date with pyproject.toml: run make lock, commit requirements/"; exit 1; fi
 
 ## run: serve on $(HOST):$(PORT) with SQLite under ./data and the demo model unless an LLM is configured
 run: $(STAMP)
