@@ -85,7 +85,7 @@ COPY --from=wheelhouse / /wheelhouse/
 COPY requirements/main.txt ./requirements.txt
 RUN python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r requirements.txt
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY app ./app
 RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/finishline-*.whl \
