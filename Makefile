@@ -50,11 +50,18 @@ lock: $(UV)
 	$(UV_COMPILE) pyproject.toml --extra dev --extra bench -c $(LOCK)/dev.txt -o $(LOCK)/bench.txt
 
 ## lock-check: fail when the lock is out of date with pyproject.toml (CI runs it)
+# It recompiles the lock in a scratch copy and compares the pins (name==version; markers),
+# not the hashes: a wheel uploaded later to an already pinned release changes no version.
 lock-check: $(UV)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	  cp -r pyproject.toml $(LOCK) "$$tmp/" && \
 	  $(MAKE) --no-print-directory -s -C "$$tmp" -f $(CURDIR)/Makefile lock UV=$(UV) && \
-	  if diff -r -u $(LOCK) "$$tmp/$(LOCK)"; then echo "lock: in sync with pyproject.toml"; \
+	  stale=0 && for lock in build main dev bench; do \
+	    grep -E '^[^ #]' $(LOCK)/$$lock.txt >"$$tmp/$$lock.pins"; \
+	    grep -E '^[^ #]' "$$tmp/$(LOCK)/$$lock.txt" >"$$tmp/$$lock.fresh"; \
+	    diff -u --label $(LOCK)/$$lock.txt --label "make lock" "$$tmp/$$lock.pins" "$$tmp/$$lock.fresh" || stale=1; \
+	  done && \
+	  if [ $$stale = 0 ]; then echo "lock: in sync with pyproject.toml"; \
 	  else echo "lock: out of date with pyproject.toml: run make lock, commit requirements/"; exit 1; fi
 
 ## run: serve on $(HOST):$(PORT) with SQLite under ./data and the demo model unless an LLM is configured
