@@ -4,6 +4,8 @@ event loop, and the run observer the run manager is given."""
 
 from __future__ import annotations
 
+import threading
+
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -14,6 +16,10 @@ from app.runs.records import RunRecord
 from app.tracing.spans import PROPAGATOR, OtelRunTrace
 
 DEFAULT_SERVICE_NAME = "finishline"
+SHUTDOWN_FLUSH_S = 3.0
+"""At shutdown, how long the spans still batched get to go out (a collector that is down
+would otherwise hold the exit for the exporter's retries, up to OTEL_EXPORTER_OTLP_TIMEOUT per
+batch)."""
 
 
 class Tracing:
@@ -25,7 +31,8 @@ class Tracing:
             resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
         # sampler, span limits and the batch processor's settings come from OTEL_* variables
         self.provider = TracerProvider(resource=resource)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.exporter = OTLPSpanExporter()
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("finishline", __version__)
         self.capture_content = capture_content
 
@@ -37,6 +44,12 @@ class Tracing:
         """Export every ended span now (blocking: call it off the event loop)."""
         return self.provider.force_flush(timeout_ms)
 
-    def shutdown(self) -> None:
-        """Export what is left and stop the exporter (blocking: call it off the event loop)."""
+    def shutdown(self, flush_s: float = SHUTDOWN_FLUSH_S) -> None:
+        """Export what is left within `flush_s`, then stop (blocking: call it off the event
+        loop). The SDK's own flush ignores its timeout, so it runs on a thread of its own;
+        stopping the exporter ends a retry still in flight there, so the rest is quick."""
+        flushing = threading.Thread(target=self.provider.force_flush, daemon=True)
+        flushing.start()
+        flushing.join(flush_s)
+        self.exporter.shutdown()
         self.provider.shutdown()

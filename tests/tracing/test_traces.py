@@ -9,8 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.api.kit import create, json_events, settings, wait_ended
@@ -286,3 +288,25 @@ def test_content_capture_is_read_from_the_standard_variable() -> None:
     config = tracing_config(environ)
     assert config is not None
     assert config.capture_content is True
+
+
+async def test_a_collector_that_is_down_does_not_hold_the_shutdown(
+    otel_env: pytest.MonkeyPatch,
+) -> None:
+    """The exporter would retry for OTEL_EXPORTER_OTLP_TIMEOUT (30 s here); the shutdown gives
+    the spans still batched `flush_s`, then stops it."""
+    from app.tracing.provider import Tracing
+    from tests.fakes.serving import loopback_socket
+
+    with loopback_socket() as sock:  # a port nobody answers on once closed
+        port = sock.getsockname()[1]
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    otel_env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "30")
+    otel_env.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")
+    tracing = Tracing(capture_content=False)
+    tracing.tracer.start_span("invoke_agent").end()
+
+    started = time.monotonic()
+    await anyio.to_thread.run_sync(lambda: tracing.shutdown(flush_s=0.5))
+
+    assert time.monotonic() - started < 10
