@@ -73,6 +73,10 @@
 #     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
+#   traces (OpenTelemetry, off unless an endpoint is set; README "Traces")
+#     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318
+#     OTEL_SERVICE_NAME=finishline               and the other standard OTEL_* variables
+#     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false   record prompts and replies
 #   the server process (uvicorn reads these)
 #     UVICORN_HOST=0.0.0.0  UVICORN_PORT=8000    where it listens (the healthcheck follows the port)
 #     FORWARDED_ALLOW_IPS=*                      proxies whose X-Forwarded-* headers are trusted;
@@ -91,12 +95,12 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY --from=wheelhouse / /wheelhouse/
 # Dependencies first, in their own layer: a change to the code alone does not rebuild them.
-COPY pyproject.toml ./
-RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
- && python3 -m venv /opt/venv \
- && /opt/venv/bin/pip wheel --no-cache-dir --wheel-dir /wheels -r requirements.txt \
- && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels -r requirements.txt
-COPY README.md ./
+# They come from the lock (requirements/main.txt, `make lock`): every package pinned, every
+# file checked against its hash, nothing resolved here.
+COPY requirements/main.txt ./requirements.txt
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r requirements.txt
+COPY pyproject.toml README.md ./
 COPY app ./app
 RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/finishline-*.whl \

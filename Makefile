@@ -6,22 +6,63 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
+# The lock: every package of the tree pinned with its hashes (requirements/*.txt), compiled
+# from pyproject.toml by `make lock`. Installs take exactly those files, hashes checked.
+LOCK   := requirements
+PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
+PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
-.PHONY: run test lint format bench clean image chromium
+.PHONY: run test lint format bench clean image chromium lock lock-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# pip, setuptools and uv at their locked versions, then the locked tree, then finishline
+# itself (editable, nothing resolved). `pip check` fails when the lock misses a dependency.
+$(STAMP): pyproject.toml $(LOCK)/build.txt $(LOCK)/dev.txt | $(BIN)/python
+	$(PIP_LOCKED) -r $(LOCK)/build.txt
+	$(PIP_LOCKED) -r $(LOCK)/dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PIP_CHECK)
 	touch $(STAMP)
 
 # the bench extra (LangGraph, profilers) on top of dev; `make test` never needs it
-$(BENCH_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+$(BENCH_STAMP): $(STAMP) $(LOCK)/bench.txt
+	$(PIP_LOCKED) -r $(LOCK)/bench.txt
+	$(PIP_CHECK)
 	touch $(BENCH_STAMP)
+
+# uv compiles the lock: universal (every platform's markers), for the oldest Python
+# pyproject.toml allows, keeping the pins the files already hold. UPGRADE=1 moves every pin
+# to the newest release pyproject.toml allows; UPGRADE=name moves that package alone.
+UV_COMPILE = $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+  --custom-compile-command 'make lock' $(if $(UPGRADE),$(if $(filter 1,$(UPGRADE)),--upgrade,--upgrade-package $(UPGRADE)))
+UV ?= $(CURDIR)/$(BIN)/uv
+
+$(CURDIR)/$(BIN)/uv: | $(BIN)/python
+	$(PIP_LOCKED) -r $(LOCK)/build.txt
+
+## lock: recompile requirements/*.txt from pyproject.toml (after changing a dependency)
+lock: $(UV)
+	$(UV_COMPILE) $(LOCK)/build.in -o $(LOCK)/build.txt
+	$(UV_COMPILE) pyproject.toml -o $(LOCK)/main.txt
+	$(UV_COMPILE) pyproject.toml --extra dev -c $(LOCK)/main.txt -o $(LOCK)/dev.txt
+	$(UV_COMPILE) pyproject.toml --extra dev --extra bench -c $(LOCK)/dev.txt -o $(LOCK)/bench.txt
+
+## lock-check: fail when the lock is out of date with pyproject.toml (CI runs it)
+# It recompiles the lock in a scratch copy and compares the pins (name==version; markers),
+# not the hashes: a wheel uploaded later to an already pinned release changes no version.
+lock-check: $(UV)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  cp -r pyproject.toml $(LOCK) "$$tmp/" && \
+	  $(MAKE) --no-print-directory -s -C "$$tmp" -f $(CURDIR)/Makefile lock UV=$(UV) && \
+	  stale=0 && for lock in build main dev bench; do \
+	    grep -E '^[^ #]' $(LOCK)/$$lock.txt >"$$tmp/$$lock.pins"; \
+	    grep -E '^[^ #]' "$$tmp/$(LOCK)/$$lock.txt" >"$$tmp/$$lock.fresh"; \
+	    diff -u --label $(LOCK)/$$lock.txt --label "make lock" "$$tmp/$$lock.pins" "$$tmp/$$lock.fresh" || stale=1; \
+	  done && \
+	  if [ $$stale = 0 ]; then echo "lock: in sync with pyproject.toml"; \
+	  else echo "lock: out of date with pyproject.toml: run make lock, commit requirements/"; exit 1; fi
 
 ## run: serve on $(HOST):$(PORT) with SQLite under ./data and the demo model unless an LLM is configured
 run: $(STAMP)

@@ -32,6 +32,7 @@ from app.tools.bounds import ConnectionBounds
 from app.tools.fetcher import HttpFetcher
 from app.tools.mcp.source import McpToolSource
 from app.tools.registry import builtin_registry
+from app.tracing import start_tracing
 
 log = structlog.get_logger("finishline")
 
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             demo_delay_s=settings.demo_delay_s,
         )
         metrics = RunMetrics()
+        tracing = start_tracing()  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
         manager = RunManager(
             store=store,
             assembler=RunAssembly(
@@ -125,6 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_message_chars=settings.max_message_chars,
             max_pending_messages=settings.max_pending_messages,
             max_answer_chars=settings.max_answer_chars,
+            observer=tracing,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None
@@ -151,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         "models": models,
                         "metrics": metrics,
                         "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
+                        "tracing": tracing,
                     }
                 finally:
                     undo()
@@ -161,6 +165,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if webhook_fetcher is not None:
                 await webhook_fetcher.aclose()
             await store.close()
+            if tracing is not None:  # the spans still batched go out, off the event loop
+                await asyncio.to_thread(tracing.shutdown)
             log.info("service_stopped")
 
     app = FastAPI(

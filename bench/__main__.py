@@ -12,6 +12,7 @@ from bench.common import ROOT, say
 STEPS = (
     ("engine overhead (bench/engine.py)", ["bench.engine"]),
     ("event log (bench/store.py)", ["bench.store"]),
+    ("tracing cost (bench/tracing.py)", ["bench.tracing"]),
     ("service (bench/service.py)", ["bench.service", "--extra"]),
 )
 

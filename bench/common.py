@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 PACKAGES = (
     *("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "httpx", "sse-starlette"),
-    *("structlog", "pydantic", "langgraph", "langchain-core"),
+    *("structlog", "pydantic", "langgraph", "langchain-core", "opentelemetry-sdk"),
 )
 
 

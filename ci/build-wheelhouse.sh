@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# CI only: pre-build, on the host, the wheels the image needs (finishline's dependencies and
-# the build backend), so the image build itself needs no network. The host's own pip does the
-# fetching, with the machine's pip configuration (it knows where packages come from); the
-# wheels are for CPython 3.11, the base image's Python, whatever the host's Python is.
+# CI only: pre-build, on the host, the wheels the image needs (finishline's locked
+# dependencies, requirements/main.txt, hashes checked, and the build backend), so the image
+# build itself needs no network. The host's own pip does the fetching, with the machine's pip
+# configuration (it knows where packages come from); the wheels are for CPython 3.11, the base
+# image's Python, whatever the host's Python is.
 #
-# The wheelhouse is cached under $1, keyed by pyproject.toml, then packed into a `FROM scratch`
-# image, finishline-ci/wheelhouse, that ci/docker-compose.ci.yml passes to the build as
-# `--build-arg WHEELHOUSE=finishline-ci/wheelhouse:latest`.
+# The wheelhouse is cached under $1, keyed by pyproject.toml and the lock, then packed into a
+# `FROM scratch` image, finishline-ci/wheelhouse, that ci/docker-compose.ci.yml passes to the
+# build as `--build-arg WHEELHOUSE=finishline-ci/wheelhouse:latest`.
 #
 # usage: ci/build-wheelhouse.sh CACHE_DIR
 set -euo pipefail
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 cache=${1:?usage: $0 CACHE_DIR}
 python=${PYTHON:-python3}
 image=finishline-ci/wheelhouse:latest
-key=$(cat pyproject.toml ci/build-wheelhouse.sh | sha256sum | cut -c1-16)
+key=$(cat pyproject.toml requirements/main.txt ci/build-wheelhouse.sh | sha256sum | cut -c1-16)
 wheelhouse=$cache/wheelhouse/$key
 
 if [ -f "$wheelhouse/.complete" ]; then
@@ -23,19 +24,21 @@ if [ -f "$wheelhouse/.complete" ]; then
 else
   echo "wheelhouse: pip download for CPython 3.11 ($key)"
   rm -rf "$cache/wheelhouse" && mkdir -p "$wheelhouse"
-  "$python" - >"$wheelhouse/requirements.txt" <<'EOF'
+  : >"$cache/pip-download.log"
+  "$python" - >"$wheelhouse/build-requirements.txt" <<'EOF'
 import tomllib
 with open("pyproject.toml", "rb") as f:
-    project = tomllib.load(f)
-print("\n".join(project["project"]["dependencies"] + project["build-system"]["requires"]))
+    print("\n".join(tomllib.load(f)["build-system"]["requires"]))
 EOF
-  "$python" -m pip download --disable-pip-version-check \
-    --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-    --dest "$wheelhouse" -r "$wheelhouse/requirements.txt" >"$cache/pip-download.log" 2>&1 || {
-    tail -n 30 "$cache/pip-download.log" >&2
-    exit 1
-  }
-  rm "$wheelhouse/requirements.txt"
+  for requirements in requirements/main.txt "$wheelhouse/build-requirements.txt"; do
+    "$python" -m pip download --disable-pip-version-check \
+      --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+      --dest "$wheelhouse" -r "$requirements" >>"$cache/pip-download.log" 2>&1 || {
+      tail -n 30 "$cache/pip-download.log" >&2
+      exit 1
+    }
+  done
+  rm "$wheelhouse/build-requirements.txt"
   touch "$wheelhouse/.complete"
   echo "wheelhouse: $(find "$wheelhouse" -name '*.whl' | wc -l) wheels, $(du -sh "$wheelhouse" | cut -f1)"
 fi

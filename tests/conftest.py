@@ -22,13 +22,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-_SCRUBBED_PREFIXES = ("FINISHLINE_", "OPENAI_")
+_SCRUBBED_PREFIXES = ("FINISHLINE_", "OPENAI_", "OTEL_")
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No FINISHLINE_*/OPENAI_* settings or proxies leak in from the developer's shell."""
+    """No FINISHLINE_*/OPENAI_*/OTEL_* settings or proxies leak in from the developer's shell."""
     for name in list(os.environ):
         if name.startswith(_SCRUBBED_PREFIXES) or name in _PROXY_VARS:
             monkeypatch.delenv(name, raising=False)

@@ -24,10 +24,29 @@ FORBIDDEN = {
         "app.llm",
         "app.tools",
         "app.settings",
+        "opentelemetry",
+        "app.tracing",
     ),
-    "runs": ("fastapi", "starlette", "sse_starlette", "uvicorn", "app.api"),
-    "llm": ("fastapi", "starlette", "app.runs", "app.api", "app.settings"),
-    "tools": ("fastapi", "starlette", "app.runs", "app.api", "app.settings", "app.llm"),
+    # traces are an observer port (app.runs.observer) that app.tracing implements
+    "runs": (
+        "fastapi",
+        "starlette",
+        "sse_starlette",
+        "uvicorn",
+        "app.api",
+        "opentelemetry",
+        "app.tracing",
+    ),
+    "llm": ("fastapi", "starlette", "app.runs", "app.api", "app.settings", "opentelemetry"),
+    "tools": (
+        "fastapi",
+        "starlette",
+        "app.runs",
+        "app.api",
+        "app.settings",
+        "app.llm",
+        "opentelemetry",
+    ),
     # the CLI is an HTTP client of the service (only `serve` reads app.settings, lazily)
     "cli": ("fastapi", "starlette", "app.runs", "app.api", "app.llm", "app.tools", "app.main"),
 }

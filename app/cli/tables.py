@@ -82,6 +82,8 @@ def run_detail(run: dict[str, Any]) -> RenderableType:
     facts.add_row("ended", local_time(run.get("ended_at")) + _duration(run))
     if run.get("metadata"):
         facts.add_row("metadata", Text(_value(run["metadata"])))
+    if run.get("trace_id"):  # the server exports traces: where to look the run up
+        facts.add_row("trace", str(run["trace_id"]))
     webhook = run.get("webhook")
     if webhook:
         state = "delivered" if webhook.get("delivered") else "not delivered"

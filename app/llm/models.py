@@ -15,6 +15,7 @@ from app.engine.ports import ChatModel
 from app.llm.demo import DemoModel
 from app.llm.openai import OpenAIChatModel
 from app.llm.scripted import ScriptedModel
+from app.propagation import propagate
 
 DEMO = "demo"
 SCRIPTED = "scripted"
@@ -83,7 +84,10 @@ class ModelFactory:
             if self._ssl is None:  # one context for all clients: loading CAs takes ~20 ms
                 self._ssl = httpx.create_ssl_context()
             client = self._clients[shard] = httpx.AsyncClient(
-                timeout=httpx.Timeout(300.0, connect=10.0), limits=CLIENT_LIMITS, verify=self._ssl
+                timeout=httpx.Timeout(300.0, connect=10.0),
+                limits=CLIENT_LIMITS,
+                verify=self._ssl,
+                event_hooks={"request": [propagate]},
             )
         return OpenAIChatModel(
             base_url=self.base_url, model=name, api_key=self.api_key, client=client

@@ -47,6 +47,7 @@ from app.llm.chat_completions import (
     snippet,
 )
 from app.llm.sse import aiter_sse_data
+from app.propagation import propagate
 
 log = structlog.get_logger(__name__)
 
@@ -77,7 +78,11 @@ class OpenAIChatModel:
         self.name = model
         self.url = f"{base_url.rstrip('/')}/chat/completions"
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+        self._client = (
+            client
+            if client is not None
+            else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, event_hooks={"request": [propagate]})
+        )
         self._headers: dict[str, str] = dict(extra_headers or {})
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"

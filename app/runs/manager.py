@@ -34,6 +34,7 @@ from app.runs.errors import (
     TooManyMessagesError,
 )
 from app.runs.metrics import RunMetrics
+from app.runs.observer import RunObserver, RunTrace
 from app.runs.ports import CheckedRequest, RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
@@ -98,6 +99,7 @@ class RunManager:
         max_message_chars: int = 100_000,
         max_pending_messages: int = 100,
         max_answer_chars: int = 100_000,
+        observer: RunObserver | None = None,
     ) -> None:
         self.store = store
         self.assembler = assembler
@@ -107,11 +109,13 @@ class RunManager:
         self.max_queued_runs = max_queued_runs
         self.max_message_chars = max_message_chars
         self.max_pending_messages = max_pending_messages
+        self.observer = observer
+        self._traces: dict[str, RunTrace] = {}
         self.recorder = RunRecorder(
             store=store,
             metrics=metrics,
             max_event_content_chars=max_event_content_chars,
-            on_ended=self._deliver_webhook,
+            on_ended=self._on_ended,
             max_answer_chars=max_answer_chars,
         )
         self._active: dict[str, _Active] = {}
@@ -184,9 +188,15 @@ class RunManager:
     # -- requests -------------------------------------------------------------------------
 
     async def create(
-        self, request: RunRequest, *, owner: str | None, idempotency_key: str | None = None
+        self,
+        request: RunRequest,
+        *,
+        owner: str | None,
+        idempotency_key: str | None = None,
+        traceparent: str | None = None,
     ) -> tuple[RunRecord, bool]:
-        """The new run and True, or the run an idempotent replay names and False."""
+        """The new run and True, or the run an idempotent replay names and False.
+        `traceparent`: the caller's W3C trace context, the parent of the run's trace."""
         if self.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
         digest = request_hash(request)
@@ -209,7 +219,9 @@ class RunManager:
             )
         self._admitting += 1
         try:
-            return await self._admit(request, checked, previous, owner, idempotency_key, digest)
+            return await self._admit(
+                request, checked, previous, owner, idempotency_key, digest, traceparent
+            )
         finally:
             self._admitting -= 1
 
@@ -221,6 +233,7 @@ class RunManager:
         owner: str | None,
         idempotency_key: str | None,
         digest: str,
+        traceparent: str | None,
     ) -> tuple[RunRecord, bool]:
         record = RunRecord(
             id=new_run_id(),
@@ -238,6 +251,9 @@ class RunManager:
                 else None
             ),
         )
+        trace = self.observer.open(record, traceparent) if self.observer is not None else None
+        if trace is not None:
+            record.trace_id = trace.trace_id
         try:
             await self.store.create(record)
         except DuplicateRunError:
@@ -247,6 +263,8 @@ class RunManager:
             if existing is None:
                 raise
             return self._replay(existing, digest), False
+        if trace is not None:
+            self._traces[record.id] = trace
         await self.store.append(
             record.id,
             EventType.RUN_QUEUED,
@@ -437,11 +455,15 @@ class RunManager:
     async def _execute(self, active: _Active) -> None:
         record = active.record
         structlog.contextvars.bind_contextvars(run_id=record.id)
+        trace = self._traces.get(record.id)
         try:
             record.status = RunStatus.RUNNING
             record.started_at = utcnow()
             await self.store.save(record)
-            await self.store.append(record.id, EventType.RUN_STARTED, 0, {})
+            if trace is not None:
+                trace.started()
+            started = {"trace_id": record.trace_id} if record.trace_id else {}
+            await self.store.append(record.id, EventType.RUN_STARTED, 0, started)
             log.info("run_started")
             previous = await self._previous_conversation(record)
             inputs = self.assembler.inputs(record)
@@ -462,6 +484,8 @@ class RunManager:
                     if isinstance(step, Finished):
                         await self._undelivered(active)
                     await self.recorder.record(record, step)
+                    if trace is not None:
+                        trace.step(step)
             finally:
                 await inputs.aclose()
         except asyncio.CancelledError:
@@ -489,6 +513,12 @@ class RunManager:
             self._active.pop(record.id, None)
             active.done.set()
             self._start_next()
+
+    def _on_ended(self, record: RunRecord) -> None:
+        trace = self._traces.pop(record.id, None)
+        if trace is not None:
+            trace.ended(record)
+        self._deliver_webhook(record)
 
     def _deliver_webhook(self, record: RunRecord) -> None:
         if record.webhook is not None and self._tasks is not None:

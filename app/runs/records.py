@@ -163,6 +163,8 @@ class RunRecord(BaseModel):
     def _request_as_sent(self, request: RunRequest) -> dict[str, Any]:
         return request.model_dump(mode="json", exclude_none=True)
 
+    trace_id: str | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class Event:

@@ -59,6 +59,10 @@ class RunView(BaseModel):
     previous_run_id: str | None = Field(
         None, description="The run this one continues (a follow-up), or null."
     )
+    trace_id: str | None = Field(
+        None,
+        description="The run's OpenTelemetry trace id (32 hex digits) when the server exports traces; the caller's own when POST /runs carried a `traceparent` header.",
+    )
     links: RunLinks = Field(description="Related URLs.")
 
 
@@ -96,5 +100,6 @@ def to_view(record: RunRecord) -> RunView:
         usage=record.usage,
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
+        trace_id=record.trace_id,
         links=links_for(record.id),
     )

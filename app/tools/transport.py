@@ -23,6 +23,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 import httpcore
 import httpx
 
+from app.propagation import propagate
 from app.tools.netguard import NetworkGuard
 
 _ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
@@ -172,4 +173,5 @@ def guarded_client(guard: NetworkGuard, *, timeout_s: float = 20.0) -> httpx.Asy
         follow_redirects=False,
         trust_env=False,
         headers={"User-Agent": "finishline-tools/0.1", "Accept-Encoding": "identity"},
+        event_hooks={"request": [propagate]},  # a traced run's traceparent
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from app.cli.lines import LineRenderer, event_summary
 from app.cli.render import RunRenderer
+from app.cli.tables import run_detail
 from app.cli.text import compact_arguments, head
 from tests.cli.kit import console, text_of
 
@@ -142,3 +143,15 @@ def test_event_lines_are_one_line_each_and_cut_to_the_width() -> None:
     assert event_summary(_event("observation", tool="calculator", content="42", is_error=True)) == (
         "calculator [is_error] → 42"
     )
+
+
+def test_the_detail_of_a_traced_run_shows_its_trace_id() -> None:
+    run = {"id": "run_X", "status": "running", "model": "demo", "task": "t", "settings": {}}
+    out = console()
+    out.print(run_detail(run))
+    assert "trace" not in text_of(out)
+
+    out = console()
+    out.print(run_detail({**run, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}))
+    lines = [line.split() for line in text_of(out).splitlines()]
+    assert ["trace", "4bf92f3577b34da6a3ce929d0e0e4736"] in lines

@@ -23,6 +23,7 @@ router = APIRouter(prefix="/runs", tags=["runs"])
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
 WAIT_DEFAULT_S = 30.0
 STATUS_LIST = r"^ *[a-z]+( *, *[a-z]+)* *$"
+TRACEPARENT_MAX_CHARS = 256  # version 00 is 55; later versions may append fields
 
 
 async def require_json(request: Request) -> None:  # async: no worker thread (deps.py)
@@ -86,10 +87,21 @@ async def create_run(
     idempotency_key: Annotated[
         str | None, Header(max_length=200, description="Same key and body: the same run.")
     ] = None,
+    traceparent: Annotated[
+        str | None,
+        Header(
+            description="W3C trace context: when the server exports traces, the run's spans join this trace (its trace id becomes the run's `trace_id`). An invalid value is ignored."
+        ),
+    ] = None,
 ) -> Response:
+    if traceparent is not None and len(traceparent) > TRACEPARENT_MAX_CHARS:
+        traceparent = None  # not a W3C traceparent: start a trace of the run's own
     body, run_request = await read_run_body(await http.body(), settings)
     record, created = await manager.create(
-        run_request, owner=caller.owner, idempotency_key=idempotency_key
+        run_request,
+        owner=caller.owner,
+        idempotency_key=idempotency_key,
+        traceparent=traceparent,
     )
     view = to_view(record)
     if body.stream:

@@ -1,0 +1,36 @@
+"""The port through which a run is watched from outside the run layer (traces, in
+`app.tracing`): the manager feeds it the run's record and the engine's typed steps, and knows
+nothing of what it makes of them. With no observer (the default) nothing is called."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from app.engine.steps import Step
+from app.runs.records import RunRecord
+
+
+class RunTrace(Protocol):
+    """One run, watched from its creation to its end."""
+
+    @property
+    def trace_id(self) -> str:
+        """The run's trace id (32 hex digits), kept on the run and its `run.started` event."""
+        ...
+
+    def started(self) -> None:
+        """The run leaves the queue; called in the run's own task (and so the tasks it starts
+        inherit whatever context this sets)."""
+
+    def step(self, step: Step) -> None:
+        """One step of the engine, after it was recorded."""
+
+    def ended(self, record: RunRecord) -> None:
+        """The run's record is terminal: its status, reason, usage and error are final."""
+
+
+class RunObserver(Protocol):
+    def open(self, record: RunRecord, traceparent: str | None) -> RunTrace:
+        """A new run; `traceparent` is the caller's W3C trace context header, if any (an
+        invalid one is ignored)."""
+        ...
