@@ -159,7 +159,7 @@ class RunAssembly:
         limits = record.settings
         script = [entry.model_dump() for entry in request.model_script or ()]
         return RunInputs(
-            model=self.models.create(record.model, script),
+            model=self.models.create(record.model, script, start=record.usage.llm_calls),
             tools=tools,
             limits=limits,
             prompts=self.prompts[limits.prompt_language],
