@@ -44,6 +44,7 @@
 #     FINISHLINE_HTTP_TOOL_ALLOW_HOSTS=          hosts HTTP tools and webhooks may call
 #     FINISHLINE_HTTP_TOOL_MAX_BYTES=1000000     response size cap of HTTP tools
 #     FINISHLINE_HTTP_TOOL_TIMEOUT_S=20.0        default timeout of HTTP tools
+#     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
 #     FINISHLINE_MAX_TIME_S=60.0                 FINISHLINE_MAX_TIME_LIMIT_S=3600.0
@@ -60,6 +61,7 @@
 #     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
+#     FINISHLINE_APPROVAL_TIMEOUT_S=3600.0       FINISHLINE_APPROVAL_TIMEOUT_LIMIT_S=86400.0
 #   the server process (uvicorn reads these)
 #     UVICORN_HOST=0.0.0.0  UVICORN_PORT=8000    where it listens (the healthcheck follows the port)
 #     FORWARDED_ALLOW_IPS=*                      proxies whose X-Forwarded-* headers are trusted;

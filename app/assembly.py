@@ -117,6 +117,15 @@ class RunAssembly:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
         names = [*request.tools, *(t.name for t in request.http_tools)]
+        if request.approval is not None:
+            unknown = sorted(set(request.approval.tools) - set(names))
+            if unknown:
+                raise InvalidRunError(
+                    "approval.tools",
+                    f"not tools of this run: {', '.join(unknown)}",
+                    unknown=unknown,
+                    available=names,
+                )
         return CheckedRequest(model=model, limits=limits, tool_names=names)
 
     def resolve_settings(self, requested: RunSettingsIn) -> Limits:
@@ -163,7 +172,28 @@ class RunAssembly:
             tools=tools,
             limits=limits,
             prompts=self.prompts[limits.prompt_language],
+            approval=self.approval_tools(request),
         )
+
+    def approval_tools(self, request: RunRequest) -> frozenset[str]:
+        """The run's tools that wait for a person: the request's `approval.tools`, its HTTP
+        tools marked `requires_approval`, and registered tools the server marks."""
+        named = set(request.approval.tools) if request.approval is not None else set()
+        named |= {t.name for t in request.http_tools if t.requires_approval}
+        named |= set(request.tools) & set(self.settings.approval_tools)
+        return frozenset(named)
+
+    def check_arguments(
+        self, record: RunRecord, tool: str, arguments: dict[str, Any]
+    ) -> str | None:
+        request = record.request
+        for declared_tool in request.http_tools:
+            if declared_tool.name == tool:
+                return self._http_tool(declared_tool).validate(arguments)
+        if tool in request.tools and tool in self.registry:
+            (found,) = self.registry.resolve([tool])
+            return found.validate(arguments)
+        return f"{tool!r} is not a tool of this run"
 
     def _http_tool(self, tool: HttpToolIn) -> HttpTool:
         fetcher = self.registry.http

@@ -119,8 +119,13 @@ class ServerSettings(BaseSettings):
         1_000_000, ge=1, description="Response size cap of HTTP tools."
     )
     http_tool_timeout_s: float = Field(20.0, gt=0, description="Default timeout of HTTP tools.")
+    approval_tools: CommaList = Field(
+        default_factory=list,
+        description="Registered tools whose every call waits for a person's approval "
+        "(POST /runs/{id}/approvals), whatever the request says.",
+    )
 
-    @field_validator("api_keys", "http_tool_allow_hosts", mode="before")
+    @field_validator("api_keys", "http_tool_allow_hosts", "approval_tools", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):

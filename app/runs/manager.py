@@ -20,9 +20,11 @@ import structlog
 from app.engine.events import EventType
 from app.engine.history import PreviousRun
 from app.engine.loop import run_react
+from app.engine.pending import Decision
 from app.engine.policies import StopReason
 from app.engine.state import RunState
-from app.engine.steps import Finished, RunError, UserMessage
+from app.engine.steps import Finished, RunError, Suspended, UserMessage
+from app.runs.approvals import ApprovalDesk, engine_decisions
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
@@ -38,6 +40,7 @@ from app.runs.ports import RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ACTIVE_STATUSES,
+    ApprovalDecision,
     Event,
     RunRecord,
     RunStatus,
@@ -119,14 +122,27 @@ class RunManager:
         self._drain_task: asyncio.Task[None] | None = None
         self._webhook_tasks: set[asyncio.Task[None]] = set()
         self.draining = False
+        self.approvals = ApprovalDesk(
+            store=store,
+            recorder=self.recorder,
+            assembler=assembler,
+            requeue=self._requeue,
+            max_pending_messages=max_pending_messages,
+        )
+        self._approval_timer: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self, tasks: asyncio.TaskGroup) -> None:
         self._tasks = tasks
+        self._approval_timer = tasks.create_task(self.approvals.watch(), name="approval-timer")
 
     async def recover(self) -> list[str]:
-        """Fail the runs a crash left queued or running (until they can resume elsewhere)."""
+        """Fail the runs a crash left queued or running (until they can resume elsewhere).
+        Runs waiting for a person stay waiting: their approval timeouts are armed again."""
+        waiting = await self.approvals.rearm()
+        if waiting:
+            log.info("runs_waiting_for_approval", count=waiting)
         found: list[str] = []
         while True:
             stale = await self.store.list_runs(
@@ -156,6 +172,8 @@ class RunManager:
             await self._drain_task
         for task in list(self._webhook_tasks):
             task.cancel()
+        if self._approval_timer is not None:
+            self._approval_timer.cancel()
 
     async def _drain(self, grace_s: float) -> None:
         log.info(
@@ -323,16 +341,35 @@ class RunManager:
     async def cancel(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         record = await self.get(run_id, owner, any_owner=any_owner)
         active = self._active.get(run_id)
-        if record.status.terminal or active is None:
+        waiting = record.status == RunStatus.REQUIRES_ACTION
+        if record.status.terminal or (active is None and not waiting):
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has already ended ({record.status.value})", run_id=run_id
             )
-        if run_id in self._queue:
+        if active is not None and run_id in self._queue:
             await self._cancel_queued(active)
-        else:
+            return active.record
+        if active is not None and not waiting:
             active.cancel.set()
             await self._wait_for([run_id], CANCEL_SETTLE_S)
-        return active.record
+            if active.record.status != RunStatus.REQUIRES_ACTION:
+                return active.record
+        ended = await self.approvals.cancel(run_id)  # a run waiting for a person
+        return ended if ended is not None else await self.get(run_id, owner, any_owner=True)
+
+    async def decide(
+        self,
+        run_id: str,
+        owner: str | None,
+        decisions: Sequence[ApprovalDecision],
+        *,
+        any_owner: bool = False,
+    ) -> RunRecord:
+        """A person's decisions on the calls a run waits on (DESIGN §9)."""
+        await self.get(run_id, owner, any_owner=any_owner)
+        record = await self.approvals.decide(run_id, decisions)
+        active = self._active.get(run_id)  # resumed already: its live record
+        return active.record if active is not None else record
 
     async def post_message(
         self, run_id: str, owner: str | None, content: str, *, any_owner: bool = False
@@ -346,6 +383,12 @@ class RunManager:
             )
         record = await self.get(run_id, owner, any_owner=any_owner)
         active = self._active.get(run_id)
+        if record.status == RunStatus.REQUIRES_ACTION:
+            held = await self.approvals.hold_message(run_id, content)
+            if held is not None:
+                return held
+            record = await self.get(run_id, owner, any_owner=any_owner)  # it just resumed
+            active = self._active.get(run_id)
         if record.status.terminal or active is None or active.inbox_closed:
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has ended ({record.status.value}): start a follow-up with "
@@ -390,7 +433,7 @@ class RunManager:
     async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
         """The run's events after seq `after`, live until its terminal event. A run not active
         here has every event stored already: replay and stop, wherever `after` points."""
-        if run_id in self._active:
+        if run_id in self._active or await self._waiting(run_id):
             async for event in self.store.subscribe(run_id, after=after):
                 yield event
             return
@@ -401,6 +444,11 @@ class RunManager:
                 after = event.seq
             if len(batch) < EVENT_PAGE:
                 return
+
+    async def _waiting(self, run_id: str) -> bool:
+        """Whether the run waits for a person: its followers stay connected."""
+        record = await self.store.get(run_id)
+        return record is not None and record.status == RunStatus.REQUIRES_ACTION
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)
@@ -419,13 +467,17 @@ class RunManager:
     async def _execute(self, active: _Active) -> None:
         record = active.record
         structlog.contextvars.bind_contextvars(run_id=record.id)
+        suspended: Suspended | None = None
         try:
+            state, decisions = await self._resumed(record)
             record.status = RunStatus.RUNNING
-            record.started_at = utcnow()
+            record.started_at = record.started_at or utcnow()
             await self.store.save(record)
-            await self.store.append(record.id, EventType.RUN_STARTED, 0, {})
-            log.info("run_started")
-            previous = await self._previous_conversation(record)
+            await self.store.append(
+                record.id, EventType.RUN_STARTED, 0, {"resumed": True} if state else {}
+            )
+            log.info("run_started", resumed=state is not None)
+            previous = None if state is not None else await self._previous_conversation(record)
             inputs = self.assembler.inputs(record)
             try:
                 async for step in run_react(
@@ -439,13 +491,22 @@ class RunManager:
                     cancel=active.cancel,
                     previous=previous,
                     inbox=active.take_messages,
+                    approval=inputs.approval,
+                    state=state,
+                    decisions=decisions,
                 ):
                     active.step = step.step
+                    if isinstance(step, Suspended):
+                        suspended = step
                     if isinstance(step, Finished):
                         await self._undelivered(active)
                     await self.recorder.record(record, step)
             finally:
                 await inputs.aclose()
+            if suspended is not None:
+                # no await between this and the `finally` below once the run is stored
+                # waiting: a decision can resume it only after it left `_active`
+                await self.approvals.suspend(record, suspended, active.take_messages)
         except asyncio.CancelledError:
             if not record.status.terminal:
                 await asyncio.shield(self._end_cancelled(active))
@@ -471,6 +532,26 @@ class RunManager:
             self._active.pop(record.id, None)
             active.done.set()
             self._start_next()
+
+    async def _resumed(self, record: RunRecord) -> tuple[RunState | None, list[Decision]]:
+        """A run decided after waiting: its checkpoint and the decisions (else None, [])."""
+        if record.approval is None:
+            return None, []
+        checkpoint = await self.store.load_checkpoint(record.id)
+        if checkpoint is None:
+            raise RuntimeError(f"run {record.id} waited without a checkpoint")
+        decisions = engine_decisions(record.approval)
+        record.approval = None
+        return RunState.from_checkpoint(checkpoint["state"]), decisions
+
+    async def _requeue(self, record: RunRecord, held: list[str]) -> None:
+        """Every pending call of a waiting run is decided: queue it to resume (it was
+        admitted once already: no queue cap), with the messages it was sent meanwhile."""
+        active = self._active[record.id] = _Active(record, inbox=held)
+        active.step = record.usage.steps
+        self._queue.append(record.id)
+        log.info("run_requeued", run_id=record.id)
+        self._start_next()
 
     def _deliver_webhook(self, record: RunRecord) -> None:
         if record.webhook is not None and self._tasks is not None:

@@ -62,9 +62,10 @@ def test_a_stored_record_loads_typed_and_writes_back_the_same_json() -> None:
     written = json.loads(record.model_dump_json())
     assert written["request"] == STORED["request"]
     assert written["settings"] == STORED["settings"]
-    added_since = {"previous_run_id", "inherited_system_prompt"}  # follow-ups: null here
+    # follow-ups, approvals: null here
+    added_since = {"previous_run_id", "inherited_system_prompt", "approval"}
     assert written.keys() == STORED.keys() | added_since
-    assert [written[key] for key in sorted(added_since)] == [None, None]
+    assert [written[key] for key in sorted(added_since)] == [None, None, None]
     assert written == RunRecord.model_validate(written).model_dump(mode="json")
 
 
