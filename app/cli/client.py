@@ -107,6 +107,10 @@ class Api:
     def send_message(self, run_id: str, content: str) -> dict[str, Any]:
         return self._json("POST", _run_path(run_id, "/messages"), json={"content": content})
 
+    def decide(self, run_id: str, decisions: list[dict[str, Any]]) -> dict[str, Any]:
+        body = {"decisions": decisions}
+        return self._json("POST", _run_path(run_id, "/approvals"), json=body)
+
     def cancel_run(self, run_id: str) -> dict[str, Any]:
         return self._json("POST", _run_path(run_id, "/cancel"))
 

@@ -180,6 +180,34 @@ def say(args: argparse.Namespace, context: Context) -> int:
     return ExitCode.OK
 
 
+def approve(args: argparse.Namespace, context: Context) -> int:
+    with context.api(args) as api:
+        if args.call_id is not None:
+            call_ids = [args.call_id]
+        else:
+            run = api.get_run(args.run_id)
+            call_ids = [p["call_id"] for p in run.get("pending_approvals", [])]
+            if not call_ids:
+                context.err.print(
+                    f"{args.run_id} waits on no call ({run['status']})", highlight=False
+                )
+                return ExitCode.API_ERROR
+        decisions: list[dict[str, Any]] = [
+            {"call_id": call_id, "approve": not args.reject}
+            | ({"message": args.message} if args.message is not None else {})
+            for call_id in call_ids
+        ]
+        decided = api.decide(args.run_id, decisions)
+    if args.json:
+        print_raw(context.console, json.dumps(decided, indent=2, ensure_ascii=False))
+    else:
+        verb = "rejected" if args.reject else "approved"
+        context.console.print(
+            f"{verb} {', '.join(call_ids)}; {decided['id']} {decided['status']}", highlight=False
+        )
+    return ExitCode.OK
+
+
 def cancel(args: argparse.Namespace, context: Context) -> int:
     with context.api(args) as api:
         cancelled = api.cancel_run(args.run_id)
@@ -212,6 +240,7 @@ COMMANDS: dict[str, Command] = {
     "show": show,
     "events": events,
     "say": say,
+    "approve": approve,
     "cancel": cancel,
     "serve": serve,
 }
