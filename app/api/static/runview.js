@@ -3,6 +3,7 @@
 // an ended one can be continued with a follow-up run (Continue).
 
 import { ApiError, get, post, runPath } from "./api.js";
+import { ApprovalPanel } from "./approvals.js";
 import { clear, count, el, seconds } from "./dom.js";
 import { RunStream, TERMINAL } from "./stream.js";
 import { Timeline } from "./timeline.js";
@@ -111,6 +112,7 @@ export class RunView {
     });
     this.timelineList = el("ol", { class: "timeline", id: "timeline" });
     this.timeline = new Timeline(this.timelineList);
+    this.approvals = new ApprovalPanel();
     this.sendBox = this.#messageBox({
       id: "send",
       label: "Message the agent",
@@ -141,6 +143,7 @@ export class RunView {
         el("div", { class: "meter" }, el("label", { for: "time-meter" }, "Time"),
           this.timeMeter, this.timeText)),
       this.usageList,
+      this.approvals.section,
       this.answer,
       this.continueBox.form,
       this.sendBox.form,
@@ -195,11 +198,20 @@ export class RunView {
       case "observation":
         u.tool_calls += 1;
         break;
+      case "approval.requested":
+        this.approvals.requested(this.id, event);
+        break;
+      case "approval.decided":
+        this.approvals.decided(event.call_id);
+        break;
       default:
         break;
     }
     const endedHere = TERMINAL.has(event.type) && !ENDED.has(this.status);
     if (STATUS_OF[event.type]) this.#setStatus(STATUS_OF[event.type]);
+    if (event.type === "approval.requested") this.#setStatus("requires_action");
+    if (event.type === "approval.decided" && this.approvals.size === 0) this.#setStatus("queued");
+    if (TERMINAL.has(event.type)) this.approvals.clear();
     if (TERMINAL.has(event.type)) this.#ended(event, endedHere);
     this.#renderUsage();
     this.#renderSteps(u.steps);
@@ -224,7 +236,7 @@ export class RunView {
     this.status = status;
     this.statusBadge.textContent = status;
     this.statusBadge.className = `badge status-${status}`;
-    const live = ["queued", "running"].includes(status);
+    const live = ["queued", "running", "requires_action"].includes(status);
     this.cancelButton.disabled = !live;
     this.sendBox.form.hidden = !live;
     this.continueBox.form.hidden = !ENDED.has(status);
