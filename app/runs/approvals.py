@@ -96,9 +96,12 @@ class ApprovalDesk:
         await self.store.save(record)
 
     def arm(self, record: RunRecord) -> None:
-        """Watch the run's approval timeout (from when it began waiting)."""
+        """Watch the run's approval timeout (from when it began waiting); a run with every
+        call decided already (a shutdown came before it could resume) is due at once."""
         assert record.approval is not None
         due = record.approval.waiting_since.timestamp() + record.settings.approval_timeout_s
+        if not record.approval.undecided():
+            due = self.clock()
         heapq.heappush(self._timeouts, (due, record.id))
         if self._timeouts[0][1] == record.id:
             self._wake.set()
@@ -252,12 +255,13 @@ class ApprovalDesk:
             state = record.approval
             assert state is not None
             timeout_s = record.settings.approval_timeout_s
-            if state.waiting_since.timestamp() + timeout_s > self.clock():
+            undecided = state.undecided()
+            if undecided and state.waiting_since.timestamp() + timeout_s > self.clock():
                 return  # an older wait of a run that waits again: its own entry is armed
             message = f"no decision within {timeout_s:g} s"
-            log.info("approval_timed_out", run_id=run_id, undecided=len(state.undecided()))
+            log.info("approval_timed_out", run_id=run_id, undecided=len(undecided))
             decisions = [
                 ApprovalDecision(call_id=p.call_id, approved=False, message=message)
-                for p in state.undecided()
+                for p in undecided
             ]
             await self._record(record, decisions)

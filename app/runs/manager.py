@@ -140,23 +140,30 @@ class RunManager:
     async def recover(self) -> list[str]:
         """Fail the runs a crash left queued or running (until they can resume elsewhere).
         Runs waiting for a person stay waiting: their approval timeouts are armed again."""
-        waiting = await self.approvals.rearm()
-        if waiting:
-            log.info("runs_waiting_for_approval", count=waiting)
         found: list[str] = []
         while True:
             stale = await self.store.list_runs(
                 owner=None, statuses=ACTIVE_STATUSES, limit=200, any_owner=True
             )
             if not stale:
-                return found
+                break
             for record in stale:
+                if record.status == RunStatus.QUEUED and record.approval is not None:
+                    # decided, but the server stopped before it resumed: it waits again and
+                    # resumes once the timer is running
+                    record.status = RunStatus.REQUIRES_ACTION
+                    await self.store.save(record)
+                    continue
                 message = f"the server stopped while this run was {record.status.value}"
                 await self.recorder.end(
                     record, StopReason.ERROR, error=RunError("interrupted", message)
                 )
                 found.append(record.id)
                 log.warning("run_interrupted", run_id=record.id)
+        waiting = await self.approvals.rearm()
+        if waiting:
+            log.info("runs_waiting_for_approval", count=waiting)
+        return found
 
     def begin_drain(self, grace_s: float) -> None:
         """Stop taking runs now; drain in the background (see `drain`)."""
@@ -431,9 +438,11 @@ class RunManager:
         await self.store.delete(run_id)
 
     async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
-        """The run's events after seq `after`, live until its terminal event. A run not active
-        here has every event stored already: replay and stop, wherever `after` points."""
-        if run_id in self._active or await self._waiting(run_id):
+        """The run's events after seq `after`, live until its terminal event (a run waiting
+        for a person too: its follower stays). A run neither active nor waiting has every
+        event stored already: replay and stop, wherever `after` points."""
+        live = run_id in self._active or await self._waiting(run_id)
+        if live or run_id in self._active:  # (it may have resumed during that read)
             async for event in self.store.subscribe(run_id, after=after):
                 yield event
             return
@@ -546,7 +555,14 @@ class RunManager:
 
     async def _requeue(self, record: RunRecord, held: list[str]) -> None:
         """Every pending call of a waiting run is decided: queue it to resume (it was
-        admitted once already: no queue cap), with the messages it was sent meanwhile."""
+        admitted once already: no queue cap), with the messages it was sent meanwhile. While
+        the server drains, it stays waiting (decided), to resume after the restart."""
+        if self.draining:
+            assert record.approval is not None
+            record.status = RunStatus.REQUIRES_ACTION
+            record.approval.held_messages = held
+            await self.store.save(record)
+            return
         active = self._active[record.id] = _Active(record, inbox=held)
         active.step = record.usage.steps
         self._queue.append(record.id)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from app.runs.backends import open_store
+from app.runs.records import ApprovalDecision, RunStatus
 from tests.e2e.kit import (
     assert_one_terminal_at_the_end,
     e2e_settings,
@@ -119,4 +120,33 @@ async def test_approval_timeouts_are_watched_again_after_a_restart(tmp_path: Pat
     assert (decided["approved"], decided["message"]) == (False, "no decision within 3600 s")
     observation = next(e for e in events if e["type"] == "observation")
     assert observation["is_error"] is True
+    assert_one_terminal_at_the_end(streamed, "run.completed")
+
+
+async def test_a_run_decided_but_not_yet_resumed_at_a_crash_resumes_after_restart(
+    tmp_path: Path,
+) -> None:
+    async with FakeLLMServer(replies()) as llm:
+        settings = e2e_settings(llm, store_url=sqlite_url(tmp_path))
+        async with served_app(settings) as (_, client):
+            run_id = await start_run(client, BODY)
+            await waiting(client, run_id)
+
+        # as a crash would leave it: every call decided, queued again, never started
+        store = open_store(sqlite_url(tmp_path))
+        await store.open()
+        record = await store.get(run_id)
+        assert record is not None
+        assert record.approval is not None
+        record.approval.decided.append(ApprovalDecision(call_id="c1", approved=True))
+        record.status = RunStatus.QUEUED
+        await store.save(record)
+        await store.close()
+
+        async with served_app(settings) as (_, client):
+            streamed = await follow(client, run_id)
+            run = (await client.get(f"/runs/{run_id}")).json()
+
+    assert run["status"] == "completed"  # not failed "interrupted": it had nothing in flight
+    assert run["result"]["answer"] == "42"
     assert_one_terminal_at_the_end(streamed, "run.completed")
