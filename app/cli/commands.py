@@ -30,13 +30,16 @@ class Context:
     err: Console
     environ: Mapping[str, str]
     confirm: Confirm
+    interactive: bool = False
+    """A person at a terminal can answer questions (approvals) as a run goes."""
 
     @classmethod
     def create(
         cls, console: Console | None, err: Console | None, environ: Mapping[str, str]
     ) -> Context:
         err = err or Console(stderr=True)
-        return cls(console or Console(), err, environ, ask_on(err))
+        interactive = sys.stdin.isatty() and err.is_terminal
+        return cls(console or Console(), err, environ, ask_on(err), interactive)
 
     def api(self, args: argparse.Namespace) -> Api:
         url = args.url or self.environ.get("FINISHLINE_URL") or DEFAULT_URL
@@ -116,7 +119,14 @@ def run(args: argparse.Namespace, context: Context) -> int:
         else:
             renderer = RunRenderer(context.console)
             renderer.show_run(created)
-        return follow_run(api, created["id"], renderer, err=context.err, confirm=context.confirm)
+        return follow_run(
+            api,
+            created["id"],
+            renderer,
+            err=context.err,
+            confirm=context.confirm,
+            decide=context.confirm if context.interactive else None,
+        )
 
 
 # -- the others -------------------------------------------------------------------------------
