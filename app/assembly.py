@@ -111,6 +111,8 @@ class RunAssembly:
             problem = check_url_allowed(request.webhook, server.http_tool_allow_hosts)
             if problem is not None:
                 raise InvalidRunError("webhook", problem)
+        elif request.webhook_events is not None:
+            raise InvalidRunError("webhook_events", "needs a webhook")
         try:
             model = self.models.resolve(request.model, has_script=request.model_script is not None)
         except ModelUnavailableError as exc:

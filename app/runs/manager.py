@@ -12,8 +12,9 @@ import asyncio
 import hashlib
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import structlog
 
@@ -516,6 +517,7 @@ class RunManager:
                 # no await between this and the `finally` below once the run is stored
                 # waiting: a decision can resume it only after it left `_active`
                 await self.approvals.suspend(record, suspended, active.take_messages)
+                self._webhook_task(record, "requires_action", self.webhooks.notify_waiting)
         except asyncio.CancelledError:
             if not record.status.terminal:
                 await asyncio.shield(self._end_cancelled(active))
@@ -570,8 +572,15 @@ class RunManager:
         self._start_next()
 
     def _deliver_webhook(self, record: RunRecord) -> None:
-        if record.webhook is not None and self._tasks is not None:
-            task = self._tasks.create_task(self.webhooks.deliver(record.id))
+        self._webhook_task(record, "ended", self.webhooks.deliver)
+
+    def _webhook_task(
+        self, record: RunRecord, event: str, send: Callable[[str], Coroutine[Any, Any, None]]
+    ) -> None:
+        """Call the run's webhook for `event` if the run asked for it (default: ended)."""
+        wanted = record.request.webhook_events or ["ended"]
+        if record.webhook is not None and event in wanted and self._tasks is not None:
+            task = self._tasks.create_task(send(record.id))
             self._webhook_tasks.add(task)
             task.add_done_callback(self._webhook_tasks.discard)
 

@@ -220,6 +220,13 @@ class RunRequest(BaseModel):
     approval: ApprovalIn | None = Field(
         None, description="Tools whose calls wait for a person's approval."
     )
+    webhook_events: list[Literal["ended", "requires_action"]] | None = Field(
+        None,
+        max_length=2,
+        description="When the webhook is called: 'ended' (the default: once, with the ended "
+        "run, attempts recorded on it) and/or 'requires_action' (each time the run begins to "
+        "wait for a person; attempts are logged, not recorded).",
+    )
     previous_run_id: str | None = Field(
         None,
         pattern=r"^run_[0-9A-Z]{26}$",
