@@ -56,6 +56,8 @@ export class RunView {
     this.maxTime = null;
     this.startedAt = null;
     this.endedAt = null;
+    this.waitingSince = null; // waiting for a person: its time does not count (max_time_s)
+    this.pausedMs = 0;
     this.usage = { steps: 0, llm_calls: 0, tool_calls: 0, total_tokens: 0 };
     this.#build();
     let run;
@@ -185,7 +187,12 @@ export class RunView {
         this.maxTime = event.settings?.max_time_s ?? this.maxTime;
         break;
       case "run.started":
-        this.startedAt = Date.parse(event.ts);
+        if (event.resumed && this.startedAt != null) {
+          this.pausedMs += Date.parse(event.ts) - (this.waitingSince ?? Date.parse(event.ts));
+          this.waitingSince = null;
+        } else {
+          this.startedAt = Date.parse(event.ts);
+        }
         break;
       case "step.started":
         this.maxSteps = event.max_steps;
@@ -199,6 +206,7 @@ export class RunView {
         u.tool_calls += 1;
         break;
       case "approval.requested":
+        this.waitingSince ??= Date.parse(event.ts);
         this.approvals.requested(this.id, event);
         break;
       case "approval.decided":
@@ -375,8 +383,9 @@ export class RunView {
 
   #renderTime() {
     if (this.maxTime == null) return;
-    const end = this.endedAt ?? Date.now();
-    const used = this.startedAt == null ? 0 : Math.max(0, (end - this.startedAt) / 1000);
+    const end = this.waitingSince ?? this.endedAt ?? Date.now();
+    const ran = end - this.pausedMs - this.startedAt;
+    const used = this.startedAt == null ? 0 : Math.max(0, ran / 1000);
     this.timeMeter.max = this.maxTime;
     this.timeMeter.value = Math.min(used, this.maxTime);
     this.timeText.textContent = `${seconds(used)} of ${seconds(this.maxTime)}`;
