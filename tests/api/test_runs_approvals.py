@@ -4,6 +4,7 @@ resumes from its checkpoint. On the memory and the SQLite store alike."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +328,19 @@ async def test_a_follower_of_a_waiting_run_stays_connected_until_it_ends() -> No
 
         assert seen[-1] == "run.completed"
         assert "approval.decided" in seen
+
+
+async def test_waiting_runs_hold_no_task_and_no_slot() -> None:
+    count = 200
+    async with api_client(settings(max_concurrent_runs=4, max_queued_runs=count)) as client:
+        baseline = len(asyncio.all_tasks())
+        ids = [(await create(client, approving(*ONE_CALL)))["id"] for _ in range(count)]
+        for run_id in ids:
+            await until_waiting(client, run_id)
+
+        listed = await client.get("/runs", params={"status": "requires_action", "limit": 200})
+        assert len(listed.json()["runs"]) == count
+        assert len(asyncio.all_tasks()) <= baseline  # no task per waiting run
+        # and no slot: a new run starts at once
+        fresh = await create(client, scripted(finish("free")))
+        assert (await ended(client, fresh["id"]))["result"]["answer"] == "free"
