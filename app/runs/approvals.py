@@ -222,6 +222,7 @@ class ApprovalDesk:
             await self.store.save(record)
             return
         record.status = RunStatus.QUEUED
+        state.requeued_at = state.requeued_at or utcnow()  # (set: a restart came between)
         held, state.held_messages = state.held_messages, []
         await self.store.save(record)
         await self.requeue(record, held)

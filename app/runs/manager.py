@@ -552,8 +552,12 @@ class RunManager:
         if checkpoint is None:
             raise RuntimeError(f"run {record.id} waited without a checkpoint")
         decisions = engine_decisions(record.approval)
+        state = RunState.from_checkpoint(checkpoint["state"])
+        requeued_at = record.approval.requeued_at
+        if requeued_at is not None:  # time queued again after the last decision counts
+            state.elapsed_s += max(0.0, (utcnow() - requeued_at).total_seconds())
         record.approval = None
-        return RunState.from_checkpoint(checkpoint["state"]), decisions
+        return state, decisions
 
     async def _requeue(self, record: RunRecord, held: list[str]) -> None:
         """Every pending call of a waiting run is decided: queue it to resume (it was

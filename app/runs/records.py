@@ -155,6 +155,8 @@ class ApprovalState(BaseModel):
     waiting_since: datetime
     held_messages: list[str] = Field(default_factory=list)
     """Steering messages sent while it waits: delivered when it resumes."""
+    requeued_at: datetime | None = None
+    """When the last decision queued it again: from then on its time counts (max_time_s)."""
 
     def undecided(self) -> list[PendingApproval]:
         done = {d.call_id for d in self.decided}

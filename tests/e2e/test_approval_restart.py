@@ -4,7 +4,7 @@ checkpoint, and approval timeouts are watched again after a restart."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -150,3 +150,32 @@ async def test_a_run_decided_but_not_yet_resumed_at_a_crash_resumes_after_restar
     assert run["status"] == "completed"  # not failed "interrupted": it had nothing in flight
     assert run["result"]["answer"] == "42"
     assert_one_terminal_at_the_end(streamed, "run.completed")
+
+
+async def test_time_queued_again_after_the_last_decision_counts_against_max_time(
+    tmp_path: Path,
+) -> None:
+    async with FakeLLMServer(replies()) as llm:
+        settings = e2e_settings(llm, store_url=sqlite_url(tmp_path))
+        async with served_app(settings) as (_, client):
+            run_id = await start_run(client, {**BODY, "settings": {"max_time_s": 60}})
+            await waiting(client, run_id)
+
+        # decided two hours ago, queued again, and the server stopped before it resumed
+        store = open_store(sqlite_url(tmp_path))
+        await store.open()
+        record = await store.get(run_id)
+        assert record is not None
+        assert record.approval is not None
+        record.approval.decided.append(ApprovalDecision(call_id="c1", approved=True))
+        record.approval.requeued_at = datetime.now(UTC) - timedelta(hours=2)
+        record.status = RunStatus.QUEUED
+        await store.save(record)
+        await store.close()
+
+        async with served_app(settings) as (_, client):
+            await follow(client, run_id)
+            run = (await client.get(f"/runs/{run_id}")).json()
+
+    assert run["status"] == "incomplete"
+    assert run["result"]["reason"] == "timeout"
