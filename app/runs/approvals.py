@@ -23,6 +23,7 @@ import structlog
 from app.engine.events import EventType
 from app.engine.pending import Decision
 from app.engine.policies import StopReason
+from app.engine.state import RunState
 from app.engine.steps import Suspended, UserMessage
 from app.runs.errors import InvalidRunError, RunNotWaitingError, TooManyMessagesError
 from app.runs.ports import RunAssembler
@@ -40,8 +41,23 @@ from app.runs.store import RunStore
 log = structlog.get_logger("finishline.runs")
 
 
-def engine_decisions(state: ApprovalState) -> list[Decision]:
-    return [Decision(d.call_id, d.approved, d.message, d.arguments) for d in state.decided]
+async def resumed_state(
+    store: RunStore, record: RunRecord
+) -> tuple[RunState | None, list[Decision]]:
+    """A run decided after waiting: its checkpoint and the decisions, for the engine (else
+    None, []). The time it spent queued again after the last decision counts (max_time_s)."""
+    approval = record.approval
+    if approval is None:
+        return None, []
+    checkpoint = await store.load_checkpoint(record.id)
+    if checkpoint is None:
+        raise RuntimeError(f"run {record.id} waited without a checkpoint")
+    state = RunState.from_checkpoint(checkpoint["state"])
+    if approval.requeued_at is not None:
+        state.elapsed_s += max(0.0, (utcnow() - approval.requeued_at).total_seconds())
+    record.approval = None
+    decided = approval.decided
+    return state, [Decision(d.call_id, d.approved, d.message, d.arguments) for d in decided]
 
 
 class ApprovalDesk:

@@ -21,11 +21,10 @@ import structlog
 from app.engine.events import EventType
 from app.engine.history import PreviousRun
 from app.engine.loop import run_react
-from app.engine.pending import Decision
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
-from app.runs.approvals import ApprovalDesk, engine_decisions
+from app.runs.approvals import ApprovalDesk, resumed_state
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
@@ -479,7 +478,7 @@ class RunManager:
         structlog.contextvars.bind_contextvars(run_id=record.id)
         suspended: Suspended | None = None
         try:
-            state, decisions = await self._resumed(record)
+            state, decisions = await resumed_state(self.store, record)
             record.status = RunStatus.RUNNING
             record.started_at = record.started_at or utcnow()
             await self.store.save(record)
@@ -543,21 +542,6 @@ class RunManager:
             self._active.pop(record.id, None)
             active.done.set()
             self._start_next()
-
-    async def _resumed(self, record: RunRecord) -> tuple[RunState | None, list[Decision]]:
-        """A run decided after waiting: its checkpoint and the decisions (else None, [])."""
-        if record.approval is None:
-            return None, []
-        checkpoint = await self.store.load_checkpoint(record.id)
-        if checkpoint is None:
-            raise RuntimeError(f"run {record.id} waited without a checkpoint")
-        decisions = engine_decisions(record.approval)
-        state = RunState.from_checkpoint(checkpoint["state"])
-        requeued_at = record.approval.requeued_at
-        if requeued_at is not None:  # time queued again after the last decision counts
-            state.elapsed_s += max(0.0, (utcnow() - requeued_at).total_seconds())
-        record.approval = None
-        return state, decisions
 
     async def _requeue(self, record: RunRecord, held: list[str]) -> None:
         """Every pending call of a waiting run is decided: queue it to resume (it was
