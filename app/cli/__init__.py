@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--status",
         action="append",
         default=[],
-        help="queued, running, completed, incomplete, failed or cancelled (repeatable)",
+        help="queued, running, requires_action, completed, incomplete, failed or cancelled "
+        "(repeatable)",
     )
     runs.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
     runs.add_argument("--cursor", help="the next_cursor of the previous page")
