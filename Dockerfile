@@ -57,6 +57,7 @@
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_RUN=8  HTTP tool requests in flight per run
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_KEY=32  ... per API key
 #     FINISHLINE_MCP_SERVERS=                    MCP servers: JSON or @/path/to/file.json (mount it)
+#     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
 #     FINISHLINE_MAX_TIME_S=60.0                 FINISHLINE_MAX_TIME_LIMIT_S=3600.0
@@ -77,6 +78,7 @@
 #     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318
 #     OTEL_SERVICE_NAME=finishline               and the other standard OTEL_* variables
 #     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false   record prompts and replies
+#     FINISHLINE_APPROVAL_TIMEOUT_S=3600.0       FINISHLINE_APPROVAL_TIMEOUT_LIMIT_S=86400.0
 #   the server process (uvicorn reads these)
 #     UVICORN_HOST=0.0.0.0  UVICORN_PORT=8000    where it listens (the healthcheck follows the port)
 #     FORWARDED_ALLOW_IPS=*                      proxies whose X-Forwarded-* headers are trusted;

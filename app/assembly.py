@@ -116,6 +116,8 @@ class RunAssembly:
             problem = check_url_allowed(request.webhook, server.http_tool_allow_hosts)
             if problem is not None:
                 raise InvalidRunError("webhook", problem)
+        elif request.webhook_events is not None:
+            raise InvalidRunError("webhook_events", "needs a webhook")
         try:
             model = self.models.resolve(request.model, has_script=request.model_script is not None)
         except ModelUnavailableError as exc:
@@ -123,6 +125,15 @@ class RunAssembly:
             raise InvalidRunError(field_name, str(exc)) from exc
         names = [*dict.fromkeys([*request.tools, *mcp_names])]
         names += [t.name for t in request.http_tools]
+        if request.approval is not None:
+            unknown = sorted(set(request.approval.tools) - set(names))
+            if unknown:
+                raise InvalidRunError(
+                    "approval.tools",
+                    f"not tools of this run: {', '.join(unknown)}",
+                    unknown=unknown,
+                    available=names,
+                )
         return CheckedRequest(model=model, limits=limits, tool_names=names)
 
     def resolve_settings(self, requested: RunSettingsIn) -> Limits:
@@ -170,10 +181,11 @@ class RunAssembly:
         limits = record.settings
         script = [entry.model_dump() for entry in request.model_script or ()]
         return RunInputs(
-            model=self.models.create(record.model, script),
+            model=self.models.create(record.model, script, start=record.usage.llm_calls),
             tools=tools,
             limits=limits,
             prompts=self.prompts[limits.prompt_language],
+            approval=self.approval_tools(request),
         )
 
     def _mcp_tools(self, servers: list[str], *, lenient: bool = False) -> list[Tool]:
@@ -192,6 +204,29 @@ class RunAssembly:
             raise InvalidRunError(
                 "mcp_servers", str(exc), unknown=exc.unknown, available=exc.available
             ) from exc
+
+    def approval_tools(self, request: RunRequest) -> frozenset[str]:
+        """The run's tools that wait for a person: the request's `approval.tools`, its HTTP
+        tools marked `requires_approval`, and registered tools the server marks."""
+        named = set(request.approval.tools) if request.approval is not None else set()
+        named |= {t.name for t in request.http_tools if t.requires_approval}
+        named |= set(request.tools) & set(self.settings.approval_tools)
+        return frozenset(named)
+
+    def check_arguments(
+        self, record: RunRecord, tool: str, arguments: dict[str, Any]
+    ) -> str | None:
+        request = record.request
+        for declared_tool in request.http_tools:
+            if declared_tool.name == tool:
+                return self._http_tool(declared_tool).validate(arguments)
+        if tool in request.tools and tool in self.registry:
+            (found,) = self.registry.resolve([tool])
+            return found.validate(arguments)
+        for mcp_tool in self._mcp_tools(request.mcp_servers, lenient=True):
+            if mcp_tool.name == tool:
+                return mcp_tool.validate(arguments)
+        return f"{tool!r} is not a tool of this run"
 
     def _http_tool(self, tool: HttpToolIn) -> HttpTool:
         fetcher = self.registry.http

@@ -175,8 +175,13 @@ class ServerSettings(BaseSettings):
         '{"NAME": {"url": "https://…/mcp", "headers": {…}}} or '
         '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See README.',
     )
+    approval_tools: CommaList = Field(
+        default_factory=list,
+        description="Registered tools whose every call waits for a person's approval "
+        "(POST /runs/{id}/approvals), whatever the request says.",
+    )
 
-    @field_validator("api_keys", "http_tool_allow_hosts", mode="before")
+    @field_validator("api_keys", "http_tool_allow_hosts", "approval_tools", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):

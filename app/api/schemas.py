@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.engine.events import EventType
-from app.runs.spec import RunRequest
+from app.runs.spec import MAX_JSON_DEPTH, RunRequest, json_depth
 from app.runs.view import RunView
 
 
@@ -44,6 +44,55 @@ class MessageIn(BaseModel):
     content: str = Field(
         min_length=1,
         description="Joins the conversation as a user message (server cap: FINISHLINE_MAX_MESSAGE_CHARS).",
+    )
+
+
+class DecisionIn(BaseModel):
+    """A person's decision on one call the run waits on."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    call_id: str = Field(max_length=200, description="The call, as in `pending_approvals`.")
+    approve: bool = Field(description="true: the call runs; false: the model is told it did not.")
+    message: str | None = Field(
+        None,
+        max_length=10_000,
+        description="For the model: why it was rejected (or a note with an approval).",
+    )
+    arguments: dict[str, Any] | None = Field(
+        None,
+        description="Approve with these arguments instead of the model's; checked against the "
+        "tool's schema (422).",
+    )
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _not_too_deep(cls, value: Any) -> Any:
+        if json_depth(value) > MAX_JSON_DEPTH:
+            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
+        return value
+
+
+class ApprovalsIn(BaseModel):
+    """POST /runs/{id}/approvals: decisions on some or all of the calls a run waits on."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {"decisions": [{"call_id": "call_0_0", "approve": True}]},
+                {
+                    "decisions": [
+                        {"call_id": "call_0_0", "approve": False, "message": "Not on a Friday."}
+                    ]
+                },
+            ]
+        },
+    )
+    decisions: list[DecisionIn] = Field(
+        min_length=1,
+        max_length=256,
+        description="One per call decided now; the rest stay pending (partial decisions).",
     )
 
 

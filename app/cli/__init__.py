@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--status",
         action="append",
         default=[],
-        help="queued, running, completed, incomplete, failed or cancelled (repeatable)",
+        help="queued, running, requires_action, completed, incomplete, failed or cancelled "
+        "(repeatable)",
     )
     runs.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
     runs.add_argument("--cursor", help="the next_cursor of the previous page")
@@ -175,6 +176,20 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("run_id", metavar="ID")
     say.add_argument("message", help="what to tell the agent")
     say.add_argument("--json", action="store_true", help="the run as JSON")
+
+    approve = commands.add_parser(
+        "approve",
+        help="approve (or --reject) tool calls a run waits on",
+        description="Decide the tool calls a run in requires_action waits on: CALL_ID, or every "
+        "pending call (POST /runs/{id}/approvals).",
+    )
+    approve.add_argument("run_id", metavar="ID")
+    approve.add_argument(
+        "call_id", metavar="CALL_ID", nargs="?", help="default: every pending call"
+    )
+    approve.add_argument("--reject", action="store_true", help="reject instead of approving")
+    approve.add_argument("--message", metavar="TEXT", help="for the model: why, or a note")
+    approve.add_argument("--json", action="store_true", help="the run as JSON")
 
     cancel = commands.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id", metavar="ID")

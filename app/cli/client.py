@@ -107,6 +107,14 @@ class Api:
     def send_message(self, run_id: str, content: str) -> dict[str, Any]:
         return self._json("POST", _run_path(run_id, "/messages"), json={"content": content})
 
+    def wait_run(self, run_id: str, timeout_s: float = 20.0) -> dict[str, Any]:
+        """The run once it ends or waits for a person, or as it stands after `timeout_s`."""
+        return self._json("GET", _run_path(run_id, "/wait"), params={"timeout_s": timeout_s})
+
+    def decide(self, run_id: str, decisions: list[dict[str, Any]]) -> dict[str, Any]:
+        body = {"decisions": decisions}
+        return self._json("POST", _run_path(run_id, "/approvals"), json=body)
+
     def cancel_run(self, run_id: str) -> dict[str, Any]:
         return self._json("POST", _run_path(run_id, "/cancel"))
 

@@ -30,13 +30,16 @@ class Context:
     err: Console
     environ: Mapping[str, str]
     confirm: Confirm
+    interactive: bool = False
+    """A person at a terminal can answer questions (approvals) as a run goes."""
 
     @classmethod
     def create(
         cls, console: Console | None, err: Console | None, environ: Mapping[str, str]
     ) -> Context:
         err = err or Console(stderr=True)
-        return cls(console or Console(), err, environ, ask_on(err))
+        interactive = sys.stdin.isatty() and err.is_terminal
+        return cls(console or Console(), err, environ, ask_on(err), interactive)
 
     def api(self, args: argparse.Namespace) -> Api:
         url = args.url or self.environ.get("FINISHLINE_URL") or DEFAULT_URL
@@ -118,7 +121,14 @@ def run(args: argparse.Namespace, context: Context) -> int:
         else:
             renderer = RunRenderer(context.console)
             renderer.show_run(created)
-        return follow_run(api, created["id"], renderer, err=context.err, confirm=context.confirm)
+        return follow_run(
+            api,
+            created["id"],
+            renderer,
+            err=context.err,
+            confirm=context.confirm,
+            decide=context.confirm if context.interactive else None,
+        )
 
 
 # -- the others -------------------------------------------------------------------------------
@@ -182,6 +192,34 @@ def say(args: argparse.Namespace, context: Context) -> int:
     return ExitCode.OK
 
 
+def approve(args: argparse.Namespace, context: Context) -> int:
+    with context.api(args) as api:
+        if args.call_id is not None:
+            call_ids = [args.call_id]
+        else:
+            run = api.get_run(args.run_id)
+            call_ids = [p["call_id"] for p in run.get("pending_approvals", [])]
+            if not call_ids:
+                context.err.print(
+                    f"{args.run_id} waits on no call ({run['status']})", highlight=False
+                )
+                return ExitCode.API_ERROR
+        decisions: list[dict[str, Any]] = [
+            {"call_id": call_id, "approve": not args.reject}
+            | ({"message": args.message} if args.message is not None else {})
+            for call_id in call_ids
+        ]
+        decided = api.decide(args.run_id, decisions)
+    if args.json:
+        print_raw(context.console, json.dumps(decided, indent=2, ensure_ascii=False))
+    else:
+        verb = "rejected" if args.reject else "approved"
+        context.console.print(
+            f"{verb} {', '.join(call_ids)}; {decided['id']} {decided['status']}", highlight=False
+        )
+    return ExitCode.OK
+
+
 def cancel(args: argparse.Namespace, context: Context) -> int:
     with context.api(args) as api:
         cancelled = api.cancel_run(args.run_id)
@@ -214,6 +252,7 @@ COMMANDS: dict[str, Command] = {
     "show": show,
     "events": events,
     "say": say,
+    "approve": approve,
     "cancel": cancel,
     "serve": serve,
 }

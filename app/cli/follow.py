@@ -1,5 +1,8 @@
 """Following a run to its end, and what Ctrl-C does meanwhile.
 
+When `decide` is given (a terminal to answer on), a run that asks for a person's approval
+(DESIGN §9) is asked about: each pending call, approve y/N, then the run goes on.
+
 Ctrl-C asks whether to cancel the run. Yes: POST its cancel, then keep following to show the
 end (exit code of that end, normally 7). No (or a second Ctrl-C, or no terminal to answer
 on): detach, print how to resume, exit 130; the run goes on.
@@ -8,6 +11,7 @@ on): detach, print how to resume, exit 130; the run goes on.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 
 from rich.console import Console
@@ -49,11 +53,15 @@ def follow_run(
     after: int = 0,
     reconnect: Reconnect | None = None,
     on_event: EventHook | None = None,
+    decide: Confirm | None = None,
 ) -> ExitCode:
     """Show the run's events after seq `after` through its terminal event; the exit code
-    of how it ended, or DETACHED when the user leaves it going."""
+    of how it ended, or DETACHED when the user leaves it going. `decide`: ask about the
+    calls the run waits on (approve or not)."""
     last, ended = after, None
+    asked: set[str] = set()
     while True:
+        asking = False
         try:
             with (
                 renderer.live(),
@@ -70,7 +78,19 @@ def follow_run(
                         on_event(event)
                     if ended is not None:
                         return ended
-            raise AssertionError("follow_events ended without a terminal event")  # pragma: no cover
+                    if (
+                        decide is not None
+                        and event.get("type") == "approval.requested"
+                        and event.get("call_id") not in asked
+                    ):
+                        asking = True  # leave the live display to ask
+                        break
+            if not asking:
+                raise AssertionError(
+                    "follow_events ended without a terminal event"
+                )  # pragma: no cover
+            assert decide is not None
+            _ask_approvals(api, run_id, decide, err, asked)
         except KeyboardInterrupt:
             if ended is not None:  # too late to cancel: its end is already shown
                 return ended
@@ -84,6 +104,36 @@ def follow_run(
                 )
                 return ExitCode.DETACHED
             _cancel(api, run_id, err)
+
+
+def _ask_approvals(api: Api, run_id: str, decide: Confirm, err: Console, asked: set[str]) -> None:
+    """Once the run waits (it may still be running its step's other calls), ask about each
+    pending call and send the decisions."""
+    run = api.wait_run(run_id)
+    while run.get("status") in ("queued", "running"):  # its step's other calls still run
+        run = api.wait_run(run_id)
+    if run.get("status") != "requires_action":
+        return  # it ended (decided elsewhere, or cancelled): following shows how
+    decisions = []
+    for call in run.get("pending_approvals", []):
+        asked.add(call["call_id"])
+        arguments = json.dumps(call["arguments"], ensure_ascii=False)
+        approve = decide(f"Approve {call['tool']} {arguments} (call {call['call_id']})?")
+        decision = {"call_id": call["call_id"], "approve": approve}
+        if not approve:
+            decision["message"] = "rejected at the terminal"
+        decisions.append(decision)
+    if not decisions:
+        return
+    try:
+        api.decide(run_id, decisions)
+    except ServiceError as exc:
+        if exc.status != 409:  # 409: decided elsewhere meanwhile; following shows how
+            raise
+    verdicts = ", ".join(
+        f"{d['call_id']} {'approved' if d['approve'] else 'rejected'}" for d in decisions
+    )
+    err.print(verdicts, markup=False, highlight=False)
 
 
 def _cancel(api: Api, run_id: str, err: Console) -> None:

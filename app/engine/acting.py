@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator
 
 from app.engine.context import RunContext
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
+from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
 from app.engine.ports import Message, Reply, ToolCall
 from app.engine.prompts import TASK_FINISHED
-from app.engine.steps import Action, Intervention, Observation, Step
+from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
 from app.engine.toolcalls import (
     CallResult,
     PreparedCall,
@@ -46,6 +47,8 @@ class ToolStep:
         self.finished: str | None = None
         """The answer, when the model called task_finished alone with valid arguments."""
         self._shown: dict[int, str] = {}
+        self.pending: list[PendingCall] = []
+        """Calls of tools that need approval: not executed, waiting for a person."""
 
     def __aiter__(self) -> AsyncIterator[Step]:
         return self._steps()
@@ -61,8 +64,14 @@ class ToolStep:
             prepared.append(item)
             self.run.log.info("tool_called", tool=call.name, call_id=call.id)
             yield Action(st.step, call.id, call.name, item.arguments)
+            if item.runnable and call.name in run.approval and isinstance(item.arguments, dict):
+                self.pending.append(PendingCall(call.id, call.name, item.arguments))
+                self.run.log.info("approval_requested", tool=call.name, call_id=call.id)
+                yield ApprovalRequested(st.step, call.id, call.name, item.arguments)
         if self.finished is not None:
             return
+        waiting = {p.call_id for p in self.pending}
+        st.pending = list(self.pending)
         st.tool_calls += sum(1 for c in calls if c.name != TASK_FINISHED)
 
         try:
@@ -72,7 +81,11 @@ class ToolStep:
                         self.run.log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
-            runnable = [index for index, item in enumerate(prepared) if item.runnable]
+            runnable = [
+                index
+                for index, item in enumerate(prepared)
+                if item.runnable and item.call.id not in waiting
+            ]
             try:
                 if len(runnable) == 1:  # the common case: no task needed
                     index = runnable[0]

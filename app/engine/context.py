@@ -31,5 +31,7 @@ class RunContext:
     log: Any
     """The run's structlog logger, bound once."""
     tool_ctx: ToolContext
+    approval: frozenset[str] = frozenset()
+    """Names of the tools whose calls wait for a person's approval (DESIGN §9)."""
     deadline: float = 0.0
     """The whole-run deadline by `clock`, set when the run starts."""

@@ -20,6 +20,8 @@ class EventType(StrEnum):
     OBSERVATION = "observation"
     INTERVENTION = "intervention"
     USER_MESSAGE = "user.message"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_DECIDED = "approval.decided"
     RUN_COMPLETED = "run.completed"
     RUN_INCOMPLETE = "run.incomplete"
     RUN_FAILED = "run.failed"

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 
 import structlog
 
 from app.engine.acting import ToolStep
+from app.engine.approving import settle_pending
 from app.engine.asking import ask
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
 from app.engine.history import PreviousRun, follow_up_messages
+from app.engine.pending import Decision
 from app.engine.policies import (
     LIMIT_INTERVENTIONS,
     InterventionKind,
@@ -40,6 +42,7 @@ from app.engine.steps import (
     RunError,
     Step,
     StepStarted,
+    Suspended,
     UserMessage,
 )
 from app.engine.tokens import estimate_tokens
@@ -81,12 +84,18 @@ def run_react(
     jitter: Callable[[], float] = random.random,
     previous: PreviousRun | None = None,
     inbox: Inbox | None = None,
+    approval: Collection[str] = (),
+    decisions: Sequence[Decision] = (),
 ) -> AsyncIterator[Step]:
     """Run one ReAct agent to its end, yielding every step. Resumes from `state` if given.
 
     Setting `cancel` ends the run with `cancelled` at once, interrupting in-flight calls.
     A follow-up starts from `previous`'s conversation, then `task`. `inbox` is polled right
     before each LLM call: what it returns joins the conversation as user messages.
+
+    A call of a tool named in `approval` is not executed: the step's other calls run, then
+    the run checkpoints and yields `Suspended` (its last step; not an end). Resuming with that
+    checkpoint as `state` and the person's `decisions` settles those calls first (DESIGN §9).
     """
     limits = limits or Limits()
     run = ReactRun(
@@ -103,6 +112,8 @@ def run_react(
         jitter=jitter,
         previous=previous,
         inbox=inbox,
+        approval=frozenset(approval),
+        decisions={d.call_id: d for d in decisions},
     )
     return run.steps()
 
@@ -124,8 +135,12 @@ class ReactRun:
         jitter: Callable[[], float],
         previous: PreviousRun | None = None,
         inbox: Inbox | None = None,
+        approval: frozenset[str] = frozenset(),
+        decisions: dict[str, Decision] | None = None,
     ) -> None:
         self.task = task
+        self.decisions = decisions or {}
+        self.suspended: Suspended | None = None
         self.previous = previous
         self.inbox = inbox
         self.limits = limits
@@ -158,6 +173,7 @@ class ReactRun:
             guard=self.guard,
             log=self.log,
             tool_ctx=self.ctx,
+            approval=approval,
         )
 
     # -- the loop -----------------------------------------------------------------------
@@ -192,6 +208,12 @@ class ReactRun:
 
     async def _loop(self) -> AsyncIterator[Step]:
         st, limits = self.state, self.limits
+        if st.pending:  # resumed after a person decided: settle the waiting calls first
+            async for item in self._guarded(settle_pending(self.run, self.decisions)):
+                yield item
+                if isinstance(item, Finished):
+                    return
+            yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
         while True:
             if self.guard.cancelled:
                 yield self._end(StopReason.CANCELLED)
@@ -240,20 +262,14 @@ class ReactRun:
                     )
                     yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
 
-            try:
-                async for item in self._turn():
-                    yield item
-                    if isinstance(item, Finished):
-                        return
-            except CancelRequestedError:
-                yield self._end(StopReason.CANCELLED)
-                return
-            except DeadlineError:
-                async for step in self._final_answer(StopReason.TIMEOUT):
-                    yield step
-                return
-            except LLMError as exc:
-                yield self._end(StopReason.ERROR, error=RunError(exc.kind, exc.message))
+            async for item in self._guarded(self._turn()):
+                yield item
+                if isinstance(item, Finished):
+                    return
+            if self.suspended is not None:
+                yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+                self.log.info("run_suspended", pending=len(self.suspended.pending))
+                yield self.suspended
                 return
 
             budget = over_token_budget(st.total_tokens, limits)
@@ -286,6 +302,22 @@ class ReactRun:
             yield item
         if acting.finished is not None:
             yield self._end(StopReason.FINISHED, acting.finished)
+        elif acting.pending:
+            self.suspended = Suspended(st.step, tuple(acting.pending))
+
+    async def _guarded(self, source: AsyncIterator[Step]) -> AsyncIterator[Step]:
+        """`source`'s steps; cancel, the deadline and a failing model, raised by it, end the
+        run here (with a `Finished`)."""
+        try:
+            async for item in source:
+                yield item
+        except CancelRequestedError:
+            yield self._end(StopReason.CANCELLED)
+        except DeadlineError:
+            async for step in self._final_answer(StopReason.TIMEOUT):
+                yield step
+        except LLMError as exc:
+            yield self._end(StopReason.ERROR, error=RunError(exc.kind, exc.message))
 
     # -- endings ------------------------------------------------------------------------
 

@@ -116,6 +116,12 @@ class Limits:
     )
     stream_tokens: bool = setting(False, "Stream LLM output as token events.")
     prompt_language: PromptLanguage = setting("en", "Language of the texts the runtime injects.")
+    approval_timeout_s: float = setting(
+        3600.0,
+        "How long a run waits for a person's approval; undecided calls then count as rejected.",
+        gt=0,
+        cap=86400.0,
+    )
 
 
 def past_deadline(now: float, deadline: float) -> StopReason | None:

@@ -34,6 +34,7 @@ class Prompts:
     bad_arguments: str
     tool_failed: str
     call_interrupted: str
+    approval_rejected: str
     previous_run_ended: str
 
     def merged(self, overrides: Mapping[str, str]) -> Prompts:
@@ -93,6 +94,7 @@ EN = Prompts(
     bad_arguments="Invalid arguments for {tool}: {error}. Call it again with valid arguments.",
     tool_failed="The tool {tool} failed: {error}",
     call_interrupted="The tool {tool} was interrupted: the run reached a limit ({reason}).",
+    approval_rejected="A person did not approve this call of {tool}, so it did not run: {message}",
     previous_run_ended="(The previous run ended without an answer: {reason}.)",
 )
 
@@ -131,6 +133,7 @@ ZH = Prompts(
     bad_arguments="{tool} 的参数无效：{error}。请用正确的参数重新调用。",
     tool_failed="工具 {tool} 执行失败：{error}",
     call_interrupted="工具 {tool} 的调用被中断：本次运行已达到限制（{reason}）。",
+    approval_rejected="用户没有批准对 {tool} 的这次调用，因此它没有执行：{message}",
     previous_run_ended="（上一次运行未给出答案即结束：{reason}。）",
 )
 

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.pending import PendingCall
 from app.engine.ports import Message, Plan, PlanItem, TokenUsage
 from app.engine.steps import RunUsage
 from app.engine.tokens import estimate_message, estimate_tokens
@@ -41,6 +42,8 @@ class RunState:
     elided: set[int] = field(default_factory=set)
     """Indexes of tool messages whose content was elided to fit the context."""
     plan: Plan = field(default_factory=Plan)
+    pending: list[PendingCall] = field(default_factory=list)
+    """Calls waiting for a person's decision: their tool messages are not in `messages` yet."""
     prompt_estimate: int = field(init=False, default=0)
     """Estimated tokens of `messages`, kept current by `append` and `replace`."""
 
@@ -88,6 +91,7 @@ class RunState:
             "earlier_results": dict(self.earlier_results),
             "elided": sorted(self.elided),
             "plan": [{"step": i.step, "status": i.status} for i in self.plan.items],
+            "pending": [call.to_dict() for call in self.pending],
         }
 
     @classmethod
@@ -107,4 +111,5 @@ class RunState:
             earlier_results=dict(data["earlier_results"]),
             elided=set(data["elided"]),
             plan=Plan([PlanItem(i["step"], i["status"]) for i in data["plan"]]),
+            pending=[PendingCall.from_dict(c) for c in data.get("pending", ())],
         )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from app.engine.events import EventType
+from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
 
 
@@ -164,6 +165,27 @@ class UserMessage(_Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequested(_Event):
+    """A call of a tool that needs a person's approval: not executed; the run will wait."""
+
+    type: ClassVar[EventType] = EventType.APPROVAL_REQUESTED
+    step: int
+    call_id: str
+    tool: str
+    arguments: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Suspended:
+    """The run waits for a person to decide `pending` (DESIGN §9). Not an event and not an
+    end: the generator stops here, after a checkpoint; `run_react(state=…, decisions=…)`
+    resumes it."""
+
+    step: int
+    pending: tuple[PendingCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The run's resumable state after a step (messages, usage, counters). Not an event."""
 
@@ -193,6 +215,8 @@ Step = (
     | Observation
     | Intervention
     | UserMessage
+    | ApprovalRequested
+    | Suspended
     | Checkpoint
     | Finished
 )

@@ -71,9 +71,12 @@ class ModelFactory:
             )
         return name
 
-    def create(self, name: str, script: Sequence[Mapping[str, Any]] | None = None) -> ChatModel:
+    def create(
+        self, name: str, script: Sequence[Mapping[str, Any]] | None = None, start: int = 0
+    ) -> ChatModel:
+        """`start`: LLM calls the run made before it resumed (the scripted model skips them)."""
         if name == SCRIPTED:
-            return ScriptedModel(list(script or ()))
+            return ScriptedModel(list(script or ()), start)
         if name == DEMO:
             return DemoModel(delay_s=self.demo_delay_s)
         assert self.base_url is not None

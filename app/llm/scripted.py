@@ -62,8 +62,10 @@ class ScriptedModel:
 
     name = "scripted"
 
-    def __init__(self, replies: Sequence[Reply | Mapping[str, Any]]) -> None:
+    def __init__(self, replies: Sequence[Reply | Mapping[str, Any]], start: int = 0) -> None:
         self._replies = list(replies)
+        self._start = start
+        """Replies a run already used before it resumed from a checkpoint."""
         self.calls: list[ModelCall] = []
 
     async def complete(
@@ -73,7 +75,7 @@ class ScriptedModel:
         *,
         on_delta: DeltaSink | None = None,
     ) -> Reply:
-        index = len(self.calls)
+        index = self._start + len(self.calls)
         self.calls.append(ModelCall(list(messages), [t.name for t in tools]))
         if index >= len(self._replies):
             raise ScriptExhaustedError(

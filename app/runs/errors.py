@@ -54,3 +54,7 @@ class TooManyMessagesError(RunsError):
 
 class ShuttingDownError(RunsError):
     """The server is draining and takes no new runs."""
+
+
+class RunNotWaitingError(RunsError):
+    """The run is not waiting for a decision on that call (DESIGN §9)."""

@@ -12,8 +12,9 @@ import asyncio
 import hashlib
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import structlog
 
@@ -22,7 +23,8 @@ from app.engine.history import PreviousRun
 from app.engine.loop import run_react
 from app.engine.policies import StopReason
 from app.engine.state import RunState
-from app.engine.steps import Finished, RunError, UserMessage
+from app.engine.steps import Finished, RunError, Suspended, UserMessage
+from app.runs.approvals import ApprovalDesk, resumed_state
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
@@ -39,6 +41,7 @@ from app.runs.ports import CheckedRequest, RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ACTIVE_STATUSES,
+    ApprovalDecision,
     Event,
     RunRecord,
     RunStatus,
@@ -126,28 +129,48 @@ class RunManager:
         self._drain_task: asyncio.Task[None] | None = None
         self._webhook_tasks: set[asyncio.Task[None]] = set()
         self.draining = False
+        self.approvals = ApprovalDesk(
+            store=store,
+            recorder=self.recorder,
+            assembler=assembler,
+            requeue=self._requeue,
+            max_pending_messages=max_pending_messages,
+        )
+        self._approval_timer: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self, tasks: asyncio.TaskGroup) -> None:
         self._tasks = tasks
+        self._approval_timer = tasks.create_task(self.approvals.watch(), name="approval-timer")
 
     async def recover(self) -> list[str]:
-        """Fail the runs a crash left queued or running (until they can resume elsewhere)."""
+        """Fail the runs a crash left queued or running (until they can resume elsewhere).
+        Runs waiting for a person stay waiting: their approval timeouts are armed again."""
         found: list[str] = []
         while True:
             stale = await self.store.list_runs(
                 owner=None, statuses=ACTIVE_STATUSES, limit=200, any_owner=True
             )
             if not stale:
-                return found
+                break
             for record in stale:
+                if record.status == RunStatus.QUEUED and record.approval is not None:
+                    # decided, but the server stopped before it resumed: it waits again and
+                    # resumes once the timer is running
+                    record.status = RunStatus.REQUIRES_ACTION
+                    await self.store.save(record)
+                    continue
                 message = f"the server stopped while this run was {record.status.value}"
                 await self.recorder.end(
                     record, StopReason.ERROR, error=RunError("interrupted", message)
                 )
                 found.append(record.id)
                 log.warning("run_interrupted", run_id=record.id)
+        waiting = await self.approvals.rearm()
+        if waiting:
+            log.info("runs_waiting_for_approval", count=waiting)
+        return found
 
     def begin_drain(self, grace_s: float) -> None:
         """Stop taking runs now; drain in the background (see `drain`)."""
@@ -163,6 +186,8 @@ class RunManager:
             await self._drain_task
         for task in list(self._webhook_tasks):
             task.cancel()
+        if self._approval_timer is not None:
+            self._approval_timer.cancel()
 
     async def _drain(self, grace_s: float) -> None:
         log.info(
@@ -359,16 +384,35 @@ class RunManager:
     async def cancel(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         record = await self.get(run_id, owner, any_owner=any_owner)
         active = self._active.get(run_id)
-        if record.status.terminal or active is None:
+        waiting = record.status == RunStatus.REQUIRES_ACTION
+        if record.status.terminal or (active is None and not waiting):
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has already ended ({record.status.value})", run_id=run_id
             )
-        if run_id in self._queue:
+        if active is not None and run_id in self._queue:
             await self._cancel_queued(active)
-        else:
+            return active.record
+        if active is not None and not waiting:
             active.cancel.set()
             await self._wait_for([run_id], CANCEL_SETTLE_S)
-        return active.record
+            if active.record.status != RunStatus.REQUIRES_ACTION:
+                return active.record
+        ended = await self.approvals.cancel(run_id)  # a run waiting for a person
+        return ended if ended is not None else await self.get(run_id, owner, any_owner=True)
+
+    async def decide(
+        self,
+        run_id: str,
+        owner: str | None,
+        decisions: Sequence[ApprovalDecision],
+        *,
+        any_owner: bool = False,
+    ) -> RunRecord:
+        """A person's decisions on the calls a run waits on (DESIGN §9)."""
+        await self.get(run_id, owner, any_owner=any_owner)
+        record = await self.approvals.decide(run_id, decisions)
+        active = self._active.get(run_id)  # resumed already: its live record
+        return active.record if active is not None else record
 
     async def post_message(
         self, run_id: str, owner: str | None, content: str, *, any_owner: bool = False
@@ -382,6 +426,12 @@ class RunManager:
             )
         record = await self.get(run_id, owner, any_owner=any_owner)
         active = self._active.get(run_id)
+        if record.status == RunStatus.REQUIRES_ACTION:
+            held = await self.approvals.hold_message(run_id, content)
+            if held is not None:
+                return held
+            record = await self.get(run_id, owner, any_owner=any_owner)  # it just resumed
+            active = self._active.get(run_id)
         if record.status.terminal or active is None or active.inbox_closed:
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has ended ({record.status.value}): start a follow-up with "
@@ -424,9 +474,11 @@ class RunManager:
         await self.store.delete(run_id)
 
     async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
-        """The run's events after seq `after`, live until its terminal event. A run not active
-        here has every event stored already: replay and stop, wherever `after` points."""
-        if run_id in self._active:
+        """The run's events after seq `after`, live until its terminal event (a run waiting
+        for a person too: its follower stays). A run neither active nor waiting has every
+        event stored already: replay and stop, wherever `after` points."""
+        live = run_id in self._active or await self._waiting(run_id)
+        if live or run_id in self._active:  # (it may have resumed during that read)
             async for event in self.store.subscribe(run_id, after=after):
                 yield event
             return
@@ -437,6 +489,11 @@ class RunManager:
                 after = event.seq
             if len(batch) < EVENT_PAGE:
                 return
+
+    async def _waiting(self, run_id: str) -> bool:
+        """Whether the run waits for a person: its followers stay connected."""
+        record = await self.store.get(run_id)
+        return record is not None and record.status == RunStatus.REQUIRES_ACTION
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)
@@ -456,16 +513,20 @@ class RunManager:
         record = active.record
         structlog.contextvars.bind_contextvars(run_id=record.id)
         trace = self._traces.get(record.id)
+        suspended: Suspended | None = None
         try:
+            state, decisions = await resumed_state(self.store, record)
             record.status = RunStatus.RUNNING
-            record.started_at = utcnow()
+            record.started_at = record.started_at or utcnow()
             await self.store.save(record)
             if trace is not None:
-                trace.started()
-            started = {"trace_id": record.trace_id} if record.trace_id else {}
+                trace.started()  # again on a resume: this task's outbound calls carry it
+            started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
+            if state is not None:
+                started["resumed"] = True
             await self.store.append(record.id, EventType.RUN_STARTED, 0, started)
-            log.info("run_started")
-            previous = await self._previous_conversation(record)
+            log.info("run_started", resumed=state is not None)
+            previous = None if state is not None else await self._previous_conversation(record)
             inputs = self.assembler.inputs(record)
             try:
                 async for step in run_react(
@@ -479,8 +540,13 @@ class RunManager:
                     cancel=active.cancel,
                     previous=previous,
                     inbox=active.take_messages,
+                    approval=inputs.approval,
+                    state=state,
+                    decisions=decisions,
                 ):
                     active.step = step.step
+                    if isinstance(step, Suspended):
+                        suspended = step
                     if isinstance(step, Finished):
                         await self._undelivered(active)
                     await self.recorder.record(record, step)
@@ -488,6 +554,11 @@ class RunManager:
                         trace.step(step)
             finally:
                 await inputs.aclose()
+            if suspended is not None:
+                # no await between this and the `finally` below once the run is stored
+                # waiting: a decision can resume it only after it left `_active`
+                await self.approvals.suspend(record, suspended, active.take_messages)
+                self._webhook_task(record, "requires_action", self.webhooks.notify_waiting)
         except asyncio.CancelledError:
             if not record.status.terminal:
                 await asyncio.shield(self._end_cancelled(active))
@@ -520,9 +591,32 @@ class RunManager:
             trace.ended(record)
         self._deliver_webhook(record)
 
+    async def _requeue(self, record: RunRecord, held: list[str]) -> None:
+        """Every pending call of a waiting run is decided: queue it to resume (it was
+        admitted once already: no queue cap), with the messages it was sent meanwhile. While
+        the server drains, it stays waiting (decided), to resume after the restart."""
+        if self.draining:
+            assert record.approval is not None
+            record.status = RunStatus.REQUIRES_ACTION
+            record.approval.held_messages = held
+            await self.store.save(record)
+            return
+        active = self._active[record.id] = _Active(record, inbox=held)
+        active.step = record.usage.steps
+        self._queue.append(record.id)
+        log.info("run_requeued", run_id=record.id)
+        self._start_next()
+
     def _deliver_webhook(self, record: RunRecord) -> None:
-        if record.webhook is not None and self._tasks is not None:
-            task = self._tasks.create_task(self.webhooks.deliver(record.id))
+        self._webhook_task(record, "ended", self.webhooks.deliver)
+
+    def _webhook_task(
+        self, record: RunRecord, event: str, send: Callable[[str], Coroutine[Any, Any, None]]
+    ) -> None:
+        """Call the run's webhook for `event` if the run asked for it (default: ended)."""
+        wanted = record.request.webhook_events or ["ended"]
+        if record.webhook is not None and event in wanted and self._tasks is not None:
+            task = self._tasks.create_task(send(record.id))
             self._webhook_tasks.add(task)
             task.add_done_callback(self._webhook_tasks.discard)
 

@@ -33,6 +33,8 @@ class RunInputs:
     tools: list[Tool]
     limits: Limits
     prompts: Prompts
+    approval: frozenset[str] = frozenset()
+    """Tools whose calls wait for a person's approval."""
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def aclose(self) -> None:
@@ -50,6 +52,12 @@ class RunAssembler(Protocol):
 
     def inputs(self, record: RunRecord) -> RunInputs:
         """The model, tools, limits and prompts of a checked run; called in the run's own task."""
+        ...
+
+    def check_arguments(
+        self, record: RunRecord, tool: str, arguments: dict[str, Any]
+    ) -> str | None:
+        """Why `arguments` do not fit the schema of the run's `tool`, or None when they do."""
         ...
 
 

@@ -9,7 +9,7 @@ import structlog
 
 from app.engine.events import EventType
 from app.engine.policies import StopReason
-from app.engine.steps import Checkpoint, Finished, Observation, RunError, Step
+from app.engine.steps import Checkpoint, Finished, Observation, RunError, Step, Suspended
 from app.runs.metrics import RunMetrics
 from app.runs.records import (
     TERMINAL_EVENTS,
@@ -55,6 +55,8 @@ class RunRecorder:
                 total_tokens=state["prompt_tokens"] + state["completion_tokens"],
             )
             await self.store.save_checkpoint(record.id, step.step, state)
+            return
+        if isinstance(step, Suspended):  # the manager's (app.runs.approvals); not an event
             return
         if isinstance(step, Finished):
             usage = step.usage.to_dict()

@@ -42,10 +42,11 @@ def utcnow() -> datetime:
 
 
 class RunStatus(StrEnum):
-    """Where a run is: queued, running, or how it ended."""
+    """Where a run is: queued, running, waiting for a person, or how it ended."""
 
     QUEUED = "queued"
     RUNNING = "running"
+    REQUIRES_ACTION = "requires_action"  # waiting for a person's approval (DESIGN §9)
     COMPLETED = "completed"  # finished or answered
     INCOMPLETE = "incomplete"  # a limit ended it; the result may hold a degraded answer
     FAILED = "failed"
@@ -53,10 +54,11 @@ class RunStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.REQUIRES_ACTION)
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+"""Runs a task executes or will: a crash interrupts them. A waiting run holds no task."""
 
 
 def status_for(reason: StopReason) -> RunStatus:
@@ -126,6 +128,41 @@ class WebhookState(BaseModel):
     )
 
 
+class PendingApproval(BaseModel):
+    """A tool call waiting for a person's decision."""
+
+    call_id: str = Field(description="The call's id, as in its action event.")
+    tool: str = Field(description="The tool the model called.")
+    arguments: dict[str, Any] = Field(description="The arguments the model gave.")
+    requested_at: datetime = Field(description="When the run began waiting on it.")
+
+
+class ApprovalDecision(BaseModel):
+    """A person's decision on a pending call, kept until the run resumes."""
+
+    call_id: str
+    approved: bool
+    message: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
+class ApprovalState(BaseModel):
+    """What a run waiting for a person holds (DESIGN §9); null on a run that waits on none."""
+
+    pending: list[PendingApproval] = Field(default_factory=list)
+    """Every call the run waits on, decided or not, in call order."""
+    decided: list[ApprovalDecision] = Field(default_factory=list)
+    waiting_since: datetime
+    held_messages: list[str] = Field(default_factory=list)
+    """Steering messages sent while it waits: delivered when it resumes."""
+    requeued_at: datetime | None = None
+    """When the last decision queued it again: from then on its time counts (max_time_s)."""
+
+    def undecided(self) -> list[PendingApproval]:
+        done = {d.call_id for d in self.decided}
+        return [p for p in self.pending if p.call_id not in done]
+
+
 class RunRecord(BaseModel):
     """A run as stored. `request` is what the client asked for; `settings` what it resolved to
     (every per-run setting, the server's default where the request named none).
@@ -153,6 +190,8 @@ class RunRecord(BaseModel):
     """The run this one follows up on (its conversation is where this one starts)."""
     inherited_system_prompt: str | None = None
     """A follow-up without a system prompt of its own runs with its previous run's."""
+    approval: ApprovalState | None = None
+    """Set while the run waits for a person, and until it resumes with the decisions."""
 
     @property
     def system_prompt(self) -> str | None:

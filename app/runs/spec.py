@@ -121,6 +121,11 @@ class HttpToolIn(BaseModel):
         True,
         description="False for tools like job polling: repeats run until past the repetition threshold.",
     )
+    requires_approval: bool | None = Field(
+        None,
+        description="true: each call waits for a person's approval (POST /runs/{id}/approvals). "
+        "Omitted (stored as such): false.",
+    )
 
 
 class ScriptedToolCallIn(BaseModel):
@@ -157,6 +162,18 @@ class ScriptedReplyIn(BaseModel):
     )
     usage: ScriptedUsageIn | None = Field(None, description="Reported usage; omitted: estimated.")
     delay_s: float = Field(0, ge=0, le=600, description="Latency before this reply.")
+
+
+class ApprovalIn(BaseModel):
+    """Which of the run's tools wait for a person before each call (DESIGN §9)."""
+
+    model_config = STRICT
+    tools: list[str] = Field(
+        max_length=256,
+        description="Names of the run's tools (registered or http_tools) whose calls wait "
+        "for approval: the run's status becomes requires_action until POST "
+        "/runs/{id}/approvals decides them.",
+    )
 
 
 class RunRequest(BaseModel):
@@ -218,6 +235,16 @@ class RunRequest(BaseModel):
         None,
         max_length=2000,
         description="URL (allow-listed host) that receives the run as JSON once it ends.",
+    )
+    approval: ApprovalIn | None = Field(
+        None, description="Tools whose calls wait for a person's approval."
+    )
+    webhook_events: list[Literal["ended", "requires_action"]] | None = Field(
+        None,
+        max_length=2,
+        description="When the webhook is called: 'ended' (the default: once, with the ended "
+        "run, attempts recorded on it) and/or 'requires_action' (each time the run begins to "
+        "wait for a person; attempts are logged, not recorded).",
     )
     previous_run_id: str | None = Field(
         None,

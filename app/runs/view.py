@@ -8,7 +8,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.runs.records import RunErrorInfo, RunRecord, RunResult, RunStatus, Usage, WebhookState
+from app.runs.records import (
+    PendingApproval,
+    RunErrorInfo,
+    RunRecord,
+    RunResult,
+    RunStatus,
+    Usage,
+    WebhookState,
+)
 
 MASK = "***"
 
@@ -28,7 +36,9 @@ class RunView(BaseModel):
 
     id: str = Field(description="The run's identifier.")
     status: RunStatus = Field(
-        description="queued, running, completed (finished/answered), incomplete (a limit ended it), failed, cancelled."
+        description="queued, running, requires_action (waiting for a person: see "
+        "pending_approvals), completed (finished/answered), incomplete (a limit ended it), "
+        "failed, cancelled."
     )
     created_at: datetime = Field(description="When it was accepted.")
     started_at: datetime | None = Field(None, description="When it left the queue.")
@@ -62,6 +72,11 @@ class RunView(BaseModel):
     trace_id: str | None = Field(
         None,
         description="The run's OpenTelemetry trace id (32 hex digits) when the server exports traces; the caller's own when POST /runs carried a `traceparent` header.",
+    )
+    pending_approvals: list[PendingApproval] = Field(
+        default_factory=list,
+        description="The tool calls the run waits on, undecided ones only (requires_action); "
+        "decide them with POST /runs/{id}/approvals.",
     )
     links: RunLinks = Field(description="Related URLs.")
 
@@ -101,5 +116,10 @@ def to_view(record: RunRecord) -> RunView:
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
         trace_id=record.trace_id,
+        pending_approvals=(
+            record.approval.undecided()
+            if record.approval is not None and record.status == RunStatus.REQUIRES_ACTION
+            else []
+        ),
         links=links_for(record.id),
     )

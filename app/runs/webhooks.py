@@ -9,7 +9,7 @@ import asyncio
 import structlog
 
 from app.runs.ports import JsonPoster
-from app.runs.records import WebhookAttempt, utcnow
+from app.runs.records import RunStatus, WebhookAttempt, utcnow
 from app.runs.store import RunStore
 from app.runs.view import to_view
 
@@ -31,6 +31,37 @@ class WebhookSender:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
+
+    async def notify_waiting(self, run_id: str) -> None:
+        """POST the run as it begins to wait for a person (`webhook_events` has
+        requires_action), retried with the same backoff while it still waits. Attempts are
+        logged, not recorded: the waiting record belongs to the approvals desk."""
+        try:
+            await self._notify_waiting(run_id)
+        except Exception:  # a task of the app's task group: never take the service down
+            log.exception("webhook_failed", run_id=run_id, on="requires_action")
+
+    async def _notify_waiting(self, run_id: str) -> None:
+        for attempt in range(1, self.attempts + 1):
+            record = await self.store.get(run_id)
+            if record is None or record.webhook is None or self.poster is None:
+                return
+            if record.status != RunStatus.REQUIRES_ACTION:
+                return  # decided or cancelled meanwhile: nobody needs the call any more
+            body = to_view(record).model_dump(mode="json")
+            outcome = await self.poster.post_json(record.webhook.url, body, self.timeout_s)
+            log.info(
+                "webhook_attempted",
+                run_id=run_id,
+                attempt=attempt,
+                status_code=outcome.status_code,
+                error=outcome.error,
+                on="requires_action",
+            )
+            if outcome.error is None:
+                return
+            if attempt < self.attempts:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
 
     async def deliver(self, run_id: str) -> None:
         for attempt in range(1, self.attempts + 1):

@@ -256,3 +256,51 @@ async def test_run_continue_starts_a_follow_up_of_an_ended_run(tmp_path: Path) -
     assert "two" in followed.out
     assert follow_up["previous_run_id"] == first
     assert ended["result"]["answer"] == "three"
+
+
+async def _waiting(client: Any, run_id: str) -> dict[str, Any]:
+    response = await client.get(f"/runs/{run_id}/wait", params={"timeout_s": 10})
+    assert response.json()["status"] == "requires_action", response.text
+    return response.json()
+
+
+async def test_approve_decides_every_pending_call_or_the_one_named(tmp_path: Path) -> None:
+    body = {
+        "task": "t",
+        "model": "scripted",
+        "tools": ["calculator"],
+        "approval": {"tools": ["calculator"]},
+        "model_script": [
+            {
+                "tool_calls": [
+                    {"name": "calculator", "arguments": {"expression": "1+1"}, "id": "a"},
+                    {"name": "calculator", "arguments": {"expression": "2+2"}, "id": "b"},
+                ]
+            },
+            finish("done"),
+        ],
+    }
+    async with served_app(cli_settings()) as (server, client):
+        run_id = (await client.post("/runs", json=body)).json()["id"]
+        await _waiting(client, run_id)
+        rejected = await cli(server, "approve", run_id, "b", "--reject", "--message", "no")
+        approved = await cli(server, "approve", run_id)  # every call still pending: a
+        done = await _ended(client, run_id)
+        nothing = await cli(server, "approve", run_id)
+        events = (
+            await client.get(f"/runs/{run_id}/events", headers={"Accept": "application/json"})
+        ).json()["events"]
+
+    assert rejected.code == ExitCode.OK
+    assert rejected.out.strip() == f"rejected b; {run_id} requires_action"
+    assert approved.code == ExitCode.OK
+    assert approved.out.startswith("approved a; ")
+    assert done["status"] == "completed"
+    assert nothing.code != ExitCode.OK
+    assert "waits on no call" in nothing.err
+    decided = [
+        (e["call_id"], e["approved"], e["message"])
+        for e in events
+        if e["type"] == "approval.decided"
+    ]
+    assert decided == [("b", False, "no"), ("a", True, None)]

@@ -276,3 +276,50 @@ def test_sse_parsing_joins_data_lines_skips_comments_and_drops_a_cut_event() -> 
         {"seq": 1, "type": "thought"},
         {"seq": 2, "type": "action"},
     ]
+
+
+def _approval_body() -> dict[str, Any]:
+    calls = [
+        {"name": "calculator", "arguments": {"expression": "1+1"}, "id": "a"},
+        {"name": "calculator", "arguments": {"expression": "2+2"}, "id": "b"},
+    ]
+    return {
+        "task": "t",
+        "model": "scripted",
+        "tools": ["calculator"],
+        "approval": {"tools": ["calculator"]},
+        "model_script": [{"tool_calls": calls}, finish("done")],
+    }
+
+
+async def test_following_at_a_terminal_asks_about_each_call_the_run_waits_on() -> None:
+    questions: list[str] = []
+
+    def decide(question: str) -> bool:
+        questions.append(question)
+        return "(call a)" in question  # approve a, reject b
+
+    async with served_app(cli_settings()) as (server, client):
+        run_id = (await client.post("/runs", json=_approval_body())).json()["id"]
+
+        def follow() -> tuple[int, str, str]:
+            out, err = console(), console()
+            with Api(server.url()) as api:
+                code = follow_run(
+                    api, run_id, JsonRenderer(out), err=err, confirm=lambda q: False, decide=decide
+                )
+            return code, text_of(out), text_of(err)
+
+        code, out, err = await in_thread(follow)
+
+    assert code == ExitCode.OK, err
+    assert questions == [
+        'Approve calculator {"expression": "1+1"} (call a)?',
+        'Approve calculator {"expression": "2+2"} (call b)?',
+    ]
+    assert "a approved, b rejected" in err
+    events = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # none twice
+    decided = [(e["call_id"], e["approved"]) for e in events if e["type"] == "approval.decided"]
+    assert decided == [("a", True), ("b", False)]
+    assert events[-1]["type"] == "run.completed"

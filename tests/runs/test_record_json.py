@@ -63,8 +63,8 @@ def test_a_stored_record_loads_typed_and_writes_back_the_same_json() -> None:
     # fields added to the request since (MCP servers) are written with their defaults
     assert written["request"] == {**STORED["request"], "mcp_servers": []}
     assert written["settings"] == STORED["settings"]
-    # fields added since (follow-ups, traces) are written as null
-    added_since = {"previous_run_id", "inherited_system_prompt", "trace_id"}
+    # fields added since (follow-ups, traces, approvals) are written as null
+    added_since = {"previous_run_id", "inherited_system_prompt", "trace_id", "approval"}
     assert written.keys() == STORED.keys() | added_since
     assert [written[key] for key in added_since] == [None] * len(added_since)
     assert written == RunRecord.model_validate(written).model_dump(mode="json")

@@ -1,4 +1,5 @@
-"""The /runs resource: create, read, list, cancel, wait, delete, stream tokens."""
+"""The /runs resource: create, read, list, cancel, messages, approvals, wait, delete, stream
+tokens."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep, TokensD
 from app.api.errors import ApiError, ErrorBody
 from app.api.routes.events import SSE_CONTENT, event_stream
 from app.api.runbody import OPENAPI_BODY, read_run_body
-from app.api.schemas import MessageIn, RunList, StreamToken
+from app.api.schemas import ApprovalsIn, MessageIn, RunList, StreamToken
 from app.runs.errors import RunAlreadyEndedError
-from app.runs.records import RunStatus
+from app.runs.records import ApprovalDecision, RunStatus
 from app.runs.view import RunView, to_view
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
 WAIT_DEFAULT_S = 30.0
-STATUS_LIST = r"^ *[a-z]+( *, *[a-z]+)* *$"
+STATUS_LIST = r"^ *[a-z_]+( *, *[a-z_]+)* *$"
 TRACEPARENT_MAX_CHARS = 256  # version 00 is 55; later versions may append fields
 
 
@@ -220,11 +221,46 @@ async def post_message(
     return _run(to_view(record), 202)
 
 
+@router.post(
+    "/{run_id}/approvals",
+    status_code=202,
+    response_model=RunView,
+    summary="Approve or reject the tool calls a run waits on",
+    description="For a run in `requires_action`: decide some or all of its `pending_approvals` "
+    "(an `approval.decided` event each). Once every pending call is decided the run is queued "
+    "again and resumes from its checkpoint: an approved call runs (with `arguments`, if given), "
+    "a rejected one gives the model an error observation carrying `message`. Answers with the run.",
+    dependencies=[Depends(require_json)],
+    responses={
+        **ERRORS,
+        409: {"model": ErrorBody, "description": "The run is not waiting on that call."},
+        415: {"model": ErrorBody},
+        422: {
+            "model": ErrorBody,
+            "description": "Malformed, a call decided twice, or edited arguments that fail the "
+            "tool's schema.",
+        },
+    },
+)
+async def decide_approvals(
+    run_id: str, body: ApprovalsIn, manager: ManagerDep, caller: CallerDep
+) -> JSONResponse:
+    decisions = [
+        ApprovalDecision(
+            call_id=d.call_id, approved=d.approve, message=d.message, arguments=d.arguments
+        )
+        for d in body.decisions
+    ]
+    record = await manager.decide(run_id, caller.owner, decisions, any_owner=caller.any_owner)
+    return _run(to_view(record), 202)
+
+
 @router.get(
     "/{run_id}/wait",
     response_model=RunView,
     summary="Wait for a run to end",
-    description="Blocks until the run ends, or answers with the run as it stands after timeout_s.",
+    description="Blocks until the run ends or waits for a person (`requires_action`), or answers "
+    "with the run as it stands after timeout_s.",
     responses={**ERRORS, 422: {"model": ErrorBody}},
 )
 async def wait_run(

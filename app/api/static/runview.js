@@ -3,6 +3,7 @@
 // an ended one can be continued with a follow-up run (Continue).
 
 import { ApiError, get, post, runPath } from "./api.js";
+import { ApprovalPanel } from "./approvals.js";
 import { clear, count, el, seconds } from "./dom.js";
 import { RunStream, TERMINAL } from "./stream.js";
 import { Timeline } from "./timeline.js";
@@ -55,6 +56,8 @@ export class RunView {
     this.maxTime = null;
     this.startedAt = null;
     this.endedAt = null;
+    this.waitingSince = null; // waiting for a person: its time does not count (max_time_s)
+    this.pausedMs = 0;
     this.usage = { steps: 0, llm_calls: 0, tool_calls: 0, total_tokens: 0 };
     this.#build();
     let run;
@@ -111,6 +114,7 @@ export class RunView {
     });
     this.timelineList = el("ol", { class: "timeline", id: "timeline" });
     this.timeline = new Timeline(this.timelineList);
+    this.approvals = new ApprovalPanel();
     this.sendBox = this.#messageBox({
       id: "send",
       label: "Message the agent",
@@ -141,6 +145,7 @@ export class RunView {
         el("div", { class: "meter" }, el("label", { for: "time-meter" }, "Time"),
           this.timeMeter, this.timeText)),
       this.usageList,
+      this.approvals.section,
       this.answer,
       this.continueBox.form,
       this.sendBox.form,
@@ -183,7 +188,12 @@ export class RunView {
         this.maxTime = event.settings?.max_time_s ?? this.maxTime;
         break;
       case "run.started":
-        this.startedAt = Date.parse(event.ts);
+        if (event.resumed && this.startedAt != null) {
+          this.pausedMs += Date.parse(event.ts) - (this.waitingSince ?? Date.parse(event.ts));
+          this.waitingSince = null;
+        } else {
+          this.startedAt = Date.parse(event.ts);
+        }
         break;
       case "step.started":
         this.maxSteps = event.max_steps;
@@ -196,11 +206,21 @@ export class RunView {
       case "observation":
         u.tool_calls += 1;
         break;
+      case "approval.requested":
+        this.waitingSince ??= Date.parse(event.ts);
+        this.approvals.requested(this.id, event);
+        break;
+      case "approval.decided":
+        this.approvals.decided(event.call_id);
+        break;
       default:
         break;
     }
     const endedHere = TERMINAL.has(event.type) && !ENDED.has(this.status);
     if (STATUS_OF[event.type]) this.#setStatus(STATUS_OF[event.type]);
+    if (event.type === "approval.requested") this.#setStatus("requires_action");
+    if (event.type === "approval.decided" && this.approvals.size === 0) this.#setStatus("queued");
+    if (TERMINAL.has(event.type)) this.approvals.clear();
     if (TERMINAL.has(event.type)) this.#ended(event, endedHere);
     this.#renderUsage();
     this.#renderSteps(u.steps);
@@ -225,7 +245,7 @@ export class RunView {
     this.status = status;
     this.statusBadge.textContent = status;
     this.statusBadge.className = `badge status-${status}`;
-    const live = ["queued", "running"].includes(status);
+    const live = ["queued", "running", "requires_action"].includes(status);
     this.cancelButton.disabled = !live;
     this.sendBox.form.hidden = !live;
     this.continueBox.form.hidden = !ENDED.has(status);
@@ -364,8 +384,9 @@ export class RunView {
 
   #renderTime() {
     if (this.maxTime == null) return;
-    const end = this.endedAt ?? Date.now();
-    const used = this.startedAt == null ? 0 : Math.max(0, (end - this.startedAt) / 1000);
+    const end = this.waitingSince ?? this.endedAt ?? Date.now();
+    const ran = end - this.pausedMs - this.startedAt;
+    const used = this.startedAt == null ? 0 : Math.max(0, ran / 1000);
     this.timeMeter.max = this.maxTime;
     this.timeMeter.value = Math.min(used, this.maxTime);
     this.timeText.textContent = `${seconds(used)} of ${seconds(this.maxTime)}`;

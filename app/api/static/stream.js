@@ -18,6 +18,8 @@ export const EVENT_TYPES = [
   "observation",
   "intervention",
   "user.message",
+  "approval.requested",
+  "approval.decided",
   "run.completed",
   "run.incomplete",
   "run.failed",

@@ -175,6 +175,28 @@ const RENDERERS = {
     node.dataset.delivered = String(event.delivered !== false);
   },
 
+  "approval.requested"(event) {
+    const node = this.entry(
+      event,
+      "approval requested",
+      "Waiting for approval",
+      el("code", { class: "tool", text: event.tool }),
+      el("pre", { class: "arguments", text: prettyJson(event.arguments) }),
+    );
+    node.dataset.callId = event.call_id;
+  },
+
+  "approval.decided"(event) {
+    const node = this.entry(
+      event,
+      `approval decided ${event.approved ? "approved" : "rejected"}`,
+      event.approved ? "Approved" : "Rejected",
+      meta(`call ${event.call_id}`),
+      event.message ? el("p", { class: "text", text: event.message }) : null,
+    );
+    node.dataset.callId = event.call_id;
+  },
+
   intervention(event) {
     const kind = INTERVENTIONS[event.kind] ?? { label: event.kind, tone: "info" };
     const node = this.entry(

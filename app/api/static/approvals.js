@@ -1,0 +1,78 @@
+// The tool calls a run waits on (DESIGN §9): each with its arguments, a message box, and
+// Approve / Reject. Built from the events (approval.requested adds a call, approval.decided
+// removes it), so a replay shows what is still pending; a decision is a POST /approvals.
+
+import { post, runPath } from "./api.js";
+import { clear, el } from "./dom.js";
+
+export class ApprovalPanel {
+  constructor() {
+    this.runId = null;
+    this.pending = new Map(); // call_id -> its <li>
+    this.list = el("ul", { class: "approvals-list", id: "approvals-list" });
+    this.section = el("section", {
+      class: "approvals",
+      id: "approvals",
+      "aria-labelledby": "approvals-title",
+      hidden: true,
+    },
+    el("h2", { id: "approvals-title", text: "Waiting for your approval" }),
+    this.list);
+  }
+
+  get size() {
+    return this.pending.size;
+  }
+
+  requested(runId, event) {
+    this.runId = runId;
+    if (this.pending.has(event.call_id)) return;
+    const id = `approval-${this.pending.size}-${Date.now()}`;
+    const message = el("textarea", { id: `${id}-message`, rows: 2 });
+    const error = el("p", { class: "error", role: "alert" });
+    const decide = (approve) => this.#decide(event.call_id, approve, message, error, item);
+    const item = el("li", { class: "approval", "data-call-id": event.call_id },
+      el("p", {}, "The agent wants to call ", el("code", { class: "tool", text: event.tool })),
+      el("pre", { class: "arguments", text: JSON.stringify(event.arguments, null, 2) }),
+      el("label", { for: `${id}-message` }, `Message for the agent (${event.tool})`),
+      message,
+      el("div", { class: "actions" },
+        el("button", { type: "button", class: "approve", on: { click: () => decide(true) } },
+          "Approve"),
+        el("button", { type: "button", class: "danger reject", on: { click: () => decide(false) } },
+          "Reject"),
+        error));
+    this.pending.set(event.call_id, item);
+    this.list.append(item);
+    this.section.hidden = false;
+  }
+
+  decided(callId) {
+    this.pending.get(callId)?.remove();
+    this.pending.delete(callId);
+    this.section.hidden = this.pending.size === 0;
+  }
+
+  clear() {
+    this.pending.clear();
+    clear(this.list);
+    this.section.hidden = true;
+  }
+
+  async #decide(callId, approve, message, error, item) {
+    const buttons = item.querySelectorAll("button");
+    for (const b of buttons) b.disabled = true;
+    error.textContent = "";
+    const decision = { call_id: callId, approve };
+    if (message.value.trim()) decision.message = message.value.trim();
+    try {
+      await post(runPath(this.runId, "/approvals"), { decisions: [decision] });
+      this.decided(callId); // the approval.decided event follows
+    } catch (problem) {
+      error.textContent = problem.status === 409
+        ? "The run no longer waits on this call."
+        : problem.message;
+      for (const b of buttons) b.disabled = false;
+    }
+  }
+}
