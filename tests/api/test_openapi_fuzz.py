@@ -12,6 +12,11 @@ own); its pytest plugin ends that lifespan after each test.
 from __future__ import annotations
 
 import schemathesis
+
+# Imported here, not lazily mid-test: schemathesis imports it on its first call, pytest rewrites
+# the plugin's modules as they load, and CPython 3.11.7's ast.parse fails then ("AST
+# constructor recursion depth mismatch") while hypothesis has raised the recursion limit.
+import schemathesis.wfc.escalation
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import CHECKS, load_all_checks
