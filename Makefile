@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint format bench clean image chromium
+.PHONY: run test lint format bench clean image chromium redis-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,17 @@ chromium:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
+# the Redis store's tests start Debian's redis-server on a free port (never a mock of Redis)
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "The Redis store tests need Debian's redis-server: installing it with apt-get."; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "Install it (apt-get install redis-server), then run make test again."; exit 1; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; }
+
 ## test: lint, format check, then the whole test suite (browser tests included)
-test: $(STAMP) chromium
+test: $(STAMP) chromium redis-server
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest

@@ -65,12 +65,15 @@ def drain_on_sigterm(on_term: Callable[[], None]) -> Callable[[], None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    if settings.store_url.startswith(("redis://", "rediss://")) and settings.token_secret is None:
+        # replicas must accept each other's stream tokens: a random key per process cannot
+        raise ValueError("FINISHLINE_TOKEN_SECRET must be set with a redis:// store")
     configure_logging(settings.log_format, settings.log_level)
     prompts = load_prompts(settings.prompts_file)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        store = open_store(settings.store_url)
+        store = open_store(settings.store_url, retention_s=settings.retention_s)
         await store.open()
         registry = builtin_registry(
             http_allow_hosts=settings.http_tool_allow_hosts,

@@ -101,8 +101,11 @@ class RunManager:
         self._tasks = tasks
 
     async def recover(self) -> list[str]:
-        """Fail the runs a crash left queued or running (until they can resume elsewhere)."""
+        """Fail the runs a crash left queued or running (until they can resume elsewhere).
+        Not on a store other replicas share (Redis): their runs are not this process's."""
         found: list[str] = []
+        if getattr(self.store, "shared", False):
+            return found
         while True:
             stale = await self.store.list_runs(
                 owner=None, statuses=ACTIVE_STATUSES, limit=200, any_owner=True

@@ -1,6 +1,6 @@
 """The one protocol storage sits behind: run records, an append-only event log per run, and
-checkpoints. Implementations: `MemoryRunStore` (memory://) and `SqliteRunStore` (sqlite://);
-Redis Streams later.
+checkpoints. Implementations: `MemoryRunStore` (memory://), `SqliteRunStore` (sqlite://) and
+`RedisRunStore` (redis:// or rediss://, the one several replicas share).
 
 Ordering contract: `append` assigns the next `seq` of the run (1, 2, 3 … no gaps) and returns
 only once the event is durable; events are appended, and published to subscribers, in the
@@ -72,8 +72,9 @@ class RunStore(Protocol):
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None: ...
 
 
-def open_store(url: str) -> RunStore:
-    """A store for `sqlite:///path/to/file.db` or `memory://`."""
+def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
+    """A store for `sqlite:///path/to/file.db`, `memory://` or `redis://HOST:PORT/DB`
+    (`rediss://` for TLS). `retention_s`: how long Redis keeps a terminal run (default 7 days)."""
     if url.startswith("memory://"):
         from app.runs.memory import MemoryRunStore
 
@@ -83,4 +84,10 @@ def open_store(url: str) -> RunStore:
 
         path = url.removeprefix("sqlite://")
         return SqliteRunStore(path[1:] if path.startswith("/") else path)
-    raise UnsupportedStoreError(f"unsupported store URL {url!r}: use sqlite:///path or memory://")
+    if url.startswith(("redis://", "rediss://")):
+        from app.runs.redis_store import DEFAULT_RETENTION_S, RedisRunStore
+
+        return RedisRunStore(url, retention_s=retention_s or DEFAULT_RETENTION_S)
+    raise UnsupportedStoreError(
+        f"unsupported store URL {url!r}: use sqlite:///path, redis://host:port/db or memory://"
+    )
