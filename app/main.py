@@ -20,6 +20,7 @@ from app.api.errors import ErrorBody, install_error_handlers
 from app.api.routes import events, health, runs, tools, ui
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
+from app.runs.cluster import coordinator_for, replica_name
 from app.runs.factory import RunFactory, load_prompts
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_concurrent_runs=settings.max_concurrent_runs,
             max_queued_runs=settings.max_queued_runs,
             max_event_content_chars=settings.max_event_content_chars,
+            coordinator=coordinator_for(store, replica=replica_name()),
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

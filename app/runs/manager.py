@@ -20,6 +20,7 @@ import structlog
 from app.engine.loop import run_react
 from app.engine.policies import StopReason
 from app.engine.steps import RunError
+from app.runs.cluster import RunCoordinator, wait_for_end
 from app.runs.errors import (
     IdempotencyConflictError,
     QueueFullError,
@@ -74,6 +75,7 @@ class RunManager:
         max_concurrent_runs: int,
         max_queued_runs: int,
         max_event_content_chars: int,
+        coordinator: RunCoordinator | None = None,
     ) -> None:
         self.store = store
         self.factory = factory
@@ -94,17 +96,32 @@ class RunManager:
         self._drain_task: asyncio.Task[None] | None = None
         self._webhook_tasks: set[asyncio.Task[None]] = set()
         self.draining = False
+        # with a coordinator (a store replicas share), the queue is the cluster's: this
+        # process executes the runs it claims, and asks others for the rest (app/runs/cluster)
+        self.coordinator = coordinator
+        self._slot_freed = asyncio.Event()
+        self._cluster_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self, tasks: asyncio.TaskGroup) -> None:
         self._tasks = tasks
+        if self.coordinator is not None:
+            self._cluster_task = tasks.create_task(
+                self.coordinator.serve(
+                    free_slots=self._free_slots,
+                    slot_freed=self._slot_freed,
+                    on_claimed=self._claimed,
+                    on_cancel=self._cancel_asked,
+                ),
+                name="cluster",
+            )
 
     async def recover(self) -> list[str]:
         """Fail the runs a crash left queued or running (until they can resume elsewhere).
         Not on a store other replicas share (Redis): their runs are not this process's."""
         found: list[str] = []
-        if getattr(self.store, "shared", False):
+        if self.coordinator is not None:
             return found
         while True:
             stale = await self.store.list_runs(
@@ -136,6 +153,9 @@ class RunManager:
             task.cancel()
 
     async def _drain(self, grace_s: float) -> None:
+        if self._cluster_task is not None:  # claim no more: other replicas take the queue
+            self._slot_freed.set()
+            self._cluster_task.cancel()
         log.info(
             "runs_draining", running=len(self._running), queued=len(self._queue), grace_s=grace_s
         )
@@ -170,12 +190,16 @@ class RunManager:
             if existing is not None:
                 return self._replay(existing, digest), False
         resolved = self.factory.validate(request)
-        if (
-            len(self._running) >= self.max_concurrent_runs
-            and len(self._queue) >= self.max_queued_runs
-        ):
+        busy = len(self._running) >= self.max_concurrent_runs
+        if self.coordinator is None:
+            queued = len(self._queue)
+            full = busy and queued >= self.max_queued_runs
+        else:  # the cluster's queue: runs no replica has claimed yet
+            queued = await self.coordinator.queued()
+            full = queued >= self.max_queued_runs and (queued > 0 or busy)
+        if full:
             raise QueueFullError(
-                f"{len(self._running)} runs are running and {len(self._queue)} are queued; "
+                f"{len(self._running)} runs are running here and {queued} are queued; "
                 "try again later",
                 retry_after_s=5,
             )
@@ -209,10 +233,13 @@ class RunManager:
                 "settings": record.settings,
             },
         )
-        active = self._active[record.id] = _Active(record)
-        self._queue.append(record.id)
         self.metrics.run_queued()
         log.info("run_created", run_id=record.id, model=record.model)
+        if self.coordinator is not None:
+            await self.coordinator.enqueue(record.id)
+            return record, True
+        active = self._active[record.id] = _Active(record)
+        self._queue.append(record.id)
         self._start_next()
         return active.record, True
 
@@ -251,6 +278,8 @@ class RunManager:
     async def cancel(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         record = await self.get(run_id, owner, any_owner=any_owner)
         active = self._active.get(run_id)
+        if self.coordinator is not None and active is None and not record.status.terminal:
+            return await self._cancel_elsewhere(record)
         if record.status.terminal or active is None:
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has already ended ({record.status.value})", run_id=run_id
@@ -270,6 +299,8 @@ class RunManager:
         if not record.status.terminal and active is not None:
             await self._wait_for([run_id], timeout_s)
             return active.record
+        if self.coordinator is not None:  # executing on another replica, or queued
+            return await wait_for_end(self.store, record, timeout_s)
         return record
 
     async def delete(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> None:
@@ -283,7 +314,7 @@ class RunManager:
     async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
         """The run's events after seq `after`, live until its terminal event. A run not active
         here has every event stored already: replay and stop, wherever `after` points."""
-        if run_id in self._active:
+        if run_id in self._active or self.coordinator is not None:
             async for event in self.store.subscribe(run_id, after=after):
                 yield event
             return
@@ -349,6 +380,7 @@ class RunManager:
             self._running.discard(record.id)
             self._active.pop(record.id, None)
             active.done.set()
+            self._slot_freed.set()
             self._start_next()
 
     def _deliver_webhook(self, record: RunRecord) -> None:
@@ -363,3 +395,41 @@ class RunManager:
         await self.recorder.end(active.record, StopReason.CANCELLED)
         active.done.set()
         self.metrics.set_load(running=len(self._running), queued=len(self._queue))
+
+    # -- with a coordinator (a store several replicas share) --------------------------------
+
+    def _free_slots(self) -> int:
+        """Slots free for claimed runs; -1 once draining (the coordinator then stops)."""
+        return -1 if self.draining else self.max_concurrent_runs - len(self._running)
+
+    async def _claimed(self, run_id: str) -> None:
+        """A queued run the cluster handed to this replica: execute it, unless it ended (a
+        cancel took it first) or another replica owns it."""
+        record = await self.store.get(run_id)
+        if record is None or record.status != RunStatus.QUEUED:
+            return
+        assert self.coordinator is not None
+        if not await self.coordinator.claim(run_id):
+            return
+        active = self._active[run_id] = _Active(record)
+        self._running.add(run_id)
+        assert self._tasks is not None, "RunManager.start() was not called"
+        active.task = self._tasks.create_task(self._execute(active), name=run_id)
+        self.metrics.set_load(running=len(self._running), queued=0)
+        if await self.coordinator.cancel_requested(run_id):  # asked while it was claimed
+            active.cancel.set()
+
+    def _cancel_asked(self, run_id: str) -> None:
+        active = self._active.get(run_id)
+        if active is not None:
+            active.cancel.set()
+
+    async def _cancel_elsewhere(self, record: RunRecord) -> RunRecord:
+        """Cancel a run this replica does not execute: end it here if it is still queued
+        (taking it before any replica does), else ask its owner; then wait for its end."""
+        assert self.coordinator is not None
+        if record.status == RunStatus.QUEUED and await self.coordinator.claim(record.id):
+            await self.recorder.end(record, StopReason.CANCELLED)
+            return record
+        await self.coordinator.request_cancel(record.id)
+        return await wait_for_end(self.store, record, CANCEL_SETTLE_S)

@@ -115,7 +115,8 @@ DELETE = (
 local id = ARGV[2]
 local run = P .. 'run:' .. id
 local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
-redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id)
+redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'owner:' .. id,
+           P .. 'cancel:' .. id)
 if not old[1] then return 0 end
 for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
 if old[3] and old[3] ~= '' and redis.call('GET', old[3]) == id then
