@@ -7,6 +7,7 @@ refuses to start."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,17 +38,26 @@ def replica_env(redis_url: str, **extra: str) -> dict[str, str]:
 async def replicas(
     tmp_path: Path, redis_url: str, count: int = 2, **extra: str
 ) -> AsyncIterator[list[tuple[AppProcess, httpx.AsyncClient]]]:
+    """`count` replicas on one Redis, started at once (each waits for its own start-up)."""
+    apps = []
+    for index in range(count):
+        cwd = tmp_path / f"replica{index}"
+        cwd.mkdir()
+        apps.append(AppProcess(cwd, replica_env(redis_url, **extra)))
     async with contextlib.AsyncExitStack() as stack:
-        started = []
-        for index in range(count):
-            cwd = tmp_path / f"replica{index}"
-            cwd.mkdir()
-            app = await stack.enter_async_context(AppProcess(cwd, replica_env(redis_url, **extra)))
-            client = await stack.enter_async_context(
-                httpx.AsyncClient(base_url=app.url(), timeout=10)
-            )
-            started.append((app, client))
-        yield started
+
+        async def start(app: AppProcess) -> None:
+            stack.push_async_exit(app.__aexit__)
+            await app.__aenter__()
+
+        async with anyio.create_task_group() as tg:
+            for app in apps:
+                tg.start_soon(start, app)
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=app.url(), timeout=10))
+            for app in apps
+        ]
+        yield list(zip(apps, clients, strict=True))
 
 
 def scripted(*replies: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -78,14 +88,30 @@ async def wait_status(client: httpx.AsyncClient, run_id: str, status: str) -> di
             await anyio.sleep(0.02)
 
 
-def executor(apps: Sequence[AppProcess], run_id: str) -> int:
-    """The index of the replica whose log says it started the run."""
-    found = [
-        index
-        for index, app in enumerate(apps)
-        for line in app.log_events()
-        if line.get("event") == "run_started" and line.get("run_id") == run_id
-    ]
+async def executor(apps: Sequence[AppProcess], run_id: str) -> int:
+    """The index of the replica whose log says it started the run (the line may come a
+    moment after the run shows `running`: wait for it)."""
+
+    def matches(line: str) -> bool:
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(line)
+            return (
+                isinstance(parsed, dict)
+                and parsed.get("event") == "run_started"
+                and parsed.get("run_id") == run_id
+            )
+        return False
+
+    found: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch(index: int, app: AppProcess) -> None:
+            await app.wait_for_line(matches, timeout_s=10)
+            found.append(index)
+            tg.cancel_scope.cancel()
+
+        for index, app in enumerate(apps):
+            tg.start_soon(watch, index, app)
     assert len(found) == 1, found
     return found[0]
 
@@ -128,7 +154,7 @@ async def test_cancel_on_the_replica_that_does_not_execute_the_run_stops_it_with
         apps = [app for app, _ in started]
         run_id = await start_run(started[0][1], HANGING)
         await wait_status(started[1][1], run_id, "running")
-        other = started[1 - executor(apps, run_id)][1]
+        other = started[1 - await executor(apps, run_id)][1]
         with anyio.fail_after(2):
             response = await other.post(f"/runs/{run_id}/cancel")
             assert response.status_code == 202, response.text
