@@ -15,6 +15,8 @@
 #   storage and service
 #     FINISHLINE_STORE_URL=sqlite:////data/finishline.db   (set below: the /data volume);
 #                                                redis://HOST:PORT/DB for several replicas
+#     FINISHLINE_LEASE_S=15.0                    Redis store: a run's lease; expired: taken over
+#     FINISHLINE_MAX_RUN_ATTEMPTS=3              Redis store: takeovers before "interrupted"
 #     FINISHLINE_RETENTION_S=604800.0            Redis store: how long a terminal run is kept
 #     FINISHLINE_API_KEYS=                       comma-separated bearer keys; empty = no auth
 #     FINISHLINE_MAX_CONCURRENT_RUNS=16          runs executing at once

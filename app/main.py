@@ -105,7 +105,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_concurrent_runs=settings.max_concurrent_runs,
             max_queued_runs=settings.max_queued_runs,
             max_event_content_chars=settings.max_event_content_chars,
-            coordinator=coordinator_for(store, replica=replica_name()),
+            coordinator=coordinator_for(
+                store,
+                replica=replica_name(),
+                lease_s=settings.lease_s,
+                max_attempts=settings.max_run_attempts,
+            ),
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

@@ -48,6 +48,15 @@ class Settings(BaseSettings):
         gt=0,
         description="Redis store: how long a terminal run and its events are kept (7 days).",
     )
+    lease_s: float = Field(
+        15.0,
+        gt=0,
+        description="Redis store: the executing replica's lease on a run; a run whose lease "
+        "expired is taken over by another replica within the lease + 5 s.",
+    )
+    max_run_attempts: int = Field(
+        3, ge=1, description="Redis store: takeovers of one run before it fails (interrupted)."
+    )
     api_keys: CommaList = Field(
         default_factory=list,
         description="Comma-separated bearer keys; empty = no auth. Each run is visible only "

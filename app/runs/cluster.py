@@ -8,7 +8,9 @@ alone. With one (the Redis store), every replica is API and worker at once:
   asks the owner to stop (`request_cancel`: a stored flag plus a broadcast `serve` turns into
   `on_cancel` on the executing replica);
 - wait and follow on a replica that does not execute the run read the shared store
-  (`wait_for_end`).
+  (`wait_for_end`);
+- the executing replica holds the run's lease; a run whose lease expired is taken over by
+  another replica (`on_takeover`), which resumes it from its checkpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from app.runs.store import RunStore
 
 
 class RunCoordinator(Protocol):
+    replica: str
+    max_attempts: int  # takeovers of one run before it fails "interrupted"
+
     async def queued(self) -> int:
         """Runs waiting in the cluster's queue, not yet claimed by a replica."""
 
@@ -34,7 +39,14 @@ class RunCoordinator(Protocol):
         """Offer a new (already stored) run to every replica."""
 
     async def claim(self, run_id: str) -> bool:
-        """Take ownership of a queued run: True for exactly one caller."""
+        """Take ownership (the lease) of a queued run: True for exactly one caller. This
+        process then renews the lease, and its writes of the run are fenced by it."""
+
+    def release(self, run_id: str) -> None:
+        """The run ended here (or was given up): stop renewing its lease."""
+
+    def stop(self) -> None:
+        """Make `serve` return (after the drain: leases are renewed until then)."""
 
     async def request_cancel(self, run_id: str) -> None:
         """Ask the replica executing the run to cancel it."""
@@ -49,10 +61,13 @@ class RunCoordinator(Protocol):
         slot_freed: asyncio.Event,
         on_claimed: Callable[[str], Awaitable[None]],
         on_cancel: Callable[[str], None],
+        on_lost: Callable[[str], None],
+        on_takeover: Callable[[str, int], Awaitable[None]],
     ) -> None:
-        """Until `free_slots()` < 0 (draining) or cancelled: claim queued runs while
-        `free_slots()` > 0 (waiting on `slot_freed` otherwise), and relay cancel requests
-        to `on_cancel`."""
+        """Until `stop()`: claim queued runs while `free_slots()` > 0 (waiting on
+        `slot_freed` otherwise; -1 means draining: claim no more), relay cancel requests to
+        `on_cancel`, renew the leases held (`on_lost` when one was lost), and take over runs
+        whose lease expired (`on_takeover(run_id, attempt)`)."""
 
     async def close(self) -> None: ...
 
@@ -62,14 +77,16 @@ def replica_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
-def coordinator_for(store: RunStore, *, replica: str) -> RunCoordinator | None:
+def coordinator_for(
+    store: RunStore, *, replica: str, lease_s: float = 15.0, max_attempts: int = 3
+) -> RunCoordinator | None:
     """The coordinator of a store several replicas share; None for a one-process store."""
     from app.runs.redis_store import RedisRunStore
 
     if isinstance(store, RedisRunStore):
         from app.runs.redis_cluster import RedisCoordinator
 
-        return RedisCoordinator(store, replica=replica)
+        return RedisCoordinator(store, replica=replica, lease_s=lease_s, max_attempts=max_attempts)
     return None
 
 

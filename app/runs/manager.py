@@ -9,16 +9,19 @@ the event and then reads the run sees it ended.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from app.engine.loop import run_react
 from app.engine.policies import StopReason
+from app.engine.state import RunState
 from app.engine.steps import RunError
 from app.runs.cluster import RunCoordinator, wait_for_end
 from app.runs.errors import (
@@ -42,7 +45,7 @@ from app.runs.records import (
     utcnow,
 )
 from app.runs.spec import RunRequest
-from app.runs.store import DuplicateRunError, RunStore
+from app.runs.store import DuplicateRunError, LeaseLostError, RunStore
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
@@ -57,6 +60,8 @@ class _Active:
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    attempt: int = 0  # takeovers so far (Redis store): > 0 resumes from `checkpoint`
+    checkpoint: dict[str, Any] | None = None
 
 
 def request_hash(request: RunRequest) -> str:
@@ -113,6 +118,8 @@ class RunManager:
                     slot_freed=self._slot_freed,
                     on_claimed=self._claimed,
                     on_cancel=self._cancel_asked,
+                    on_lost=self._cancel_asked,
+                    on_takeover=self._taken_over,
                 ),
                 name="cluster",
             )
@@ -153,9 +160,7 @@ class RunManager:
             task.cancel()
 
     async def _drain(self, grace_s: float) -> None:
-        if self._cluster_task is not None:  # claim no more: other replicas take the queue
-            self._slot_freed.set()
-            self._cluster_task.cancel()
+        self._slot_freed.set()  # the coordinator claims no more: other replicas take the queue
         log.info(
             "runs_draining", running=len(self._running), queued=len(self._queue), grace_s=grace_s
         )
@@ -170,6 +175,9 @@ class RunManager:
             if active.task is not None:
                 active.task.cancel()
         await self._wait_for(list(self._running), CANCEL_SETTLE_S)
+        if self.coordinator is not None and self._cluster_task is not None:
+            self.coordinator.stop()  # leases were renewed until the runs ended
+            self._cluster_task.cancel()
 
     async def _wait_for(self, run_ids: Sequence[str], timeout_s: float) -> None:
         events = [self._active[r].done.wait() for r in run_ids if r in self._active]
@@ -344,11 +352,14 @@ class RunManager:
         record = active.record
         structlog.contextvars.bind_contextvars(run_id=record.id)
         try:
-            record.status = RunStatus.RUNNING
-            record.started_at = utcnow()
-            await self.store.save(record)
-            await self.store.append(record.id, "run.started", 0, {})
-            log.info("run_started")
+            if active.attempt == 0:
+                record.status = RunStatus.RUNNING
+                record.started_at = utcnow()
+                await self.store.save(record)
+                await self.store.append(record.id, "run.started", 0, {})
+                log.info("run_started")
+            else:
+                await self._recovered(active)
             prepared = self.factory.prepare(record)
             try:
                 async for step in run_react(
@@ -360,23 +371,32 @@ class RunManager:
                     prompts=prepared.prompts,
                     run_id=record.id,
                     cancel=active.cancel,
+                    state=RunState.from_checkpoint(active.checkpoint["state"])
+                    if active.checkpoint
+                    else None,
                 ):
                     await self.recorder.record(record, step)
             finally:
                 await prepared.aclose()
         except asyncio.CancelledError:
             if not record.status.terminal:
-                await asyncio.shield(self.recorder.end(record, StopReason.CANCELLED))
+                with contextlib.suppress(LeaseLostError):
+                    await asyncio.shield(self.recorder.end(record, StopReason.CANCELLED))
             raise
+        except LeaseLostError:  # another replica took the run over: it is not ours to end
+            log.warning("run_given_up", reason="lease lost")
         except Exception as exc:  # our bug: log once with the traceback, fail the run
             log.exception("run_crashed")
             if not record.status.terminal:
-                await self.recorder.end(
-                    record,
-                    StopReason.ERROR,
-                    error=RunError("internal", f"internal error: {type(exc).__name__}"),
-                )
+                with contextlib.suppress(LeaseLostError):
+                    await self.recorder.end(
+                        record,
+                        StopReason.ERROR,
+                        error=RunError("internal", f"internal error: {type(exc).__name__}"),
+                    )
         finally:
+            if self.coordinator is not None:
+                self.coordinator.release(record.id)
             self._running.discard(record.id)
             self._active.pop(record.id, None)
             active.done.set()
@@ -411,13 +431,45 @@ class RunManager:
         assert self.coordinator is not None
         if not await self.coordinator.claim(run_id):
             return
-        active = self._active[run_id] = _Active(record)
+        await self._run_here(_Active(record))
+
+    async def _taken_over(self, run_id: str, attempt: int) -> None:
+        """A running run whose replica lost its lease (died, hung): resume it here from its
+        checkpoint, or fail it once it was taken over `max_attempts` times."""
+        assert self.coordinator is not None
+        record = await self.store.get(run_id)
+        if record is None or record.status != RunStatus.RUNNING:
+            self.coordinator.release(run_id)
+            return
+        if attempt > self.coordinator.max_attempts:
+            message = f"the run was interrupted {attempt} times (its replica stopped)"
+            try:
+                await self.recorder.end(
+                    record, StopReason.ERROR, error=RunError("interrupted", message)
+                )
+            finally:
+                self.coordinator.release(run_id)
+            return
+        checkpoint = await self.store.load_checkpoint(run_id)
+        await self._run_here(_Active(record, attempt=attempt, checkpoint=checkpoint))
+
+    async def _run_here(self, active: _Active) -> None:
+        assert self.coordinator is not None
+        run_id = active.record.id
+        self._active[run_id] = active
         self._running.add(run_id)
         assert self._tasks is not None, "RunManager.start() was not called"
         active.task = self._tasks.create_task(self._execute(active), name=run_id)
         self.metrics.set_load(running=len(self._running), queued=0)
         if await self.coordinator.cancel_requested(run_id):  # asked while it was claimed
             active.cancel.set()
+
+    async def _recovered(self, active: _Active) -> None:
+        assert self.coordinator is not None
+        step = active.checkpoint["step"] if active.checkpoint else 0
+        data = {"replica": self.coordinator.replica, "attempt": active.attempt}
+        await self.store.append(active.record.id, "run.recovered", step, data)
+        log.warning("run_recovered", attempt=active.attempt, from_step=step)
 
     def _cancel_asked(self, run_id: str) -> None:
         active = self._active.get(run_id)
@@ -429,7 +481,10 @@ class RunManager:
         (taking it before any replica does), else ask its owner; then wait for its end."""
         assert self.coordinator is not None
         if record.status == RunStatus.QUEUED and await self.coordinator.claim(record.id):
-            await self.recorder.end(record, StopReason.CANCELLED)
+            try:
+                await self.recorder.end(record, StopReason.CANCELLED)
+            finally:
+                self.coordinator.release(record.id)
             return record
         await self.coordinator.request_cancel(record.id)
         return await wait_for_end(self.store, record, CANCEL_SETTLE_S)

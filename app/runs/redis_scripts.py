@@ -8,6 +8,8 @@ Keys (P is the store's prefix, `finishline:` by default):
                         idempotency key's name or ""), seq (the last event's seq)
     P ev:{id}           stream: the run's events, entry id `0-{seq}`; fields t, ts, s, d
     P cp:{id}           string: the checkpoint's JSON {"step", "state"}
+    P owner:{id}        string: the fencing token of the replica holding the run's lease
+                        (`redis_cluster`); the hash's `attempts` counts takeovers
     P idem:{tag}:{key}  string: the run id an (owner, idempotency key) names
     P idx:{scope}       sorted set of run ids, all scores 0, so ids sort (by time) in lex order;
     P idx:{scope}|{st}  scope is `all` or an owner tag, st a status
@@ -24,6 +26,11 @@ local P = ARGV[1]
 local function indexes(tag, status)
   return {P .. 'idx:all', P .. 'idx:all|' .. status, P .. 'idx:' .. tag,
           P .. 'idx:' .. tag .. '|' .. status}
+end
+-- a write of a replica that holds a run's lease names its fencing token: refused ("fenced")
+-- once another replica has taken the run over
+local function fenced(id, token)
+  return token ~= '' and redis.call('GET', P .. 'owner:' .. id) ~= token
 end
 local function expire_with_run(run, key)
   local ttl = redis.call('PTTL', run)
@@ -46,13 +53,14 @@ return 'ok'
 """
 )
 
-# ARGV: prefix, id, record, status, tag, idem, ttl_ms (0: keep for good)
-# -> "ok" or "key" (the idempotency key names another run)
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms (0: keep for good), fence ("" for none)
+# -> "ok", "key" (the idempotency key names another run) or "fenced"
 SAVE = (
     _PRELUDE
     + """
 local id, record, status, tag, idem = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ttl = tonumber(ARGV[7])
+if fenced(id, ARGV[8]) then return 'fenced' end
 local run = P .. 'run:' .. id
 local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
 local old_idem = old[3] or ''
@@ -79,13 +87,15 @@ return 'ok'
 """
 )
 
-# ARGV: prefix, id, type, ts, step, data -> the new event's seq, or nil for an unknown run
+# ARGV: prefix, id, type, ts, step, data, fence
+# -> the new event's seq, nil for an unknown run, or "fenced"
 APPEND = (
     _PRELUDE
     + """
 local id = ARGV[2]
 local run = P .. 'run:' .. id
 if redis.call('EXISTS', run) == 0 then return nil end
+if fenced(id, ARGV[7]) then return 'fenced' end
 local seq = redis.call('HINCRBY', run, 'seq', 1)
 local events = P .. 'ev:' .. id
 redis.call('XADD', events, '0-' .. seq, 't', ARGV[3], 'ts', ARGV[4], 's', ARGV[5], 'd', ARGV[6])
@@ -94,13 +104,14 @@ return seq
 """
 )
 
-# ARGV: prefix, id, checkpoint JSON -> 1, or nil for an unknown run
+# ARGV: prefix, id, checkpoint JSON, fence -> 1, nil for an unknown run, or "fenced"
 CHECKPOINT = (
     _PRELUDE
     + """
 local id = ARGV[2]
 local run = P .. 'run:' .. id
 if redis.call('EXISTS', run) == 0 then return nil end
+if fenced(id, ARGV[4]) then return 'fenced' end
 local key = P .. 'cp:' .. id
 redis.call('SET', key, ARGV[3])
 expire_with_run(run, key)
@@ -122,6 +133,30 @@ for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id)
 if old[3] and old[3] ~= '' and redis.call('GET', old[3]) == id then
   redis.call('DEL', old[3])
 end
+return 1
+"""
+)
+
+# ARGV: prefix, id, token, lease_ms -> the attempt (1 for the first takeover) if this caller
+# took over the run (running, and nobody holds its lease), else 0
+TAKE_OVER = (
+    _PRELUDE
+    + """
+local id = ARGV[2]
+local run = P .. 'run:' .. id
+if redis.call('HGET', run, 'status') ~= 'running' then return 0 end
+if not redis.call('SET', P .. 'owner:' .. id, ARGV[3], 'NX', 'PX', ARGV[4]) then return 0 end
+return redis.call('HINCRBY', run, 'attempts', 1)
+"""
+)
+
+# ARGV: prefix, id, token, lease_ms -> 1 if the lease is still this token's (renewed), else 0
+RENEW = (
+    _PRELUDE
+    + """
+local key = P .. 'owner:' .. ARGV[2]
+if redis.call('GET', key) ~= ARGV[3] then return 0 end
+redis.call('PEXPIRE', key, ARGV[4])
 return 1
 """
 )

@@ -26,7 +26,7 @@ from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.redis_follow import StreamFollower, event_from_entry
 from app.runs.redis_scripts import APPEND, CHECKPOINT, CREATE, DELETE, SAVE
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
@@ -63,6 +63,21 @@ class RedisRunStore:
             self.redis, self._events_key, self.read, lambda: self.fanout
         )
         self._closed = False
+        self._fences: dict[str, str] = {}
+
+    # -- fencing ----------------------------------------------------------------------------
+
+    def hold(self, run_id: str, token: str) -> None:
+        """From now on, every write of this run from this process names `token`, and is
+        refused (`LeaseLostError`) once the run's lease holds another."""
+        self._fences[run_id] = token
+
+    def release(self, run_id: str) -> None:
+        self._fences.pop(run_id, None)
+
+    def _fence(self, run_id: str, outcome: object) -> None:
+        if outcome == "fenced":
+            raise LeaseLostError(f"run {run_id!r} was taken over by another replica")
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -94,7 +109,9 @@ class RedisRunStore:
 
     async def save(self, record: RunRecord) -> None:
         ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
-        outcome = await self._save(args=[*self._record_args(record), ttl_ms])
+        fence = self._fences.get(record.id, "")
+        outcome = await self._save(args=[*self._record_args(record), ttl_ms, fence])
+        self._fence(record.id, outcome)
         if outcome == "key":
             raise DuplicateRunError(record.idempotency_key)
 
@@ -150,7 +167,9 @@ class RedisRunStore:
     async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
         payload = json.dumps(data, separators=(",", ":"))
         ts = time.time()
-        seq = await self._append(args=[self.prefix, run_id, type, repr(ts), step, payload])
+        fence = self._fences.get(run_id, "")
+        seq = await self._append(args=[self.prefix, run_id, type, repr(ts), step, payload, fence])
+        self._fence(run_id, seq)
         if seq is None:
             raise KeyError(run_id)
         return Event(run_id, int(seq), type, ts, step, json.loads(payload))
@@ -168,7 +187,10 @@ class RedisRunStore:
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         payload = json.dumps({"step": step, "state": state}, separators=(",", ":"))
-        if await self._checkpoint(args=[self.prefix, run_id, payload]) is None:
+        fence = self._fences.get(run_id, "")
+        outcome = await self._checkpoint(args=[self.prefix, run_id, payload, fence])
+        self._fence(run_id, outcome)
+        if outcome is None:
             raise KeyError(run_id)
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:

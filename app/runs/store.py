@@ -25,6 +25,11 @@ class DuplicateRunError(StoreError):
     """A run with this id, or this owner's idempotency key, exists already."""
 
 
+class LeaseLostError(StoreError):
+    """This process no longer holds the run's lease (another replica took it over): the
+    write was refused, and the run is no longer this process's to change."""
+
+
 class UnsupportedStoreError(StoreError):
     """The store URL names no known backend."""
 

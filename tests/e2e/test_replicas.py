@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ import httpx
 import pytest
 
 from tests.e2e.kit import assert_one_terminal_at_the_end, follow, seqs, start_run, stored_events
+from tests.fakes.llm_server import FakeLLMServer, FakeReply, FakeToolCall
 from tests.fakes.process import AppProcess, AppProcessError
+from tests.fakes.service import SSE, sse_events
 
 pytestmark = pytest.mark.e2e
 
@@ -238,3 +241,84 @@ async def test_a_redis_backed_replica_without_a_token_secret_refuses_to_start(
         async with AppProcess(tmp_path, env):
             pass
     assert "FINISHLINE_TOKEN_SECRET" in str(failed.value)
+
+
+# -- leases and takeover --------------------------------------------------------------------
+
+LEASE_S = 2.0
+
+
+def calculator_reply(expression: str) -> FakeReply:
+    return FakeReply(
+        content=f"compute {expression}",
+        tool_calls=[FakeToolCall("calculator", {"expression": expression})],
+    )
+
+
+async def test_a_run_whose_replica_is_killed_is_taken_over_and_ends_normally(
+    tmp_path: Path, redis_url: str
+) -> None:
+    replies = [
+        calculator_reply("2+3"),
+        FakeReply(content="thinking it over", hang=True),  # in flight when its replica dies
+        FakeReply.finish("5"),
+    ]
+    async with (
+        FakeLLMServer(replies) as llm,
+        replicas(
+            tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url, FINISHLINE_LEASE_S="2"
+        ) as started,
+    ):
+        apps = [app for app, _ in started]
+        run_id = await start_run(started[0][1], {"task": "add", "tools": ["calculator"]})
+        await llm.wait_for_requests(2, timeout_s=10)  # step 2's LLM call is in flight
+        index = await executor(apps, run_id)
+        survivor = started[1 - index][1]
+        before: list[SSE] = []
+        with anyio.fail_after(10):
+            async for event in sse_events(survivor, f"/runs/{run_id}/events"):
+                before.append(event)
+                if event.event == "observation":
+                    break
+        apps[index].kill()
+        killed = anyio.current_time()
+        after = await follow(
+            survivor, run_id, headers={"Last-Event-ID": str(before[-1].id)}, timeout_s=20
+        )
+        recovered = [e for e in after if e.event == "run.recovered"]
+        assert len(recovered) == 1, [e.event for e in after]
+        assert recovered[0].data["attempt"] == 1
+        assert anyio.current_time() - killed < LEASE_S + 5
+        streamed = before + after
+        assert seqs(streamed) == list(range(1, len(streamed) + 1))
+        assert_one_terminal_at_the_end(streamed, "run.completed")
+        assert streamed[-1].data["result"]["answer"] == "5"
+        assert [e["seq"] for e in await stored_events(survivor, run_id)] == seqs(streamed)
+
+
+async def test_a_replica_paused_past_its_lease_cannot_write_once_it_resumes(
+    tmp_path: Path, redis_url: str
+) -> None:
+    replies = [FakeReply(content="slow", hang=True), FakeReply.finish("done")]
+    async with (
+        FakeLLMServer(replies) as llm,
+        replicas(
+            tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url, FINISHLINE_LEASE_S="2"
+        ) as started,
+    ):
+        apps = [app for app, _ in started]
+        run_id = await start_run(started[0][1], {"task": "wait"})
+        await llm.wait_for_requests(1, timeout_s=10)
+        index = await executor(apps, run_id)
+        paused, survivor = apps[index], started[1 - index][1]
+        paused.send_signal(signal.SIGSTOP)
+        try:
+            streamed = await follow(survivor, run_id, timeout_s=20)  # taken over, ended
+        finally:
+            paused.send_signal(signal.SIGCONT)
+        assert_one_terminal_at_the_end(streamed, "run.completed")
+        llm.release()  # the paused replica's call answers now: it must not write
+        await paused.wait_for_log("run_given_up", timeout_s=10)
+        assert [e["seq"] for e in await stored_events(survivor, run_id)] == seqs(streamed)
+        run = (await survivor.get(f"/runs/{run_id}")).json()
+        assert (run["status"], run["result"]["answer"]) == ("completed", "done")
