@@ -45,6 +45,10 @@ class RedisServer:
         self._reader: threading.Thread | None = None
         self.output: list[str] = []
 
+    @property
+    def process(self) -> subprocess.Popen[str] | None:
+        return self._process
+
     def url(self, db: int = 0) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
 
@@ -101,7 +105,7 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.directory),
-                *self.extra_args,
+                *self.extra_args,  # later options win: ("--appendonly", "yes") turns AOF on
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -194,3 +194,31 @@ async def test_ping_raises_store_error_while_redis_is_down(tmp_path: Path) -> No
         with pytest.raises(StoreError, match="Redis does not answer"):
             await made.ping()
         await made.close()
+
+
+async def test_acknowledged_events_survive_a_redis_crash_with_aof_on(tmp_path: Path) -> None:
+    aof = ("--appendonly", "yes", "--appendfsync", "always")
+    run = record()
+    with RedisServer(tmp_path, extra_args=aof) as server:
+        first = RedisRunStore(server.url())
+        await first.open()
+        await first.create(run)
+        appended = [await first.append(run.id, "thought", i, {"i": i}) for i in range(1, 21)]
+        await first.save_checkpoint(run.id, 20, {"messages": ["kept"]})
+        await first.close()
+        assert server.process is not None
+        server.process.kill()  # SIGKILL: no shutdown, no final save
+        server.stop()
+    with RedisServer(tmp_path, extra_args=aof) as restarted:  # same directory: reads the AOF
+        second = RedisRunStore(restarted.url())
+        await second.open()
+        try:
+            assert await second.get(run.id) == run
+            assert await second.read(run.id) == appended
+            assert (await second.append(run.id, "run.completed", 21, {})).seq == 21
+            assert await second.load_checkpoint(run.id) == {
+                "step": 20,
+                "state": {"messages": ["kept"]},
+            }
+        finally:
+            await second.close()
