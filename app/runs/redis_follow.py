@@ -44,8 +44,18 @@ def event_from_entry(run_id: str, entry_id: str, fields: dict[str, str]) -> Even
 
 @dataclass(eq=False)
 class _Reader:
-    task: asyncio.Task[None]
+    task: asyncio.Task[None] | None = None
     followers: int = 0
+    stopped: bool = False  # checked by the loop too: a cancel is not always delivered
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+
+    @property
+    def done(self) -> bool:
+        return self.stopped or (self.task is not None and self.task.done())
 
 
 class StreamFollower:
@@ -70,12 +80,14 @@ class StreamFollower:
 
     async def follow(self, run_id: str, after: int) -> AsyncIterator[Event]:
         reader = self._readers.get(run_id)
-        if reader is None or reader.task.done():
+        if reader is None or reader.done:
             last = await self._last_seq(run_id)
             reader = self._readers.get(run_id)  # another follower may have started one
-            if reader is None or reader.task.done():
-                task = asyncio.create_task(self._run(run_id, last), name=f"xread {run_id}")
-                reader = self._readers[run_id] = _Reader(task)
+            if reader is None or reader.done:
+                reader = self._readers[run_id] = _Reader()
+                reader.task = asyncio.create_task(
+                    self._run(run_id, last, reader), name=f"xread {run_id}"
+                )
         reader.followers += 1
         try:
             async with contextlib.aclosing(
@@ -86,25 +98,25 @@ class StreamFollower:
         finally:
             reader.followers -= 1
             if reader.followers == 0:
-                reader.task.cancel()
+                reader.stop()
                 if self._readers.get(run_id) is reader:
                     del self._readers[run_id]
 
     async def close(self) -> None:
         readers, self._readers = list(self._readers.values()), {}
         for reader in readers:
-            reader.task.cancel()
-        for reader in readers:
-            with contextlib.suppress(asyncio.CancelledError, RedisError):
-                await reader.task
+            reader.stop()
+        tasks = [reader.task for reader in readers if reader.task is not None]
+        if tasks:  # a blocked read ends within BLOCK_MS whatever happens to the cancel
+            await asyncio.wait(tasks, timeout=BLOCK_MS / 1000 + 1)
 
     async def _last_seq(self, run_id: str) -> int:
         entries = await self._redis.xrevrange(self._stream_key(run_id), count=1)
         return int(entries[0][0].partition("-")[2]) if entries else 0
 
-    async def _run(self, run_id: str, last: int) -> None:
+    async def _run(self, run_id: str, last: int, reader: _Reader) -> None:
         key = self._stream_key(run_id)
-        while True:
+        while not reader.stopped:
             try:
                 reply: Any = await self._redis.xread({key: f"0-{last}"}, count=PAGE, block=BLOCK_MS)
             except RedisError as exc:
@@ -113,6 +125,8 @@ class StreamFollower:
                 continue
             for _stream, entries in reply or ():
                 for entry_id, fields in entries:
+                    if reader.stopped:
+                        return
                     event = event_from_entry(run_id, entry_id, fields)
                     self._fanout().publish(event)
                     last = event.seq
