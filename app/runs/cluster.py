@@ -10,7 +10,9 @@ alone. With one (the Redis store), every replica is API and worker at once:
 - wait and follow on a replica that does not execute the run read the shared store
   (`wait_for_end`);
 - the executing replica holds the run's lease; a run whose lease expired is taken over by
-  another replica (`on_takeover`), which resumes it from its checkpoint.
+  another replica (`on_takeover`), which resumes it from its checkpoint;
+- a run's webhook is owed from the moment the store ends the run (an outbox written with
+  the terminal record) and delivered by one replica (`on_webhook`).
 """
 
 from __future__ import annotations
@@ -63,11 +65,13 @@ class RunCoordinator(Protocol):
         on_cancel: Callable[[str], None],
         on_lost: Callable[[str], None],
         on_takeover: Callable[[str, int], Awaitable[None]],
+        on_webhook: Callable[[str], Awaitable[None]],
     ) -> None:
         """Until `stop()`: claim queued runs while `free_slots()` > 0 (waiting on
         `slot_freed` otherwise; -1 means draining: claim no more), relay cancel requests to
-        `on_cancel`, renew the leases held (`on_lost` when one was lost), and take over runs
-        whose lease expired (`on_takeover(run_id, attempt)`)."""
+        `on_cancel`, renew the leases held (`on_lost` when one was lost), take over runs
+        whose lease expired (`on_takeover(run_id, attempt)`), and deliver the webhooks of
+        ended runs from the outbox, each by one replica (`on_webhook`)."""
 
     async def close(self) -> None: ...
 

@@ -120,6 +120,7 @@ class RunManager:
                     on_cancel=self._cancel_asked,
                     on_lost=self._cancel_asked,
                     on_takeover=self._taken_over,
+                    on_webhook=self.webhooks.deliver,
                 ),
                 name="cluster",
             )
@@ -404,6 +405,8 @@ class RunManager:
             self._start_next()
 
     def _deliver_webhook(self, record: RunRecord) -> None:
+        if self.coordinator is not None:  # the store's outbox has it: one replica delivers
+            return
         if record.webhook is not None and self._tasks is not None:
             task = self._tasks.create_task(self.webhooks.deliver(record.id))
             self._webhook_tasks.add(task)

@@ -38,6 +38,8 @@ from app.runs.redis_store import RedisRunStore
 log = structlog.get_logger("finishline.runs")
 
 GROUP = "runners"
+WEBHOOK_GROUP = "senders"
+WEBHOOK_REDELIVER_IDLE_MS = 300_000  # longer than a delivery's attempts and back-offs take
 BLOCK_MS = 2_000
 REDELIVER_IDLE_MS = 10_000
 RETRY_S = 0.5
@@ -55,6 +57,7 @@ class RedisCoordinator:
         self.max_attempts = max_attempts
         self.queue_key = store.prefix + "queue"
         self.channel = store.prefix + "cancel"
+        self.webhooks_key = store.prefix + "webhooks"
         self.sweep_s = min(1.0, lease_s / 3)
         self._ttl_s = max(1, int(store.retention_s))
         self._lease_ms = max(1, int(lease_s * 1000))
@@ -113,8 +116,10 @@ class RedisCoordinator:
         on_cancel: Callable[[str], None],
         on_lost: Callable[[str], None],
         on_takeover: Callable[[str, int], Awaitable[None]],
+        on_webhook: Callable[[str], Awaitable[None]],
     ) -> None:
         async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._send_webhooks(free_slots, on_webhook, tasks))
             tasks.create_task(self._listen_for_cancels(on_cancel))
             tasks.create_task(self._claim_runs(free_slots, slot_freed, on_claimed))
             tasks.create_task(self._renew_leases(on_lost))
@@ -128,7 +133,7 @@ class RedisCoordinator:
         slot_freed: asyncio.Event,
         on_claimed: Callable[[str], Awaitable[None]],
     ) -> None:
-        await self._create_group()
+        await self._create_group(self.queue_key, GROUP)
         while not self._stopping:
             free = free_slots()
             if free < 0:  # draining
@@ -139,7 +144,7 @@ class RedisCoordinator:
                     await slot_freed.wait()
                 continue
             try:
-                entries = await self._redelivered(free)
+                entries = await self._redelivered(self.queue_key, GROUP, REDELIVER_IDLE_MS, free)
                 if not entries:
                     reply: Any = await self.redis.xreadgroup(
                         GROUP, self.replica, {self.queue_key: ">"}, count=free, block=BLOCK_MS
@@ -156,16 +161,16 @@ class RedisCoordinator:
                 log.warning("queue_read_failed", error=str(exc))
                 await asyncio.sleep(RETRY_S)
 
-    async def _redelivered(self, count: int) -> list[Any]:
+    async def _redelivered(self, key: str, group: str, idle_ms: int, count: int) -> list[Any]:
         """Entries another replica read and never acknowledged (it died): ours now."""
         reply: Any = await self.redis.xautoclaim(
-            self.queue_key, GROUP, self.replica, REDELIVER_IDLE_MS, "0-0", count=count
+            key, group, self.replica, idle_ms, "0-0", count=count
         )
         return list(reply[1])
 
-    async def _create_group(self) -> None:
+    async def _create_group(self, key: str, group: str) -> None:
         try:
-            await self.redis.xgroup_create(self.queue_key, GROUP, id="0", mkstream=True)
+            await self.redis.xgroup_create(key, group, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -234,3 +239,46 @@ class RedisCoordinator:
                         await on_takeover(run_id, int(attempt))
             except RedisError as exc:
                 log.warning("takeover_sweep_failed", error=str(exc))
+
+    # -- the webhook outbox -----------------------------------------------------------------
+
+    async def _send_webhooks(
+        self,
+        free_slots: Callable[[], int],
+        on_webhook: Callable[[str], Awaitable[None]],
+        tasks: asyncio.TaskGroup,
+    ) -> None:
+        """Deliver the webhooks of ended runs: the store's SAVE script put each run's id in
+        the outbox stream as it ended the run; one replica of the group reads each entry and
+        acknowledges it once the delivery is done (all its attempts); an entry whose reader
+        died is taken by another after WEBHOOK_REDELIVER_IDLE_MS."""
+        await self._create_group(self.webhooks_key, WEBHOOK_GROUP)
+        while not self._stopping and free_slots() >= 0:
+            try:
+                entries = await self._redelivered(
+                    self.webhooks_key, WEBHOOK_GROUP, WEBHOOK_REDELIVER_IDLE_MS, 10
+                )
+                if not entries:
+                    reply: Any = await self.redis.xreadgroup(
+                        WEBHOOK_GROUP,
+                        self.replica,
+                        {self.webhooks_key: ">"},
+                        count=10,
+                        block=BLOCK_MS,
+                    )
+                    entries = [e for _stream, page in reply or () for e in page]
+                for entry_id, fields in entries:
+                    tasks.create_task(self._deliver(entry_id, fields.get("run"), on_webhook))
+            except RedisError as exc:
+                log.warning("webhook_outbox_read_failed", error=str(exc))
+                await asyncio.sleep(RETRY_S)
+
+    async def _deliver(
+        self, entry_id: str, run_id: str | None, on_webhook: Callable[[str], Awaitable[None]]
+    ) -> None:
+        if run_id:
+            await on_webhook(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(self.webhooks_key, WEBHOOK_GROUP, entry_id)
+            pipe.xdel(self.webhooks_key, entry_id)
+            await pipe.execute()

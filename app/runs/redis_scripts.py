@@ -53,7 +53,9 @@ return 'ok'
 """
 )
 
-# ARGV: prefix, id, record, status, tag, idem, ttl_ms (0: keep for good), fence ("" for none)
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms (0: keep for good), fence ("" for none),
+# outbox ("1": the run has a webhook; when this save ends it, its id goes to the outbox
+# stream `P webhooks` in the same step, so the webhook is owed whatever crashes next)
 # -> "ok", "key" (the idempotency key names another run) or "fenced"
 SAVE = (
     _PRELUDE
@@ -76,6 +78,10 @@ if old[1] then
   for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
 end
 for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
+local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
+if ARGV[9] == '1' and ttl > 0 and was_active then
+  redis.call('XADD', P .. 'webhooks', '*', 'run', id)
+end
 redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
 if not old[1] then redis.call('HSET', run, 'seq', 0) end
 local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id}

@@ -110,7 +110,8 @@ class RedisRunStore:
     async def save(self, record: RunRecord) -> None:
         ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
         fence = self._fences.get(record.id, "")
-        outcome = await self._save(args=[*self._record_args(record), ttl_ms, fence])
+        outbox = "1" if record.webhook is not None else ""
+        outcome = await self._save(args=[*self._record_args(record), ttl_ms, fence, outbox])
         self._fence(record.id, outcome)
         if outcome == "key":
             raise DuplicateRunError(record.idempotency_key)

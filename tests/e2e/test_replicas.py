@@ -17,7 +17,15 @@ import anyio
 import httpx
 import pytest
 
-from tests.e2e.kit import assert_one_terminal_at_the_end, follow, seqs, start_run, stored_events
+from tests.e2e.kit import (
+    LocalEndpoints,
+    assert_one_terminal_at_the_end,
+    follow,
+    seqs,
+    start_run,
+    stored_events,
+    wait_for_run,
+)
 from tests.fakes.llm_server import FakeLLMServer, FakeReply, FakeToolCall
 from tests.fakes.process import AppProcess, AppProcessError
 from tests.fakes.service import SSE, sse_events
@@ -241,6 +249,22 @@ async def test_a_redis_backed_replica_without_a_token_secret_refuses_to_start(
         async with AppProcess(tmp_path, env):
             pass
     assert "FINISHLINE_TOKEN_SECRET" in str(failed.value)
+
+
+async def test_a_runs_webhook_is_delivered_once_by_one_replica(
+    tmp_path: Path, redis_url: str
+) -> None:
+    hosts = {"FINISHLINE_HTTP_TOOL_ALLOW_HOSTS": "127.0.0.1"}
+    async with LocalEndpoints() as receiver, replicas(tmp_path, redis_url, **hosts) as started:
+        (_, a), (_, b) = started
+        body = scripted(finish("hooked"), webhook=receiver.url("/hook/once"))
+        run_id = await start_run(a, body)
+        await receiver.wait_for_hooks("once", 1, timeout_s=10)
+        run = await wait_for_run(b, run_id, lambda r: bool(r["webhook"]["delivered"]))
+        (attempt,) = run["webhook"]["attempts"]
+        assert attempt["status_code"] == 200
+        (delivered,) = receiver.hooks["once"]
+        assert (delivered["id"], delivered["status"]) == (run_id, "completed")
 
 
 # -- leases and takeover --------------------------------------------------------------------
