@@ -372,9 +372,7 @@ class RunManager:
                     prompts=prepared.prompts,
                     run_id=record.id,
                     cancel=active.cancel,
-                    state=RunState.from_checkpoint(active.checkpoint["state"])
-                    if active.checkpoint
-                    else None,
+                    state=self._resumed_state(active),
                 ):
                     await self.recorder.record(record, step)
             finally:
@@ -466,6 +464,18 @@ class RunManager:
         self.metrics.set_load(running=len(self._running), queued=0)
         if await self.coordinator.cancel_requested(run_id):  # asked while it was claimed
             active.cancel.set()
+
+    def _resumed_state(self, active: _Active) -> RunState | None:
+        """After a takeover: the checkpoint's state (none: from the start), its clock set to
+        the time since the run first started, so a takeover does not extend the deadline."""
+        if active.attempt == 0:
+            return None
+        checkpoint = active.checkpoint
+        state = RunState.from_checkpoint(checkpoint["state"]) if checkpoint else RunState()
+        started = active.record.started_at
+        if started is not None:
+            state.elapsed_s = max(state.elapsed_s, (utcnow() - started).total_seconds())
+        return state
 
     async def _recovered(self, active: _Active) -> None:
         assert self.coordinator is not None
