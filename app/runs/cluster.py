@@ -18,10 +18,9 @@ alone. With one (the Redis store), every replica is API and worker at once:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol
 
 import anyio
@@ -99,8 +98,12 @@ async def wait_for_end(store: RunStore, record: RunRecord, timeout_s: float) -> 
     if record.status.terminal:
         return record
     with anyio.move_on_after(timeout_s):
-        async with contextlib.aclosing(store.subscribe(record.id)) as events:
+        events = store.subscribe(record.id)
+        try:
             async for event in events:
                 if event.terminal:
                     break
+        finally:
+            if isinstance(events, AsyncGenerator):
+                await events.aclose()
     return await store.get(record.id) or record

@@ -190,7 +190,7 @@ class RedisCoordinator:
                 log.warning("cancel_channel_failed", error=str(exc))
                 await asyncio.sleep(RETRY_S)
             finally:
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     # -- leases and takeover ----------------------------------------------------------------
 
@@ -221,7 +221,7 @@ class RedisCoordinator:
             if free_slots() <= 0:
                 continue
             try:
-                run_ids: list[str] = await self.redis.zrange(running, 0, 199)
+                run_ids = [str(i) for i in await self.redis.zrange(running, 0, 199)]
                 async with self.redis.pipeline(transaction=False) as pipe:
                     for run_id in run_ids:
                         pipe.exists(self.store.prefix + "owner:" + run_id)

@@ -12,9 +12,8 @@ last one to leave stops it. Each reader holds one connection while it blocks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,11 +89,13 @@ class StreamFollower:
                 )
         reader.followers += 1
         try:
-            async with contextlib.aclosing(
-                self._fanout().follow(run_id, after, self._read)
-            ) as live:
+            live = self._fanout().follow(run_id, after, self._read)
+            try:
                 async for event in live:
                     yield event
+            finally:
+                if isinstance(live, AsyncGenerator):
+                    await live.aclose()
         finally:
             reader.followers -= 1
             if reader.followers == 0:
@@ -111,8 +112,8 @@ class StreamFollower:
             await asyncio.wait(tasks, timeout=BLOCK_MS / 1000 + 1)
 
     async def _last_seq(self, run_id: str) -> int:
-        entries = await self._redis.xrevrange(self._stream_key(run_id), count=1)
-        return int(entries[0][0].partition("-")[2]) if entries else 0
+        entries: Any = await self._redis.xrevrange(self._stream_key(run_id), count=1)
+        return int(str(entries[0][0]).partition("-")[2]) if entries else 0
 
     async def _run(self, run_id: str, last: int, reader: _Reader) -> None:
         key = self._stream_key(run_id)

@@ -121,8 +121,8 @@ class RedisRunStore:
         return RunRecord.model_validate_json(raw) if raw is not None else None
 
     async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
-        run_id = await self.redis.get(self._idem_key(owner, key))
-        return await self.get(run_id) if run_id is not None else None
+        run_id: Any = await self.redis.get(self._idem_key(owner, key))
+        return await self.get(str(run_id)) if run_id is not None else None
 
     async def list_runs(
         self,
@@ -176,7 +176,7 @@ class RedisRunStore:
         return Event(run_id, int(seq), type, ts, step, json.loads(payload))
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
-        entries = await self.redis.xrange(
+        entries: Any = await self.redis.xrange(
             self._events_key(run_id), min=f"0-{after + 1}", max="+", count=limit
         )
         return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
