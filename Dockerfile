@@ -13,7 +13,11 @@
 # Every server variable, with its default (README.md and .env.example say more):
 #
 #   storage and service
-#     FINISHLINE_STORE_URL=sqlite:////data/finishline.db   (set below: the /data volume)
+#     FINISHLINE_STORE_URL=sqlite:////data/finishline.db   (set below: the /data volume);
+#                                                redis://HOST:PORT/DB for several replicas
+#     FINISHLINE_LEASE_S=15.0                    Redis store: a run's lease; expired: taken over
+#     FINISHLINE_MAX_RUN_ATTEMPTS=3              Redis store: takeovers before "interrupted"
+#     FINISHLINE_RETENTION_S=604800.0            Redis store: how long a terminal run is kept
 #     FINISHLINE_API_KEYS=                       comma-separated bearer keys; empty = no auth
 #     FINISHLINE_MAX_CONCURRENT_RUNS=16          runs executing at once
 #     FINISHLINE_MAX_QUEUED_RUNS=100             runs waiting for a slot; past it, 429
@@ -21,7 +25,7 @@
 #     FINISHLINE_SSE_PING_S=15.0                 keep-alive comment interval on SSE
 #     FINISHLINE_SSE_SEND_TIMEOUT_S=30.0         a client slower than this to accept a write is dropped
 #     FINISHLINE_STREAM_TOKEN_TTL_S=300          lifetime of a run-scoped EventSource token
-#     FINISHLINE_TOKEN_SECRET=                   signs stream tokens; set it when replicas share a store
+#     FINISHLINE_TOKEN_SECRET=                   signs stream tokens; required with the Redis store
 #     FINISHLINE_MAX_EVENT_CONTENT_CHARS=100000  storage cap on one tool result in the event log
 #     FINISHLINE_MAX_WAIT_S=300.0                longest GET /runs/{id}/wait?timeout_s=
 #     FINISHLINE_MAX_TASK_CHARS=100000           longest accepted task

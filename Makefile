@@ -12,7 +12,7 @@ LOCK   := requirements
 PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
 PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
-.PHONY: run test lint format bench clean image chromium lock lock-check
+.PHONY: run test lint format bench clean image chromium redis-server lock lock-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,8 +77,17 @@ chromium:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
+# the Redis store's tests start Debian's redis-server on a free port (never a mock of Redis)
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "The Redis store tests need Debian's redis-server: installing it with apt-get."; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "Install it (apt-get install redis-server), then run make test again."; exit 1; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; }
+
 ## test: lint, format check, type check (mypy --strict on app/), then the whole test suite
-test: $(STAMP) chromium
+test: $(STAMP) chromium redis-server
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

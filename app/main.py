@@ -24,6 +24,7 @@ from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
 from app.runs.backends import open_store
+from app.runs.cluster import coordinator_for, replica_name
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.runs.webhooks import WebhookSender
@@ -71,6 +72,9 @@ def drain_on_sigterm(on_term: Callable[[], None]) -> Callable[[], None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    if settings.store_url.startswith(("redis://", "rediss://")) and settings.token_secret is None:
+        # replicas must accept each other's stream tokens: a random key per process cannot
+        raise ValueError("FINISHLINE_TOKEN_SECRET must be set with a redis:// store")
     configure_logging(settings.log_format, settings.log_level)
     prompts = load_prompts(settings.prompts_file)
 
@@ -81,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.mcp_servers
             else None
         )
-        store = open_store(settings.store_url)
+        store = open_store(settings.store_url, retention_s=settings.retention_s)
         await store.open()
         registry = builtin_registry(
             http_allow_hosts=settings.http_tool_allow_hosts,
@@ -128,6 +132,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_pending_messages=settings.max_pending_messages,
             max_answer_chars=settings.max_answer_chars,
             observer=tracing,
+            coordinator=coordinator_for(
+                store,
+                replica=replica_name(),
+                lease_s=settings.lease_s,
+                max_attempts=settings.max_run_attempts,
+            ),
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

@@ -38,7 +38,22 @@ class ServerSettings(BaseSettings):
     # -- storage and the service --------------------------------------------------------
     store_url: str = Field(
         "sqlite:///./data/finishline.db",
-        description="Where runs and events live: sqlite:///path (WAL) or memory://.",
+        description="Where runs and events live: sqlite:///path (WAL, one process), "
+        "redis://HOST:PORT/DB or rediss:// (several replicas share it) or memory://.",
+    )
+    retention_s: float = Field(
+        604_800.0,
+        gt=0,
+        description="Redis store: how long a terminal run and its events are kept (7 days).",
+    )
+    lease_s: float = Field(
+        15.0,
+        gt=0,
+        description="Redis store: the executing replica's lease on a run; a run whose lease "
+        "expired is taken over by another replica within the lease + 5 s.",
+    )
+    max_run_attempts: int = Field(
+        3, ge=1, description="Redis store: takeovers of one run before it fails (interrupted)."
     )
     api_keys: CommaList = Field(
         default_factory=list,
@@ -63,8 +78,8 @@ class ServerSettings(BaseSettings):
     )
     token_secret: SecretStr | None = Field(
         None,
-        description="Key that signs stream tokens; random per process when unset (set it "
-        "when several replicas serve one store).",
+        description="Key that signs stream tokens; random per process when unset. Required "
+        "with the Redis store, the same on every replica.",
     )
     max_event_content_chars: int = Field(
         100_000, ge=1000, description="Storage cap on a tool result kept in an observation event."

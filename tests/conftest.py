@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from tests.fakes.redis_server import RedisServer
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
@@ -43,3 +45,18 @@ def _default_structlog() -> Iterator[None]:
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server (no persistence) for the whole session."""
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The URL of an empty database of the session's redis-server."""
+    with redis_server.client() as client:
+        client.flushdb()
+    return redis_server.url()

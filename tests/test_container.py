@@ -72,6 +72,21 @@ def test_compose_reads_an_optional_env_file_and_keeps_redis_behind_a_profile() -
     assert "healthcheck" in redis
 
 
+def test_the_scale_profile_runs_replicas_on_redis_behind_a_proxy() -> None:
+    services = COMPOSE["services"]
+    replica, proxy = services["replica"], services["proxy"]
+    assert replica["profiles"] == proxy["profiles"] == ["scale"]
+    assert replica["environment"]["FINISHLINE_STORE_URL"] == "redis://redis:6379/0"
+    assert replica["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert "ports" not in replica  # scaled: only the proxy publishes a port
+    assert proxy["ports"] == ["8080:8080"]
+    (mount,) = proxy["volumes"]
+    source = mount.split(":")[0]
+    conf = (ROOT / source).read_text(encoding="utf-8")
+    assert "set $replicas http://replica:8000;" in conf
+    assert "proxy_buffering off;" in conf  # SSE passes through as it is written
+
+
 def test_production_files_name_no_registry_host() -> None:
     for name in ("Dockerfile", "docker-compose.yml", ".dockerignore"):
         text = (ROOT / name).read_text(encoding="utf-8")

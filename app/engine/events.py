@@ -22,6 +22,7 @@ class EventType(StrEnum):
     USER_MESSAGE = "user.message"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
+    RUN_RECOVERED = "run.recovered"
     RUN_COMPLETED = "run.completed"
     RUN_INCOMPLETE = "run.incomplete"
     RUN_FAILED = "run.failed"

@@ -4,16 +4,20 @@ Runs execute as tasks in one task group owned by the app's lifespan. At most
 `max_concurrent_runs` execute at once; the rest wait in a FIFO queue of bounded length.
 A run's record is made terminal before its terminal event is appended, so a client that saw
 the event and then reads the run sees it ended.
+
+With a `RunCoordinator` (a store several replicas share: Redis) the queue is the cluster's
+instead: see `app/runs/cluster.py`, and `cluster_runs.ClusterRuns` for this side of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import structlog
@@ -25,6 +29,8 @@ from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
 from app.runs.approvals import ApprovalDesk, resumed_state
+from app.runs.cluster import RunCoordinator, wait_for_end
+from app.runs.cluster_runs import CANCEL_SETTLE_S, ClusterRuns, _Active
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
@@ -50,12 +56,10 @@ from app.runs.records import (
     utcnow,
 )
 from app.runs.spec import RunRequest
-from app.runs.store import DuplicateRunError, RunStore
+from app.runs.store import DuplicateRunError, LeaseLostError, RunStore
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
-
-CANCEL_SETTLE_S = 5.0
 
 
 class _PreviousRunGoneError(Exception):
@@ -65,30 +69,12 @@ class _PreviousRunGoneError(Exception):
 EVENT_PAGE = 1000
 
 
-@dataclass(eq=False)
-class _Active:
-    record: RunRecord
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    inbox: list[str] = field(default_factory=list)
-    """Steering messages not yet in the conversation, oldest first."""
-    inbox_closed: bool = False
-    step: int = 0
-    """The step the run is in (0 before its first)."""
-    """Set once the run's last LLM call is behind it: no message can join any more."""
-
-    def take_messages(self) -> list[str]:
-        taken, self.inbox = self.inbox, []
-        return taken
-
-
 def request_hash(request: RunRequest) -> str:
     body = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-class RunManager:
+class RunManager(ClusterRuns):
     def __init__(
         self,
         *,
@@ -103,6 +89,7 @@ class RunManager:
         max_pending_messages: int = 100,
         max_answer_chars: int = 100_000,
         observer: RunObserver | None = None,
+        coordinator: RunCoordinator | None = None,
     ) -> None:
         self.store = store
         self.assembler = assembler
@@ -137,17 +124,38 @@ class RunManager:
             max_pending_messages=max_pending_messages,
         )
         self._approval_timer: asyncio.Task[None] | None = None
+        # with a coordinator (a store replicas share), the queue is the cluster's: this
+        # process executes the runs it claims, and asks others for the rest (app/runs/cluster)
+        self.coordinator = coordinator
+        self._slot_freed = asyncio.Event()
+        self._cluster_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self, tasks: asyncio.TaskGroup) -> None:
         self._tasks = tasks
         self._approval_timer = tasks.create_task(self.approvals.watch(), name="approval-timer")
+        if self.coordinator is not None:
+            self._cluster_task = tasks.create_task(
+                self.coordinator.serve(
+                    free_slots=self._free_slots,
+                    slot_freed=self._slot_freed,
+                    on_claimed=self._claimed,
+                    on_cancel=self._cancel_asked,
+                    on_lost=self._cancel_asked,
+                    on_takeover=self._taken_over,
+                    on_webhook=self.webhooks.deliver,
+                ),
+                name="cluster",
+            )
 
     async def recover(self) -> list[str]:
         """Fail the runs a crash left queued or running (until they can resume elsewhere).
-        Runs waiting for a person stay waiting: their approval timeouts are armed again."""
+        Runs waiting for a person stay waiting: their approval timeouts are armed again.
+        Not on a store other replicas share (Redis): their runs are not this process's."""
         found: list[str] = []
+        if self.coordinator is not None:
+            return found
         while True:
             stale = await self.store.list_runs(
                 owner=None, statuses=ACTIVE_STATUSES, limit=200, any_owner=True
@@ -190,6 +198,7 @@ class RunManager:
             self._approval_timer.cancel()
 
     async def _drain(self, grace_s: float) -> None:
+        self._slot_freed.set()  # the coordinator claims no more: other replicas take the queue
         log.info(
             "runs_draining", running=len(self._running), queued=len(self._queue), grace_s=grace_s
         )
@@ -204,6 +213,9 @@ class RunManager:
             if active.task is not None:
                 active.task.cancel()
         await self._wait_for(list(self._running), CANCEL_SETTLE_S)
+        if self.coordinator is not None and self._cluster_task is not None:
+            self.coordinator.stop()  # leases were renewed until the runs ended
+            self._cluster_task.cancel()
 
     async def _wait_for(self, run_ids: Sequence[str], timeout_s: float) -> None:
         events = [self._active[r].done.wait() for r in run_ids if r in self._active]
@@ -233,13 +245,20 @@ class RunManager:
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
-        # check for room and take it in one step (no await between): a run being stored
-        # holds its place, so concurrent requests cannot all pass the check
-        admitted = len(self._running) + len(self._queue) + self._admitting
-        if admitted >= self.max_concurrent_runs + self.max_queued_runs:
+        if self.coordinator is None:
+            # check for room and take it in one step (no await between): a run being stored
+            # holds its place, so concurrent requests cannot all pass the check
+            queued = len(self._queue) + self._admitting
+            admitted = len(self._running) + queued
+            full = admitted >= self.max_concurrent_runs + self.max_queued_runs
+        else:  # the cluster's queue: runs no replica has claimed yet
+            busy = len(self._running) >= self.max_concurrent_runs
+            queued = await self.coordinator.queued()
+            full = queued >= self.max_queued_runs and (queued > 0 or busy)
+        if full:
             raise QueueFullError(
-                f"{len(self._running)} runs are running and "
-                f"{len(self._queue) + self._admitting} are queued; try again later",
+                f"{len(self._running)} runs are running here and {queued} are queued; "
+                "try again later",
                 retry_after_s=5,
             )
         self._admitting += 1
@@ -302,10 +321,13 @@ class RunManager:
                 **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
             },
         )
-        active = self._active[record.id] = _Active(record)
-        self._queue.append(record.id)
         self.metrics.run_queued()
         log.info("run_created", run_id=record.id, model=record.model)
+        if self.coordinator is not None:
+            await self.coordinator.enqueue(record.id)
+            return record, True
+        active = self._active[record.id] = _Active(record)
+        self._queue.append(record.id)
         self._start_next()
         return active.record, True
 
@@ -385,6 +407,9 @@ class RunManager:
         record = await self.get(run_id, owner, any_owner=any_owner)
         active = self._active.get(run_id)
         waiting = record.status == RunStatus.REQUIRES_ACTION
+        remote = self.coordinator is not None and active is None and not waiting
+        if remote and not record.status.terminal:
+            return await self._cancel_elsewhere(record)
         if record.status.terminal or (active is None and not waiting):
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has already ended ({record.status.value})", run_id=run_id
@@ -463,6 +488,8 @@ class RunManager:
         if not record.status.terminal and active is not None:
             await self._wait_for([run_id], timeout_s)
             return active.record
+        if self.coordinator is not None:  # executing on another replica, or queued
+            return await wait_for_end(self.store, record, timeout_s)
         return record
 
     async def delete(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> None:
@@ -475,9 +502,10 @@ class RunManager:
 
     async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
         """The run's events after seq `after`, live until its terminal event (a run waiting
-        for a person too: its follower stays). A run neither active nor waiting has every
-        event stored already: replay and stop, wherever `after` points."""
-        live = run_id in self._active or await self._waiting(run_id)
+        for a person too: its follower stays; with replicas, any run: it may run elsewhere).
+        Otherwise the run has every event stored already: replay and stop."""
+        live = run_id in self._active or self.coordinator is not None
+        live = live or await self._waiting(run_id)
         if live or run_id in self._active:  # (it may have resumed during that read)
             async for event in self.store.subscribe(run_id, after=after):
                 yield event
@@ -515,18 +543,23 @@ class RunManager:
         trace = self._traces.get(record.id)
         suspended: Suspended | None = None
         try:
-            state, decisions = await resumed_state(self.store, record)
-            record.status = RunStatus.RUNNING
-            record.started_at = record.started_at or utcnow()
-            await self.store.save(record)
+            if active.attempt == 0:
+                state, decisions = await resumed_state(self.store, record)
+                record.status = RunStatus.RUNNING
+                record.started_at = record.started_at or utcnow()
+                await self.store.save(record)
+                started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
+                if state is not None:
+                    started["resumed"] = True
+                await self.store.append(record.id, EventType.RUN_STARTED, 0, started)
+                log.info("run_started", resumed=state is not None)
+            else:  # taken over from a replica that stopped: from its last checkpoint
+                await self._recovered(active)
+                state, decisions = self._resumed_state(active), []
             if trace is not None:
                 trace.started()  # again on a resume: this task's outbound calls carry it
-            started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
-            if state is not None:
-                started["resumed"] = True
-            await self.store.append(record.id, EventType.RUN_STARTED, 0, started)
-            log.info("run_started", resumed=state is not None)
-            previous = None if state is not None else await self._previous_conversation(record)
+            fresh = state is None or not state.messages
+            previous = await self._previous_conversation(record) if fresh else None
             inputs = self.assembler.inputs(record)
             try:
                 async for step in run_react(
@@ -561,8 +594,11 @@ class RunManager:
                 self._webhook_task(record, "requires_action", self.webhooks.notify_waiting)
         except asyncio.CancelledError:
             if not record.status.terminal:
-                await asyncio.shield(self._end_cancelled(active))
+                with contextlib.suppress(LeaseLostError):
+                    await asyncio.shield(self._end_cancelled(active))
             raise
+        except LeaseLostError:  # another replica took the run over: it is not ours to end
+            log.warning("run_given_up", reason="lease lost")
         except _PreviousRunGoneError as exc:
             if record.status.terminal:
                 raise
@@ -573,16 +609,20 @@ class RunManager:
         except Exception as exc:  # our bug: log once with the traceback, fail the run
             log.exception("run_crashed")
             if not record.status.terminal:
-                await self._undelivered(active)
-                await self.recorder.end(
-                    record,
-                    StopReason.ERROR,
-                    error=RunError("internal", f"internal error: {type(exc).__name__}"),
-                )
+                with contextlib.suppress(LeaseLostError):
+                    await self._undelivered(active)
+                    await self.recorder.end(
+                        record,
+                        StopReason.ERROR,
+                        error=RunError("internal", f"internal error: {type(exc).__name__}"),
+                    )
         finally:
+            if self.coordinator is not None:
+                self.coordinator.release(record.id)
             self._running.discard(record.id)
             self._active.pop(record.id, None)
             active.done.set()
+            self._slot_freed.set()
             self._start_next()
 
     def _on_ended(self, record: RunRecord) -> None:
@@ -608,6 +648,8 @@ class RunManager:
         self._start_next()
 
     def _deliver_webhook(self, record: RunRecord) -> None:
+        if self.coordinator is not None:  # the store's outbox has it: one replica delivers
+            return
         self._webhook_task(record, "ended", self.webhooks.deliver)
 
     def _webhook_task(

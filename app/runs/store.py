@@ -1,6 +1,7 @@
 """The one protocol storage sits behind: run records, an append-only event log per run, and
-checkpoints. Implementations: `MemoryRunStore` (memory://) and `SqliteRunStore` (sqlite://),
-opened by URL with `app.runs.backends.open_store`; Redis Streams later.
+checkpoints. Implementations: `MemoryRunStore` (memory://), `SqliteRunStore` (sqlite://) and
+`RedisRunStore` (redis:// or rediss://, the one several replicas share), opened by URL with
+`app.runs.backends.open_store`.
 
 Ordering contract: `append` assigns the next `seq` of the run (1, 2, 3 … no gaps) and returns
 only once the event is durable; events are appended, and published to subscribers, in the
@@ -24,6 +25,11 @@ class StoreError(FinishlineError):
 
 class DuplicateRunError(StoreError):
     """A run with this id, or this owner's idempotency key, exists already."""
+
+
+class LeaseLostError(StoreError):
+    """This process no longer holds the run's lease (another replica took it over): the
+    write was refused, and the run is no longer this process's to change."""
 
 
 class UnsupportedStoreError(StoreError):

@@ -9,9 +9,13 @@ import pytest
 from tests.e2e.kit import sqlite_url
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Each store the service ships with: tests taking this run once on each."""
+    """Each store the service ships with: tests taking this run once on each (Redis: the
+    session's real redis-server, flushed)."""
     if request.param == "memory":
         return "memory://"
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return url
     return sqlite_url(tmp_path)

@@ -28,8 +28,10 @@ def delivered(run: dict[str, Any]) -> bool:
     return bool(run["webhook"]["delivered"])
 
 
-async def test_the_webhook_receives_the_ended_run_once() -> None:
-    settings = e2e_settings(http_tool_allow_hosts=["127.0.0.1"], webhook_backoff_s=0.05)
+async def test_the_webhook_receives_the_ended_run_once(store_url: str) -> None:
+    settings = e2e_settings(
+        store_url=store_url, http_tool_allow_hosts=["127.0.0.1"], webhook_backoff_s=0.05
+    )
     async with LocalEndpoints() as receiver, served_app(settings) as (_, client):
         run_id = await start_run(client, scripted_run("42", receiver.url("/hook/ok")))
         await receiver.wait_for_hooks("ok", 1)
@@ -46,8 +48,12 @@ async def test_the_webhook_receives_the_ended_run_once() -> None:
     assert attempt["error"] is None
 
 
-async def test_a_failed_webhook_delivery_is_retried_and_both_attempts_are_on_the_run() -> None:
-    settings = e2e_settings(http_tool_allow_hosts=["127.0.0.1"], webhook_backoff_s=0.05)
+async def test_a_failed_webhook_delivery_is_retried_and_both_attempts_are_on_the_run(
+    store_url: str,
+) -> None:
+    settings = e2e_settings(
+        store_url=store_url, http_tool_allow_hosts=["127.0.0.1"], webhook_backoff_s=0.05
+    )
     async with LocalEndpoints() as receiver, served_app(settings) as (_, client):
         receiver.hook_statuses["flaky"] = [500]  # then 200
         run_id = await start_run(client, scripted_run("7", receiver.url("/hook/flaky")))

@@ -25,20 +25,25 @@ from app.runs.records import (
     WebhookState,
     new_run_id,
 )
+from app.runs.redis_store import RedisRunStore
 from app.runs.spec import RunRequest
 from app.runs.sqlite import SqliteRunStore
 from app.runs.store import DuplicateRunError, RunStore, StoreError
 
-Store = MemoryRunStore | SqliteRunStore
+Store = MemoryRunStore | SqliteRunStore | RedisRunStore
 BOUND_S = 10  # a failure bound, not a wait: every test here finishes in milliseconds
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = (
-        MemoryRunStore() if request.param == "memory" else SqliteRunStore(str(tmp_path / "r.db"))
-    )
-    conforming: RunStore = made  # both satisfy the protocol
+    made: Store
+    if request.param == "memory":
+        made = MemoryRunStore()
+    elif request.param == "sqlite":
+        made = SqliteRunStore(str(tmp_path / "r.db"))
+    else:  # a real redis-server, its database flushed for this test
+        made = RedisRunStore(request.getfixturevalue("redis_url"))
+    conforming: RunStore = made  # each satisfies the protocol
     await conforming.open()
     try:
         yield made

@@ -35,7 +35,7 @@ async def test_every_terminal_event_follows_a_terminal_record(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = CheckingStore()
-    monkeypatch.setattr(app.main, "open_store", lambda url: store)
+    monkeypatch.setattr(app.main, "open_store", lambda url, **_: store)
     scripts = {
         "completed": [FINISH],
         "incomplete": [{"content": "no tools"}] * 2,  # max_nudges 0: nudge_limit

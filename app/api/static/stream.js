@@ -20,6 +20,7 @@ export const EVENT_TYPES = [
   "user.message",
   "approval.requested",
   "approval.decided",
+  "run.recovered",
   "run.completed",
   "run.incomplete",
   "run.failed",

@@ -72,6 +72,11 @@ const RENDERERS = {
     this.entry(event, "lifecycle", "Queued", meta(`model ${event.model}`, tools, when));
   },
 
+  "run.recovered"(event) {
+    const note = `replica ${event.replica} · attempt ${event.attempt}`;
+    this.entry(event, "lifecycle", "Taken over", meta(note, clockTime(event.ts)));
+  },
+
   "run.started"(event) {
     this.entry(event, "lifecycle", "Started", meta(clockTime(event.ts)));
   },

@@ -1,0 +1,284 @@
+"""`RunCoordinator` on Redis: the run queue is one Stream read by one consumer group, so each
+queued run is delivered to one replica; ownership of a run is a lease, one `SET NX PX` key
+holding the owner's fencing token; cancel is a stored flag plus one pub/sub channel.
+
+Keys (P is the store's prefix):
+    P queue          stream of {run: id}; group `runners`, one consumer per replica
+    P owner:{id}     the lease: the fencing token of the replica that owns the run (claimed it
+                     to execute it, took it over, or cancelled it while it was queued); set NX
+                     with a `lease_s` expiry the owner renews every third of it. The store's
+                     writes of a run name the token (`RedisRunStore.hold`) and are refused
+                     once it is not the lease's any more
+    P cancel:{id}    set when a cancel was asked; the channel `P cancel` carries the run id
+
+A replica reads the queue only while it has a free slot, and at most as many entries as it
+has free slots. An entry is acknowledged (and deleted) once the run is taken or found taken;
+an entry a replica read and never acknowledged (it died in between) is claimed by another
+after `REDELIVER_IDLE_MS` (XAUTOCLAIM), so a queued run is never lost with its replica.
+
+Takeover: every replica with a free slot scans the running runs every `sweep_s` (at most a
+third of the lease); a running run whose lease key is gone (its replica died or hung past
+the lease) is taken by the first replica whose `TAKE_OVER` script sets the key, which counts
+the attempt; the manager then resumes the run from its checkpoint (`on_takeover`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from redis.exceptions import RedisError, ResponseError
+
+from app.runs.redis_scripts import RENEW, TAKE_OVER
+from app.runs.redis_store import RedisRunStore
+
+log = structlog.get_logger("finishline.runs")
+
+GROUP = "runners"
+WEBHOOK_GROUP = "senders"
+WEBHOOK_REDELIVER_IDLE_MS = 300_000  # longer than a delivery's attempts and back-offs take
+BLOCK_MS = 2_000
+REDELIVER_IDLE_MS = 10_000
+RETRY_S = 0.5
+LISTEN_S = 1.0  # a blocking wait for a cancel message, between checks for the drain
+
+
+class RedisCoordinator:
+    def __init__(
+        self, store: RedisRunStore, *, replica: str, lease_s: float = 15.0, max_attempts: int = 3
+    ) -> None:
+        self.store = store
+        self.redis = store.redis
+        self.replica = replica
+        self.lease_s = lease_s
+        self.max_attempts = max_attempts
+        self.queue_key = store.prefix + "queue"
+        self.channel = store.prefix + "cancel"
+        self.webhooks_key = store.prefix + "webhooks"
+        self.sweep_s = min(1.0, lease_s / 3)
+        self._ttl_s = max(1, int(store.retention_s))
+        self._lease_ms = max(1, int(lease_s * 1000))
+        self._held: dict[str, str] = {}  # run id -> this replica's fencing token
+        self._take_over = self.redis.register_script(TAKE_OVER)
+        self._renew = self.redis.register_script(RENEW)
+        self._stopping = False
+
+    async def queued(self) -> int:
+        length: int = await self.redis.xlen(self.queue_key)
+        return length
+
+    async def enqueue(self, run_id: str) -> None:
+        await self.redis.xadd(self.queue_key, {"run": run_id})
+
+    async def claim(self, run_id: str) -> bool:
+        token = self._token()
+        key = self.store.prefix + "owner:" + run_id
+        if not await self.redis.set(key, token, nx=True, px=self._lease_ms):
+            return False
+        self._hold(run_id, token)
+        return True
+
+    def release(self, run_id: str) -> None:
+        self._held.pop(run_id, None)
+        self.store.release(run_id)
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def _token(self) -> str:
+        return f"{self.replica}:{os.urandom(6).hex()}"
+
+    def _hold(self, run_id: str, token: str) -> None:
+        self._held[run_id] = token
+        self.store.hold(run_id, token)
+
+    async def request_cancel(self, run_id: str) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.store.prefix + "cancel:" + run_id, self.replica, ex=self._ttl_s)
+            pipe.publish(self.channel, run_id)
+            await pipe.execute()
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        return bool(await self.redis.exists(self.store.prefix + "cancel:" + run_id))
+
+    async def close(self) -> None:
+        return None
+
+    async def serve(
+        self,
+        *,
+        free_slots: Callable[[], int],
+        slot_freed: asyncio.Event,
+        on_claimed: Callable[[str], Awaitable[None]],
+        on_cancel: Callable[[str], None],
+        on_lost: Callable[[str], None],
+        on_takeover: Callable[[str, int], Awaitable[None]],
+        on_webhook: Callable[[str], Awaitable[None]],
+    ) -> None:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._send_webhooks(free_slots, on_webhook, tasks))
+            tasks.create_task(self._listen_for_cancels(on_cancel))
+            tasks.create_task(self._claim_runs(free_slots, slot_freed, on_claimed))
+            tasks.create_task(self._renew_leases(on_lost))
+            tasks.create_task(self._sweep(free_slots, on_takeover))
+
+    # -- the queue --------------------------------------------------------------------------
+
+    async def _claim_runs(
+        self,
+        free_slots: Callable[[], int],
+        slot_freed: asyncio.Event,
+        on_claimed: Callable[[str], Awaitable[None]],
+    ) -> None:
+        await self._create_group(self.queue_key, GROUP)
+        while not self._stopping:
+            free = free_slots()
+            if free < 0:  # draining
+                return
+            if free == 0:
+                slot_freed.clear()
+                if free_slots() <= 0:
+                    await slot_freed.wait()
+                continue
+            try:
+                entries = await self._redelivered(self.queue_key, GROUP, REDELIVER_IDLE_MS, free)
+                if not entries:
+                    reply: Any = await self.redis.xreadgroup(
+                        GROUP, self.replica, {self.queue_key: ">"}, count=free, block=BLOCK_MS
+                    )
+                    entries = [e for _stream, page in reply or () for e in page]
+                for entry_id, fields in entries:
+                    if fields and "run" in fields:
+                        await on_claimed(fields["run"])
+                    async with self.redis.pipeline(transaction=True) as pipe:
+                        pipe.xack(self.queue_key, GROUP, entry_id)
+                        pipe.xdel(self.queue_key, entry_id)
+                        await pipe.execute()
+            except RedisError as exc:
+                log.warning("queue_read_failed", error=str(exc))
+                await asyncio.sleep(RETRY_S)
+
+    async def _redelivered(self, key: str, group: str, idle_ms: int, count: int) -> list[Any]:
+        """Entries another replica read and never acknowledged (it died): ours now."""
+        reply: Any = await self.redis.xautoclaim(
+            key, group, self.replica, idle_ms, "0-0", count=count
+        )
+        return list(reply[1])
+
+    async def _create_group(self, key: str, group: str) -> None:
+        try:
+            await self.redis.xgroup_create(key, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    # -- cancel -----------------------------------------------------------------------------
+
+    async def _listen_for_cancels(self, on_cancel: Callable[[str], None]) -> None:
+        while not self._stopping:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.channel)
+                while not self._stopping:
+                    message = await pubsub.get_message(timeout=LISTEN_S)
+                    if message is not None and message.get("type") == "message":
+                        on_cancel(str(message["data"]))
+            except RedisError as exc:
+                log.warning("cancel_channel_failed", error=str(exc))
+                await asyncio.sleep(RETRY_S)
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    # -- leases and takeover ----------------------------------------------------------------
+
+    async def _renew_leases(self, on_lost: Callable[[str], None]) -> None:
+        """Renew every held lease each third of it; a lease found lost (this process was
+        paused past it and another took the run) stops the run here (`on_lost`)."""
+        while not self._stopping:
+            await asyncio.sleep(self.lease_s / 3)
+            for run_id, token in list(self._held.items()):
+                try:
+                    renewed = await self._renew(
+                        args=[self.store.prefix, run_id, token, self._lease_ms]
+                    )
+                except RedisError as exc:
+                    log.warning("lease_renewal_failed", run_id=run_id, error=str(exc))
+                    continue
+                if not renewed and self._held.get(run_id) == token:
+                    log.warning("lease_lost", run_id=run_id)
+                    on_lost(run_id)
+
+    async def _sweep(
+        self, free_slots: Callable[[], int], on_takeover: Callable[[str, int], Awaitable[None]]
+    ) -> None:
+        """Take over running runs whose lease expired, while this replica has free slots."""
+        running = self.store.prefix + "idx:all|running"
+        while not self._stopping and free_slots() >= 0:
+            await asyncio.sleep(self.sweep_s)
+            if free_slots() <= 0:
+                continue
+            try:
+                run_ids = [str(i) for i in await self.redis.zrange(running, 0, 199)]
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for run_id in run_ids:
+                        pipe.exists(self.store.prefix + "owner:" + run_id)
+                    held = await pipe.execute()
+                for run_id, exists in zip(run_ids, held, strict=True):
+                    if exists or free_slots() <= 0:
+                        continue
+                    token = self._token()
+                    attempt = await self._take_over(
+                        args=[self.store.prefix, run_id, token, self._lease_ms]
+                    )
+                    if attempt:
+                        self._hold(run_id, token)
+                        log.warning("run_taken_over", run_id=run_id, attempt=attempt)
+                        await on_takeover(run_id, int(attempt))
+            except RedisError as exc:
+                log.warning("takeover_sweep_failed", error=str(exc))
+
+    # -- the webhook outbox -----------------------------------------------------------------
+
+    async def _send_webhooks(
+        self,
+        free_slots: Callable[[], int],
+        on_webhook: Callable[[str], Awaitable[None]],
+        tasks: asyncio.TaskGroup,
+    ) -> None:
+        """Deliver the webhooks of ended runs: the store's SAVE script put each run's id in
+        the outbox stream as it ended the run; one replica of the group reads each entry and
+        acknowledges it once the delivery is done (all its attempts); an entry whose reader
+        died is taken by another after WEBHOOK_REDELIVER_IDLE_MS."""
+        await self._create_group(self.webhooks_key, WEBHOOK_GROUP)
+        while not self._stopping and free_slots() >= 0:
+            try:
+                entries = await self._redelivered(
+                    self.webhooks_key, WEBHOOK_GROUP, WEBHOOK_REDELIVER_IDLE_MS, 10
+                )
+                if not entries:
+                    reply: Any = await self.redis.xreadgroup(
+                        WEBHOOK_GROUP,
+                        self.replica,
+                        {self.webhooks_key: ">"},
+                        count=10,
+                        block=BLOCK_MS,
+                    )
+                    entries = [e for _stream, page in reply or () for e in page]
+                for entry_id, fields in entries:
+                    tasks.create_task(self._deliver(entry_id, fields.get("run"), on_webhook))
+            except RedisError as exc:
+                log.warning("webhook_outbox_read_failed", error=str(exc))
+                await asyncio.sleep(RETRY_S)
+
+    async def _deliver(
+        self, entry_id: str, run_id: str | None, on_webhook: Callable[[str], Awaitable[None]]
+    ) -> None:
+        if run_id:
+            await on_webhook(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(self.webhooks_key, WEBHOOK_GROUP, entry_id)
+            pipe.xdel(self.webhooks_key, entry_id)
+            await pipe.execute()

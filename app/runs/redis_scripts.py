@@ -1,0 +1,168 @@
+"""The Lua scripts of the Redis store: every write that touches more than one key is one
+script, so Redis runs it atomically (and writes it to the AOF as one unit). A crash can
+therefore never leave an event without its seq counted, a record outside its indexes, or an
+idempotency key without its run.
+
+Keys (P is the store's prefix, `finishline:` by default):
+    P run:{id}          hash: record (the RunRecord's JSON), status, tag (owner), idem (the
+                        idempotency key's name or ""), seq (the last event's seq)
+    P ev:{id}           stream: the run's events, entry id `0-{seq}`; fields t, ts, s, d
+    P cp:{id}           string: the checkpoint's JSON {"step", "state"}
+    P owner:{id}        string: the fencing token of the replica holding the run's lease
+                        (`redis_cluster`); the hash's `attempts` counts takeovers
+    P idem:{tag}:{key}  string: the run id an (owner, idempotency key) names
+    P idx:{scope}       sorted set of run ids, all scores 0, so ids sort (by time) in lex order;
+    P idx:{scope}|{st}  scope is `all` or an owner tag, st a status
+
+An owner tag is `n` for no owner, else `o{len}:{owner}`: the length makes every key built from
+a tag unambiguous whatever the owner string holds. Keys are built inside the scripts from the
+prefix, so the store needs one Redis primary (not Redis Cluster).
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local P = ARGV[1]
+local function indexes(tag, status)
+  return {P .. 'idx:all', P .. 'idx:all|' .. status, P .. 'idx:' .. tag,
+          P .. 'idx:' .. tag .. '|' .. status}
+end
+-- a write of a replica that holds a run's lease names its fencing token: refused ("fenced")
+-- once another replica has taken the run over
+local function fenced(id, token)
+  return token ~= '' and redis.call('GET', P .. 'owner:' .. id) ~= token
+end
+local function expire_with_run(run, key)
+  local ttl = redis.call('PTTL', run)
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+end
+"""
+
+# ARGV: prefix, id, record, status, tag, idem key name ("" for none)
+# -> "ok", "id" (the id exists) or "key" (the idempotency key is taken)
+CREATE = (
+    _PRELUDE
+    + """
+local id, record, status, tag, idem = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local run = P .. 'run:' .. id
+if redis.call('EXISTS', run) == 1 then return 'id' end
+if idem ~= '' and not redis.call('SET', idem, id, 'NX') then return 'key' end
+redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem, 'seq', 0)
+for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
+return 'ok'
+"""
+)
+
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms (0: keep for good), fence ("" for none),
+# outbox ("1": the run has a webhook; when this save ends it, its id goes to the outbox
+# stream `P webhooks` in the same step, so the webhook is owed whatever crashes next)
+# -> "ok", "key" (the idempotency key names another run) or "fenced"
+SAVE = (
+    _PRELUDE
+    + """
+local id, record, status, tag, idem = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ttl = tonumber(ARGV[7])
+if fenced(id, ARGV[8]) then return 'fenced' end
+local run = P .. 'run:' .. id
+local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
+local old_idem = old[3] or ''
+if idem ~= old_idem and idem ~= '' then
+  local holder = redis.call('GET', idem)
+  if holder and holder ~= id then return 'key' end
+  redis.call('SET', idem, id)
+end
+if old_idem ~= '' and old_idem ~= idem and redis.call('GET', old_idem) == id then
+  redis.call('DEL', old_idem)
+end
+if old[1] then
+  for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
+end
+for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
+local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
+if ARGV[9] == '1' and ttl > 0 and was_active then
+  redis.call('XADD', P .. 'webhooks', '*', 'run', id)
+end
+redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
+if not old[1] then redis.call('HSET', run, 'seq', 0) end
+local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id}
+if idem ~= '' then keys[4] = idem end
+for _, key in ipairs(keys) do
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+end
+return 'ok'
+"""
+)
+
+# ARGV: prefix, id, type, ts, step, data, fence
+# -> the new event's seq, nil for an unknown run, or "fenced"
+APPEND = (
+    _PRELUDE
+    + """
+local id = ARGV[2]
+local run = P .. 'run:' .. id
+if redis.call('EXISTS', run) == 0 then return nil end
+if fenced(id, ARGV[7]) then return 'fenced' end
+local seq = redis.call('HINCRBY', run, 'seq', 1)
+local events = P .. 'ev:' .. id
+redis.call('XADD', events, '0-' .. seq, 't', ARGV[3], 'ts', ARGV[4], 's', ARGV[5], 'd', ARGV[6])
+expire_with_run(run, events)
+return seq
+"""
+)
+
+# ARGV: prefix, id, checkpoint JSON, fence -> 1, nil for an unknown run, or "fenced"
+CHECKPOINT = (
+    _PRELUDE
+    + """
+local id = ARGV[2]
+local run = P .. 'run:' .. id
+if redis.call('EXISTS', run) == 0 then return nil end
+if fenced(id, ARGV[4]) then return 'fenced' end
+local key = P .. 'cp:' .. id
+redis.call('SET', key, ARGV[3])
+expire_with_run(run, key)
+return 1
+"""
+)
+
+# ARGV: prefix, id -> 1 if the run existed, else 0
+DELETE = (
+    _PRELUDE
+    + """
+local id = ARGV[2]
+local run = P .. 'run:' .. id
+local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
+redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'owner:' .. id,
+           P .. 'cancel:' .. id)
+if not old[1] then return 0 end
+for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
+if old[3] and old[3] ~= '' and redis.call('GET', old[3]) == id then
+  redis.call('DEL', old[3])
+end
+return 1
+"""
+)
+
+# ARGV: prefix, id, token, lease_ms -> the attempt (1 for the first takeover) if this caller
+# took over the run (running, and nobody holds its lease), else 0
+TAKE_OVER = (
+    _PRELUDE
+    + """
+local id = ARGV[2]
+local run = P .. 'run:' .. id
+if redis.call('HGET', run, 'status') ~= 'running' then return 0 end
+if not redis.call('SET', P .. 'owner:' .. id, ARGV[3], 'NX', 'PX', ARGV[4]) then return 0 end
+return redis.call('HINCRBY', run, 'attempts', 1)
+"""
+)
+
+# ARGV: prefix, id, token, lease_ms -> 1 if the lease is still this token's (renewed), else 0
+RENEW = (
+    _PRELUDE
+    + """
+local key = P .. 'owner:' .. ARGV[2]
+if redis.call('GET', key) ~= ARGV[3] then return 0 end
+redis.call('PEXPIRE', key, ARGV[4])
+return 1
+"""
+)

@@ -1,0 +1,251 @@
+"""`redis://HOST:PORT/DB` (or `rediss://`): the store several replicas share (DESIGN §8).
+
+A run is a hash (its record as the model's own JSON, plus the fields the scripts index on),
+its event log one Stream whose entry ids are `0-{seq}`, its checkpoint one string; listing
+goes through sorted-set indexes per owner and status. Every multi-key write is a Lua script
+(`redis_scripts`), atomic in Redis: `append` counts the seq and adds the entry in one step,
+so the log has no gap and no duplicate whatever crashes. Durability is Redis's: with
+`appendonly yes` and `appendfsync everysec`, a Redis crash loses at most the last second.
+
+A terminal record (and its events, checkpoint and idempotency key) expires `retention_s`
+after it was saved terminal. Live followers read the run's stream (`redis_follow`), so a
+run executing on any replica streams to followers on every replica.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.engine.events import EventType
+from app.runs.fanout import Fanout
+from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.redis_follow import StreamFollower, event_from_entry
+from app.runs.redis_scripts import APPEND, CHECKPOINT, CREATE, DELETE, SAVE
+from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
+
+DEFAULT_RETENTION_S = 7 * 24 * 3600.0
+
+
+def owner_tag(owner: str | None) -> str:
+    """`n` for no owner, else `o{len}:{owner}`: unambiguous inside a key name."""
+    return "n" if owner is None else f"o{len(owner)}:{owner}"
+
+
+class RedisRunStore:
+    """A `RunStore` in Redis 7. `prefix` starts every key (several deployments can share a
+    database); `retention_s` is how long a terminal run is kept."""
+
+    shared = True  # several processes may serve this store at once
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "finishline:",
+        retention_s: float = DEFAULT_RETENTION_S,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.retention_s = retention_s
+        self.fanout = Fanout()
+        self.redis: Redis = Redis.from_url(url, decode_responses=True)
+        self._create = self.redis.register_script(CREATE)
+        self._save = self.redis.register_script(SAVE)
+        self._append = self.redis.register_script(APPEND)
+        self._checkpoint = self.redis.register_script(CHECKPOINT)
+        self._delete = self.redis.register_script(DELETE)
+        self._follower = StreamFollower(
+            self.redis, self._events_key, self.read, lambda: self.fanout
+        )
+        self._closed = False
+        self._fences: dict[str, str] = {}
+
+    # -- fencing ----------------------------------------------------------------------------
+
+    def hold(self, run_id: str, token: str) -> None:
+        """From now on, every write of this run from this process names `token`, and is
+        refused (`LeaseLostError`) once the run's lease holds another."""
+        self._fences[run_id] = token
+
+    def release(self, run_id: str) -> None:
+        self._fences.pop(run_id, None)
+
+    def _fence(self, run_id: str, outcome: object) -> None:
+        if outcome == "fenced":
+            raise LeaseLostError(f"run {run_id!r} was taken over by another replica")
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self.ping()
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._follower.close()
+            await self.redis.aclose()
+
+    async def ping(self) -> None:
+        if self._closed:
+            raise StoreError("the Redis store is closed")
+        try:
+            await self.redis.ping()
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"Redis does not answer: {exc}") from exc
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def create(self, record: RunRecord) -> None:
+        outcome = await self._create(args=self._record_args(record))
+        if outcome == "id":
+            raise DuplicateRunError(record.id)
+        if outcome == "key":
+            raise DuplicateRunError(record.idempotency_key)
+        if record.previous_run_id is not None:  # GET /runs?previous_run_id= reads this index
+            await self.redis.zadd(self._follow_ups_key(record.previous_run_id), {record.id: 0})
+
+    async def save(self, record: RunRecord) -> None:
+        ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
+        fence = self._fences.get(record.id, "")
+        outbox = "1" if record.webhook is not None else ""
+        outcome = await self._save(args=[*self._record_args(record), ttl_ms, fence, outbox])
+        self._fence(record.id, outcome)
+        if outcome == "key":
+            raise DuplicateRunError(record.idempotency_key)
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        raw = await self.redis.hget(self._run_key(run_id), "record")
+        return RunRecord.model_validate_json(raw) if raw is not None else None
+
+    async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
+        run_id: Any = await self.redis.get(self._idem_key(owner, key))
+        return await self.get(str(run_id)) if run_id is not None else None
+
+    async def list_runs(
+        self,
+        *,
+        owner: str | None,
+        statuses: Sequence[RunStatus] = (),
+        limit: int = 50,
+        before_id: str | None = None,
+        any_owner: bool = False,
+        previous_run_id: str | None = None,
+    ) -> list[RunRecord]:
+        scope = self.prefix + "idx:" + ("all" if any_owner else owner_tag(owner))
+        wanted = {RunStatus(s) for s in statuses}
+        indexes = [f"{scope}|{s.value}" for s in sorted(wanted)] if wanted else [scope]
+        if previous_run_id is not None:  # its follow-ups' own index; owner checked below
+            indexes = [self._follow_ups_key(previous_run_id)]
+        found: list[RunRecord] = []
+        cursor = before_id
+        while len(found) < limit:
+            want = limit - len(found)
+            ids = await self._newest_ids(indexes, cursor, want)
+            if not ids:
+                break
+            raws = await self._records([self._run_key(i) for i in ids])
+            gone = [run_id for run_id, raw in zip(ids, raws, strict=True) if raw is None]
+            for raw in raws:
+                if raw is not None:
+                    record = RunRecord.model_validate_json(raw)
+                    visible = any_owner or record.owner == owner
+                    if visible and (not wanted or record.status in wanted):  # (it may have moved)
+                        found.append(record)
+            if gone:  # expired (retention): drop them from the indexes read here
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for index in indexes:
+                        pipe.zrem(index, *gone)
+                    await pipe.execute()
+            if len(ids) < want:
+                break
+            cursor = ids[-1]
+        return found
+
+    async def delete(self, run_id: str) -> None:
+        await self._delete(args=[self.prefix, run_id])
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
+        payload = json.dumps(data, separators=(",", ":"))
+        ts = time.time()
+        fence = self._fences.get(run_id, "")
+        seq = await self._append(args=[self.prefix, run_id, type, repr(ts), step, payload, fence])
+        self._fence(run_id, seq)
+        if seq is None:
+            raise KeyError(run_id)
+        return Event(run_id, int(seq), EventType(type), ts, step, json.loads(payload))
+
+    async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
+        entries: Any = await self.redis.xrange(
+            self._events_key(run_id), min=f"0-{after + 1}", max="+", count=limit
+        )
+        return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+
+    def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        return self._follower.follow(run_id, after)
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
+        payload = json.dumps({"step": step, "state": state}, separators=(",", ":"))
+        fence = self._fences.get(run_id, "")
+        outcome = await self._checkpoint(args=[self.prefix, run_id, payload, fence])
+        self._fence(run_id, outcome)
+        if outcome is None:
+            raise KeyError(run_id)
+
+    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(self.prefix + "cp:" + run_id)
+        return json.loads(raw) if raw is not None else None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _follow_ups_key(self, run_id: str) -> str:
+        return self.prefix + "fu:" + run_id
+
+    def _run_key(self, run_id: str) -> str:
+        return self.prefix + "run:" + run_id
+
+    def _events_key(self, run_id: str) -> str:
+        return self.prefix + "ev:" + run_id
+
+    def _idem_key(self, owner: str | None, key: str) -> str:
+        return f"{self.prefix}idem:{owner_tag(owner)}:{key}"
+
+    def _record_args(self, record: RunRecord) -> list[str]:
+        idem = (
+            self._idem_key(record.owner, record.idempotency_key)
+            if record.idempotency_key is not None
+            else ""
+        )
+        return [
+            self.prefix,
+            record.id,
+            record.model_dump_json(),
+            record.status.value,
+            owner_tag(record.owner),
+            idem,
+        ]
+
+    async def _newest_ids(self, indexes: list[str], before: str | None, count: int) -> list[str]:
+        """The `count` greatest ids below `before` across `indexes`, greatest first."""
+        top = f"({before}" if before is not None else "+"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for index in indexes:
+                pipe.execute_command("ZRANGE", index, top, "-", "BYLEX", "REV", "LIMIT", 0, count)
+            pages: list[list[str]] = await pipe.execute()
+        return sorted({i for page in pages for i in page}, reverse=True)[:count]
+
+    async def _records(self, keys: list[str]) -> list[str | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hget(key, "record")
+            raws: list[str | None] = await pipe.execute()
+        return raws

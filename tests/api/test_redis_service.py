@@ -1,0 +1,85 @@
+"""The service on the Redis store (a real redis-server): a scripted run to its end, streamed;
+idempotent replays; listing; delete; /readyz; and the start-up refusal without a shared
+token secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.main import create_app
+from tests.api.kit import (
+    TERMINAL_EVENTS,
+    create,
+    finish,
+    finishing,
+    run_to_end,
+    scripted,
+    settings,
+    sse,
+)
+from tests.fakes.redis_server import RedisServer
+from tests.fakes.service import api_client
+
+
+async def test_a_scripted_run_goes_to_its_end_and_streams_on_the_redis_store(
+    redis_url: str,
+) -> None:
+    body = scripted(
+        {
+            "content": "let me add",
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}],
+        },
+        finish("5"),
+        tools=["calculator"],
+    )
+    async with api_client(settings(store_url=redis_url)) as client:
+        assert (await client.get("/readyz")).json() == {"status": "ready", "detail": None}
+        run = await run_to_end(client, body)
+        assert run["status"] == "completed"
+        assert run["result"]["answer"] == "5"
+        response, events = await sse(client, "GET", f"/runs/{run['id']}/events")
+        assert response.status_code == 200
+        assert [int(e.id or 0) for e in events] == list(range(1, len(events) + 1))
+        types = [e.event for e in events]
+        assert types[:2] == ["run.queued", "run.started"]
+        assert "observation" in types
+        assert types[-1] == "run.completed"
+        assert sum(t in TERMINAL_EVENTS for t in types) == 1
+        _, resumed = await sse(
+            client, "GET", f"/runs/{run['id']}/events", headers={"Last-Event-ID": "3"}
+        )
+        assert [e.id for e in resumed] == [e.id for e in events[3:]]
+
+        listed = (await client.get("/runs")).json()
+        assert [r["id"] for r in listed["runs"]] == [run["id"]]
+        assert (await client.delete(f"/runs/{run['id']}")).status_code == 204
+        assert (await client.get(f"/runs/{run['id']}")).status_code == 404
+
+
+async def test_an_idempotent_replay_names_the_same_run_on_the_redis_store(
+    redis_url: str,
+) -> None:
+    headers = {"Idempotency-Key": "once"}
+    async with api_client(settings(store_url=redis_url)) as client:
+        first = await create(client, finishing("42"), headers)
+        again = await client.post("/runs", json=finishing("42"), headers=headers)
+        assert again.status_code in (200, 202), again.text
+        assert again.json()["id"] == first["id"]
+
+
+async def test_readyz_is_503_when_redis_stops(tmp_path: Path) -> None:
+    with RedisServer(tmp_path) as server:
+        async with api_client(settings(store_url=server.url())) as client:
+            assert (await client.get("/readyz")).status_code == 200
+            server.stop()
+            response = await client.get("/readyz")
+            assert response.status_code == 503
+            assert "Redis does not answer" in response.json()["detail"]
+
+
+def test_a_redis_backed_service_refuses_to_start_without_a_token_secret(redis_url: str) -> None:
+    values = settings(store_url=redis_url).model_copy(update={"token_secret": None})
+    with pytest.raises(ValueError, match="FINISHLINE_TOKEN_SECRET"):
+        create_app(values)
