@@ -24,7 +24,7 @@ async def orphan(state: MutableMapping[str, Any], *, started_s_ago: float) -> Ru
             "model_script": [{"content": "my best guess"}],
         },
         model="scripted",
-        settings=manager.factory.resolve_settings(RunSettingsIn(max_time_s=60)),
+        settings=manager.assembler.resolve_settings(RunSettingsIn(max_time_s=60)),
         status=RunStatus.RUNNING,
         started_at=utcnow() - timedelta(seconds=started_s_ago),
     )
