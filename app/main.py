@@ -75,6 +75,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.store_url.startswith(("redis://", "rediss://")) and settings.token_secret is None:
         # replicas must accept each other's stream tokens: a random key per process cannot
         raise ValueError("FINISHLINE_TOKEN_SECRET must be set with a redis:// store")
+    shared_store = settings.store_url.startswith(("redis://", "rediss://"))
+    if shared_store and settings.approval_tools:
+        # a decision must reach exactly one replica: not built for the Redis store yet
+        raise ValueError("FINISHLINE_APPROVAL_TOOLS is not supported with a redis:// store yet")
     configure_logging(settings.log_format, settings.log_level)
     prompts = load_prompts(settings.prompts_file)
 
@@ -115,7 +119,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         manager = RunManager(
             store=store,
             assembler=RunAssembly(
-                settings=settings, registry=registry, models=models, prompts=prompts
+                settings=settings,
+                registry=registry,
+                models=models,
+                prompts=prompts,
+                approvals=not shared_store,
             ),
             metrics=metrics,
             webhooks=WebhookSender(

@@ -83,3 +83,41 @@ def test_a_redis_backed_service_refuses_to_start_without_a_token_secret(redis_ur
     values = settings(store_url=redis_url).model_copy(update={"token_secret": None})
     with pytest.raises(ValueError, match="FINISHLINE_TOKEN_SECRET"):
         create_app(values)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"approval": {"tools": ["calculator"]}}, "approval.tools"),
+        (
+            {
+                "http_tools": [
+                    {
+                        "name": "deploy",
+                        "description": "Deploy.",
+                        "url": "https://api.example.com/deploy",
+                        "requires_approval": True,
+                    }
+                ]
+            },
+            "http_tools",
+        ),
+    ],
+)
+async def test_tools_that_wait_for_approval_are_refused_on_the_redis_store(
+    redis_url: str, extra: dict[str, object], field: str
+) -> None:
+    body = finishing(tools=["calculator"], **extra)
+    app_settings = settings(store_url=redis_url, http_tool_allow_hosts=["api.example.com"])
+    async with api_client(app_settings) as client:
+        response = await client.post("/runs", json=body)
+
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["details"]["field"] == field
+        assert "Redis store" in error["message"]
+
+
+def test_server_wide_approval_tools_refuse_to_start_on_the_redis_store(redis_url: str) -> None:
+    with pytest.raises(ValueError, match="FINISHLINE_APPROVAL_TOOLS"):
+        create_app(settings(store_url=redis_url, approval_tools=["calculator"]))
