@@ -30,7 +30,13 @@ import tomllib
 with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["build-system"]["requires"]))
 EOF
-  for requirements in requirements/main.txt "$wheelhouse/build-requirements.txt"; do
+  # pip evaluates markers against the host's Python, not --python-version: a pin the image's
+  # Python needs and the host's does not (async-timeout below 3.11.3, say) would be missing.
+  # Download the lock with its markers that only compare the Python version dropped; the
+  # image's pip still applies them when it installs.
+  sed -E "s/ ; python_(full_)?version *[<>=!~]+ *'[^']*' \\\\$/ \\\\/" requirements/main.txt \
+    >"$wheelhouse/main-any-python.txt"
+  for requirements in "$wheelhouse/main-any-python.txt" "$wheelhouse/build-requirements.txt"; do
     "$python" -m pip download --disable-pip-version-check \
       --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
       --dest "$wheelhouse" -r "$requirements" >>"$cache/pip-download.log" 2>&1 || {
@@ -38,7 +44,7 @@ EOF
       exit 1
     }
   done
-  rm "$wheelhouse/build-requirements.txt"
+  rm "$wheelhouse/build-requirements.txt" "$wheelhouse/main-any-python.txt"
   touch "$wheelhouse/.complete"
   echo "wheelhouse: $(find "$wheelhouse" -name '*.whl' | wc -l) wheels, $(du -sh "$wheelhouse" | cut -f1)"
 fi
