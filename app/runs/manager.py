@@ -36,6 +36,7 @@ from app.runs.errors import (
     InvalidRunError,
     QueueFullError,
     RunAlreadyEndedError,
+    RunElsewhereError,
     RunNotEndedError,
     RunNotFoundError,
     ShuttingDownError,
@@ -457,6 +458,13 @@ class RunManager(ClusterRuns):
                 return held
             record = await self.get(run_id, owner, any_owner=any_owner)  # it just resumed
             active = self._active.get(run_id)
+        if self.coordinator is not None and active is None and not record.status.terminal:
+            raise RunElsewhereError(
+                f"run {run_id!r} is {record.status.value} but not on this replica: with the "
+                "Redis store a steering message reaches a run only on the replica executing "
+                "it, which is not built yet",
+                run_id=run_id,
+            )
         if record.status.terminal or active is None or active.inbox_closed:
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has ended ({record.status.value}): start a follow-up with "

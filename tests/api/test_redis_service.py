@@ -11,13 +11,17 @@ import pytest
 from app.main import create_app
 from tests.api.kit import (
     TERMINAL_EVENTS,
+    cancel,
     create,
+    error_of,
     finish,
     finishing,
+    hanging,
     run_to_end,
     scripted,
     settings,
     sse,
+    wait_for_status,
 )
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.service import api_client
@@ -121,3 +125,21 @@ async def test_tools_that_wait_for_approval_are_refused_on_the_redis_store(
 def test_server_wide_approval_tools_refuse_to_start_on_the_redis_store(redis_url: str) -> None:
     with pytest.raises(ValueError, match="FINISHLINE_APPROVAL_TOOLS"):
         create_app(settings(store_url=redis_url, approval_tools=["calculator"]))
+
+
+async def test_a_message_reaches_a_run_executing_here_and_is_409_for_one_queued_elsewhere(
+    redis_url: str,
+) -> None:
+    async with api_client(settings(store_url=redis_url, max_concurrent_runs=1)) as client:
+        running = await create(client, hanging())
+        queued = await create(client, hanging())  # no free slot: no replica has claimed it
+        await wait_for_status(client, running["id"], "running")
+
+        here = await client.post(f"/runs/{running['id']}/messages", json={"content": "hi"})
+        elsewhere = await client.post(f"/runs/{queued['id']}/messages", json={"content": "hi"})
+
+        assert here.status_code == 202, here.text
+        error = error_of(elsewhere, 409, "run_elsewhere")
+        assert "Redis store" in error["message"]
+        await cancel(client, queued["id"])
+        await cancel(client, running["id"])

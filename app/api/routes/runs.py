@@ -206,7 +206,10 @@ async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> JSO
     dependencies=[Depends(require_json)],
     responses={
         **ERRORS,
-        409: {"model": ErrorBody, "description": "The run has ended: start a follow-up instead."},
+        409: {
+            "model": ErrorBody,
+            "description": "The run has ended (start a follow-up instead), or, with the Redis store, it is queued or running on another replica.",
+        },
         415: {"model": ErrorBody},
         422: {"model": ErrorBody, "description": "Empty, or longer than the server cap."},
         429: {"model": ErrorBody, "description": "The run holds too many undelivered messages."},
