@@ -11,12 +11,10 @@ own); its pytest plugin ends that lifespan after each test.
 
 from __future__ import annotations
 
-import schemathesis
+import importlib
+import pkgutil
 
-# Imported here, not lazily mid-test: schemathesis imports it on its first call, pytest rewrites
-# the plugin's modules as they load, and CPython 3.11.7's ast.parse fails then ("AST
-# constructor recursion depth mismatch") while hypothesis has raised the recursion limit.
-import schemathesis.wfc.escalation
+import schemathesis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import CHECKS, load_all_checks
@@ -25,6 +23,23 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from app.main import create_app
 from tests.api.kit import settings
+
+
+def _import_all_of_schemathesis() -> None:
+    """Import every module of schemathesis now, at collection, not lazily mid-test.
+
+    Schemathesis imports some modules on first use (checks, auth); pytest rewrites a plugin's
+    modules as they load; and CPython 3.11.7's `ast.parse` then fails ("AST constructor
+    recursion depth mismatch") when called under the recursion limit hypothesis raises while
+    a test runs. Loaded here, they are parsed with the normal limit."""
+    for module in pkgutil.walk_packages(schemathesis.__path__, "schemathesis."):
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an optional extra that is not installed: never used here
+            continue
+
+
+_import_all_of_schemathesis()
 
 # Every run ends within a few seconds and a wait lasts at most one, so no generated request
 # (a scripted reply with a long delay, a long wait, a stream) can hold the test up.
