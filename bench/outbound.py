@@ -13,9 +13,10 @@ warm-up call on a fresh client, so connections are open and kept alive).
     python -m bench.outbound --profile tool-app   # cProfile of one contestant, top 30
 
 Contestants: `llm-app` = `OpenAIChatModel.complete` as `ModelFactory` builds it; `tool-app`
-= one request-declared HTTP tool call as a run makes it (tool built from the request,
-arguments validated, `HttpTool.call` through the registry's guarded fetcher, per-run
-bounds held); `tool-fetch` = `HttpFetcher.fetch` alone; `httpx`, `httpx-aiohttp`,
+= one request-declared HTTP tool call as a run makes it (the tool built once from the
+request, as at a run's start; per call: arguments validated, `HttpTool.call` through the
+registry's guarded fetcher under the run's per-run and per-key bounds); `tool-fetch` =
+`HttpFetcher.fetch` alone; `httpx`, `httpx-aiohttp`,
 `aiohttp` = a bare JSON POST with each stack.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import itertools
 import json
 import os
 import pstats
@@ -165,7 +167,7 @@ async def _tool_setup(base: str) -> tuple[Any, Any, Any]:
     settings = Settings(_env_file=None, http_tool_allow_hosts=["127.0.0.1"])
     registry = builtin_registry(
         http_allow_hosts=["127.0.0.1"],
-        bounds=ConnectionBounds(per_run=4, per_key=8),
+        bounds=ConnectionBounds(per_run=4, per_key=1000),
     )
     assembly = RunAssembly(
         settings=settings,
@@ -187,18 +189,20 @@ async def tool_app(base: str) -> tuple[Call, Callable[[], Awaitable[None]]]:
     """What a run does per HTTP tool call: the tool is built once per run (assembly.inputs),
     each call validates the model's arguments, then calls the tool under the run's scope."""
     from app.engine.ports import ToolContext
-    from app.tools.bounds import bind_http_scope
+    from app.tools.bounds import http_scope
 
     assembly, declared, registry = await _tool_setup(base)
-    bind_http_scope("run-bench", "key-bench")
     tool = assembly._http_tool(declared)
     ctx = ToolContext(run_id="run-bench")
+    calls = itertools.count()
 
     async def call() -> Any:
-        arguments = json.loads('{"q": "1+1", "n": 3}')
-        problem = tool.validate(arguments)
-        assert problem is None, problem
-        return await tool.call(arguments, ctx)
+        # 25 runs of one key take turns: with 100 calls in flight, each run is at its bound
+        with http_scope(f"run-{next(calls) % 25}", "key-bench"):
+            arguments = json.loads('{"q": "1+1", "n": 3}')
+            problem = tool.validate(arguments)
+            assert problem is None, problem
+            return await tool.call(arguments, ctx)
 
     return call, registry.aclose
 
