@@ -15,12 +15,15 @@ Library errors are translated at the boundary (aiohttp's become httpx's, see
 host that does not resolve, pass through untouched.
 
 Proxies are never used: a proxy would make the connect target the proxy, not the checked
-address.
+address. Cookies are never kept: the client is shared by every run, so a cookie one run's
+endpoint set would go out with every other run's requests to that host.
 """
 
 from __future__ import annotations
 
 import socket
+from http.cookiejar import Cookie, CookieJar
+from typing import Any
 
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -69,6 +72,16 @@ class GuardedTransport(AiohttpTransport):
         return await super().handle_async_request(request)
 
 
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing (httpx's client would otherwise keep every cookie)."""
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+
 def guarded_client(guard: NetworkGuard, *, timeout_s: float = 20.0) -> httpx.AsyncClient:
     """An `AsyncClient` whose every connection goes through `guard`; no proxies, no redirects."""
     return httpx.AsyncClient(
@@ -76,6 +89,7 @@ def guarded_client(guard: NetworkGuard, *, timeout_s: float = 20.0) -> httpx.Asy
         timeout=httpx.Timeout(timeout_s),
         follow_redirects=False,
         trust_env=False,
+        cookies=_NoCookies(),
         headers={"User-Agent": "finishline-tools/0.1", "Accept-Encoding": "identity"},
         event_hooks={"request": [propagate]},  # a traced run's traceparent
     )

@@ -4,10 +4,15 @@ the guard and made to the address it checked."""
 from __future__ import annotations
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 from app.tools.base import ToolError
 from app.tools.netguard import BlockedHostError, NetworkGuard
 from app.tools.transport import guarded_client
+from tests.fakes.serving import Served
 from tests.tools.conftest import FakeDNS
 from tests.tools.local_server import LocalServer
 
@@ -55,3 +60,21 @@ async def test_hosts_not_in_the_allow_list_are_refused_before_any_lookup(dns: Fa
             await client.get("http://internal.test/")
 
     assert dns.lookups == []
+
+
+async def test_a_cookie_an_endpoint_sets_is_never_sent_again() -> None:
+    """The client is shared by every run: a kept cookie would cross from run to run."""
+    app = Starlette(routes=[Route("/", _sets_a_cookie)])
+    async with Served(app) as served, guarded_client(NetworkGuard(["127.0.0.1"])) as client:
+        first = await client.get(served.url("/"))
+        second = await client.get(served.url("/"))
+
+    assert first.headers["set-cookie"].startswith("session=abc")
+    assert (first.text, second.text) == ("", "")
+    assert not client.cookies
+
+
+async def _sets_a_cookie(request: Request) -> Response:
+    response = PlainTextResponse(request.headers.get("cookie", ""))
+    response.set_cookie("session", "abc")
+    return response
