@@ -57,6 +57,8 @@ AIOHTTP_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] =
 
 _SKIP_AUTO_HEADERS = frozenset({"Accept", "Accept-Encoding", "User-Agent", "Content-Type"})
 """Headers aiohttp would add when missing: the httpx request says which it sends."""
+_MAX_HEADER_BYTES = 16 * 1024
+_MAX_HEADERS = 512
 
 
 @contextlib.contextmanager
@@ -135,6 +137,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             auto_decompress=False,
             skip_auto_headers=_SKIP_AUTO_HEADERS,
             timeout=aiohttp.ClientTimeout(total=None),
+            # httpcore (h11) took a header block of up to 16 KiB, in lines of any length
+            max_line_size=_MAX_HEADER_BYTES,
+            max_field_size=_MAX_HEADER_BYTES,
+            max_headers=_MAX_HEADERS,
         )
         return self._session
 

@@ -141,6 +141,22 @@ async def test_the_transport_keeps_no_cookies_between_requests() -> None:
         await transport.aclose()
 
 
+async def _large_header(request: Request) -> Response:
+    return PlainTextResponse("ok", headers={"Content-Security-Policy": "a" * 12_000})
+
+
+async def test_a_response_header_as_long_as_httpcore_took_is_read() -> None:
+    """Real sites send long headers (policies, cookies); h11 takes a 16 KiB block."""
+    app = Starlette(routes=[Route("/", _large_header)])
+    async with (
+        Served(app) as served,
+        httpx.AsyncClient(transport=AiohttpTransport()) as client,
+    ):
+        response = await client.get(served.url("/"))
+
+    assert len(response.headers["content-security-policy"]) == 12_000
+
+
 async def test_a_closed_transport_refuses_new_requests(server: LocalServer) -> None:
     transport = AiohttpTransport()
     await transport.aclose()
