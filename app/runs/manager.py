@@ -28,6 +28,7 @@ from app.engine.loop import run_react
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
+from app.engine.toolcalls import CallResult
 from app.runs.approvals import ApprovalDesk, resumed_state
 from app.runs.cluster import RunCoordinator, wait_for_end
 from app.runs.cluster_runs import CANCEL_SETTLE_S, ClusterRuns, _Active
@@ -56,6 +57,7 @@ from app.runs.records import (
     new_run_id,
     utcnow,
 )
+from app.runs.resume import recorded_results
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, LeaseLostError, RunStore
 from app.runs.webhooks import WebhookSender
@@ -550,6 +552,7 @@ class RunManager(ClusterRuns):
         structlog.contextvars.bind_contextvars(run_id=record.id)
         trace = self._traces.get(record.id)
         suspended: Suspended | None = None
+        recorded: dict[str, CallResult] = {}
         try:
             if active.attempt == 0:
                 state, decisions = await resumed_state(self.store, record)
@@ -564,6 +567,8 @@ class RunManager(ClusterRuns):
             else:  # taken over from a replica that stopped: from its last checkpoint
                 await self._recovered(active)
                 state, decisions = self._resumed_state(active), []
+                if state is not None:  # the calls in flight then, and their logged results
+                    recorded = await recorded_results(self.store, record.id, state)
             if trace is not None:
                 trace.started()  # again on a resume: this task's outbound calls carry it
             fresh = state is None or not state.messages
@@ -584,6 +589,7 @@ class RunManager(ClusterRuns):
                     approval=inputs.approval,
                     state=state,
                     decisions=decisions,
+                    recorded=recorded,
                 ):
                     active.step = step.step
                     if isinstance(step, Suspended):
