@@ -248,16 +248,17 @@ class RunManager(ClusterRuns):
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
+        ticket: str | None = None
         if self.coordinator is None:
             # check for room and take it in one step (no await between): a run being stored
             # holds its place, so concurrent requests cannot all pass the check
             queued = len(self._queue) + self._admitting
             admitted = len(self._running) + queued
             full = admitted >= self.max_concurrent_runs + self.max_queued_runs
-        else:  # the cluster's queue: runs no replica has claimed yet
+        else:  # the cluster's queue: one atomic check-and-take across replicas
             busy = len(self._running) >= self.max_concurrent_runs
-            queued = await self.coordinator.queued()
-            full = queued >= self.max_queued_runs and (queued > 0 or busy)
+            ticket, queued = await self.coordinator.reserve(cap=self.max_queued_runs, busy=busy)
+            full = ticket is None
         if full:
             raise QueueFullError(
                 f"{len(self._running)} runs are running here and {queued} are queued; "
@@ -271,6 +272,8 @@ class RunManager(ClusterRuns):
             )
         finally:
             self._admitting -= 1
+            if ticket is not None and self.coordinator is not None:  # enqueued, or failed
+                await self.coordinator.unreserve(ticket)
 
     async def _admit(
         self,

@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError, ResponseError
 
-from app.runs.redis_scripts import RENEW, TAKE_OVER
+from app.runs.redis_scripts import RENEW, RESERVE, TAKE_OVER
 from app.runs.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
@@ -43,6 +43,7 @@ WEBHOOK_REDELIVER_IDLE_MS = 300_000  # longer than a delivery's attempts and bac
 BLOCK_MS = 2_000
 REDELIVER_IDLE_MS = 10_000
 RETRY_S = 0.5
+ADMIT_HOLD_MS = 30_000  # a place taken in the queue by a POST whose replica died meanwhile
 LISTEN_S = 1.0  # a blocking wait for a cancel message, between checks for the drain
 
 
@@ -64,6 +65,7 @@ class RedisCoordinator:
         self._held: dict[str, str] = {}  # run id -> this replica's fencing token
         self._take_over = self.redis.register_script(TAKE_OVER)
         self._renew = self.redis.register_script(RENEW)
+        self._reserve = self.redis.register_script(RESERVE)
         self._stopping = False
 
     async def queued(self) -> int:
@@ -72,6 +74,16 @@ class RedisCoordinator:
 
     async def enqueue(self, run_id: str) -> None:
         await self.redis.xadd(self.queue_key, {"run": run_id})
+
+    async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
+        ticket = self._token()
+        taken, queued = await self._reserve(
+            args=[self.store.prefix, ticket, cap, "1" if busy else "0", ADMIT_HOLD_MS]
+        )
+        return (ticket if taken else None), int(queued)
+
+    async def unreserve(self, ticket: str) -> None:
+        await self.redis.zrem(self.store.prefix + "admitting", ticket)
 
     async def claim(self, run_id: str) -> bool:
         token = self._token()
