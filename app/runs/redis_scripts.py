@@ -186,3 +186,15 @@ end
 redis.call('ZADD', admitting, now_ms, ARGV[2])
 return {1, queued}
 """
+
+# A webhook outbox entry's delivery lease (`RedisCoordinator._hold_entry`): the replica
+# delivering it claims it again, resetting its idle time, only while it is still the entry's
+# consumer (a replica paused past the lease must not take it back from the one redelivering).
+# ARGV: stream, group, consumer, entry id -> 1 if held, 0 if the entry is not this consumer's
+HOLD_ENTRY = """
+local stream, group, consumer, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local pending = redis.call('XPENDING', stream, group, id, id, 1)
+if #pending == 0 or pending[1][2] ~= consumer then return 0 end
+redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+return 1
+"""
