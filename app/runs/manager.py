@@ -110,6 +110,7 @@ class RunManager(ClusterRuns):
             max_event_content_chars=max_event_content_chars,
             on_ended=self._on_ended,
             max_answer_chars=max_answer_chars,
+            in_flight_checkpoints=coordinator is not None,  # read only by a takeover
         )
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
