@@ -263,9 +263,17 @@ class FetcherPoster:
     def __init__(self, fetcher: HttpFetcher) -> None:
         self.fetcher = fetcher
 
-    async def post_json(self, url: str, body: dict[str, Any], timeout_s: float) -> PostOutcome:
+    async def post_json(
+        self,
+        url: str,
+        body: dict[str, Any],
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> PostOutcome:
         try:
-            response = await self.fetcher.fetch("POST", url, json=body, timeout_s=timeout_s)
+            response = await self.fetcher.fetch(
+                "POST", url, json=body, headers=headers, timeout_s=timeout_s
+            )
         except ToolError as exc:
             return PostOutcome(None, str(exc))
         error = None if response.ok else f"answered {response.status_line}"

@@ -14,6 +14,7 @@ STEPS = (
     ("event log (bench/store.py)", ["bench.store"]),
     ("tracing cost (bench/tracing.py)", ["bench.tracing"]),
     ("service (bench/service.py)", ["bench.service", "--extra"]),
+    ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
 )
 
 

@@ -28,6 +28,7 @@ from app.engine.loop import run_react
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
+from app.engine.toolcalls import CallResult
 from app.runs.approvals import ApprovalDesk, resumed_state
 from app.runs.cluster import RunCoordinator, wait_for_end
 from app.runs.cluster_runs import CANCEL_SETTLE_S, ClusterRuns, _Active
@@ -56,6 +57,7 @@ from app.runs.records import (
     new_run_id,
     utcnow,
 )
+from app.runs.resume import recorded_results
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, LeaseLostError, RunStore
 from app.runs.webhooks import WebhookSender
@@ -108,6 +110,7 @@ class RunManager(ClusterRuns):
             max_event_content_chars=max_event_content_chars,
             on_ended=self._on_ended,
             max_answer_chars=max_answer_chars,
+            in_flight_checkpoints=coordinator is not None,  # read only by a takeover
         )
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
@@ -246,16 +249,17 @@ class RunManager(ClusterRuns):
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
+        ticket: str | None = None
         if self.coordinator is None:
             # check for room and take it in one step (no await between): a run being stored
             # holds its place, so concurrent requests cannot all pass the check
             queued = len(self._queue) + self._admitting
             admitted = len(self._running) + queued
             full = admitted >= self.max_concurrent_runs + self.max_queued_runs
-        else:  # the cluster's queue: runs no replica has claimed yet
+        else:  # the cluster's queue: one atomic check-and-take across replicas
             busy = len(self._running) >= self.max_concurrent_runs
-            queued = await self.coordinator.queued()
-            full = queued >= self.max_queued_runs and (queued > 0 or busy)
+            ticket, queued = await self.coordinator.reserve(cap=self.max_queued_runs, busy=busy)
+            full = ticket is None
         if full:
             raise QueueFullError(
                 f"{len(self._running)} runs are running here and {queued} are queued; "
@@ -269,6 +273,8 @@ class RunManager(ClusterRuns):
             )
         finally:
             self._admitting -= 1
+            if ticket is not None and self.coordinator is not None:  # enqueued, or failed
+                await self.coordinator.unreserve(ticket)
 
     async def _admit(
         self,
@@ -550,6 +556,7 @@ class RunManager(ClusterRuns):
         structlog.contextvars.bind_contextvars(run_id=record.id)
         trace = self._traces.get(record.id)
         suspended: Suspended | None = None
+        recorded: dict[str, CallResult] = {}
         try:
             if active.attempt == 0:
                 state, decisions = await resumed_state(self.store, record)
@@ -564,6 +571,8 @@ class RunManager(ClusterRuns):
             else:  # taken over from a replica that stopped: from its last checkpoint
                 await self._recovered(active)
                 state, decisions = self._resumed_state(active), []
+                if state is not None:  # the calls in flight then, and their logged results
+                    recorded = await recorded_results(self.store, record.id, state)
             if trace is not None:
                 trace.started()  # again on a resume: this task's outbound calls carry it
             fresh = state is None or not state.messages
@@ -584,6 +593,7 @@ class RunManager(ClusterRuns):
                     approval=inputs.approval,
                     state=state,
                     decisions=decisions,
+                    recorded=recorded,
                 ):
                     active.step = step.step
                     if isinstance(step, Suspended):

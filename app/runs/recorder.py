@@ -35,8 +35,13 @@ class RunRecorder:
         max_event_content_chars: int,
         on_ended: Callable[[RunRecord], None],
         max_answer_chars: int = 100_000,
+        in_flight_checkpoints: bool = True,
     ) -> None:
         self.store = store
+        self.in_flight_checkpoints = in_flight_checkpoints
+        """False: skip the checkpoints taken while a step's calls are in flight (`acting`),
+        which only a resume in another process reads (a store no other process serves
+        never resumes a run that way: it fails runs a crash interrupted)."""
         self.metrics = metrics
         self.max_event_content_chars = max_event_content_chars
         self.on_ended = on_ended
@@ -46,6 +51,8 @@ class RunRecorder:
         """Store one step of the engine: an event, the checkpoint, or the run's end."""
         if isinstance(step, Checkpoint):
             state = step.state
+            if state.get("acting") and not self.in_flight_checkpoints:
+                return
             record.usage = Usage(
                 steps=state["step"],
                 llm_calls=state["llm_calls"],
