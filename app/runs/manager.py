@@ -29,19 +29,19 @@ from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
 from app.runs.approvals import ApprovalDesk, resumed_state
-from app.runs.cluster import RunCoordinator, wait_for_end
+from app.runs.cluster import RunCoordinator
 from app.runs.cluster_runs import CANCEL_SETTLE_S, ClusterRuns, _Active
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
     QueueFullError,
     RunAlreadyEndedError,
-    RunElsewhereError,
     RunNotEndedError,
     RunNotFoundError,
     ShuttingDownError,
     TooManyMessagesError,
 )
+from app.runs.inbox import SharedInbox
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTrace
 from app.runs.ports import CheckedRequest, RunAssembler
@@ -58,6 +58,7 @@ from app.runs.records import (
 )
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, LeaseLostError, RunStore
+from app.runs.waiting import LocalWaitingRuns, WaitingRuns, wait_until_settled
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
@@ -91,6 +92,8 @@ class RunManager(ClusterRuns):
         max_answer_chars: int = 100_000,
         observer: RunObserver | None = None,
         coordinator: RunCoordinator | None = None,
+        waiting: WaitingRuns | None = None,
+        messages: SharedInbox | None = None,
     ) -> None:
         self.store = store
         self.assembler = assembler
@@ -100,6 +103,8 @@ class RunManager(ClusterRuns):
         self.max_queued_runs = max_queued_runs
         self.max_message_chars = max_message_chars
         self.max_pending_messages = max_pending_messages
+        self.messages = messages
+        """With replicas: runs' steering messages go through the store (else `_Active`)."""
         self.observer = observer
         self._traces: dict[str, RunTrace] = {}
         self.recorder = RunRecorder(
@@ -121,10 +126,11 @@ class RunManager(ClusterRuns):
             store=store,
             recorder=self.recorder,
             assembler=assembler,
-            requeue=self._requeue,
+            waiting=waiting or LocalWaitingRuns(store, self._requeue),
             max_pending_messages=max_pending_messages,
         )
         self._approval_timer: asyncio.Task[None] | None = None
+        self._messages_task: asyncio.Task[None] | None = None
         # with a coordinator (a store replicas share), the queue is the cluster's: this
         # process executes the runs it claims, and asks others for the rest (app/runs/cluster)
         self.coordinator = coordinator
@@ -136,6 +142,9 @@ class RunManager(ClusterRuns):
     def start(self, tasks: asyncio.TaskGroup) -> None:
         self._tasks = tasks
         self._approval_timer = tasks.create_task(self.approvals.watch(), name="approval-timer")
+        if self.messages is not None:
+            listen = self.messages.listen(self._messages_posted)
+            self._messages_task = tasks.create_task(listen, name="messages")
         if self.coordinator is not None:
             self._cluster_task = tasks.create_task(
                 self.coordinator.serve(
@@ -195,8 +204,9 @@ class RunManager(ClusterRuns):
             await self._drain_task
         for task in list(self._webhook_tasks):
             task.cancel()
-        if self._approval_timer is not None:
-            self._approval_timer.cancel()
+        for timer in (self._approval_timer, self._messages_task):
+            if timer is not None:
+                timer.cancel()
 
     async def _drain(self, grace_s: float) -> None:
         self._slot_freed.set()  # the coordinator claims no more: other replicas take the queue
@@ -424,7 +434,12 @@ class RunManager(ClusterRuns):
             if active.record.status != RunStatus.REQUIRES_ACTION:
                 return active.record
         ended = await self.approvals.cancel(run_id)  # a run waiting for a person
-        return ended if ended is not None else await self.get(run_id, owner, any_owner=True)
+        if ended is not None:
+            return ended
+        fresh = await self.get(run_id, owner, any_owner=True)  # decided meanwhile
+        if self.coordinator is not None and not fresh.status.terminal:
+            return await self._cancel_elsewhere(fresh)
+        return fresh
 
     async def decide(
         self,
@@ -451,6 +466,14 @@ class RunManager(ClusterRuns):
                 cap=self.max_message_chars,
             )
         record = await self.get(run_id, owner, any_owner=any_owner)
+        if self.messages is not None and not record.status.terminal:  # through the store
+            await self.messages.post(run_id, content)
+            log.info("user_message_queued", run_id=run_id, chars=len(content))
+            active = self._active.get(run_id)
+            if active is None:  # queued, waiting, or running on another replica
+                return await self.get(run_id, owner, any_owner=any_owner)
+            await self._pull_messages(active)
+            return active.record
         active = self._active.get(run_id)
         if record.status == RunStatus.REQUIRES_ACTION:
             held = await self.approvals.hold_message(run_id, content)
@@ -458,13 +481,6 @@ class RunManager(ClusterRuns):
                 return held
             record = await self.get(run_id, owner, any_owner=any_owner)  # it just resumed
             active = self._active.get(run_id)
-        if self.coordinator is not None and active is None and not record.status.terminal:
-            raise RunElsewhereError(
-                f"run {run_id!r} is {record.status.value} but not on this replica: with the "
-                "Redis store a steering message reaches a run only on the replica executing "
-                "it, which is not built yet",
-                run_id=run_id,
-            )
         if record.status.terminal or active is None or active.inbox_closed:
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has ended ({record.status.value}): start a follow-up with "
@@ -481,9 +497,23 @@ class RunManager(ClusterRuns):
         log.info("user_message_queued", run_id=run_id, chars=len(content))
         return active.record
 
+    async def _pull_messages(self, active: _Active) -> None:
+        """With replicas: move the run's messages from the store to its task's inbox."""
+        if self.messages is not None and not active.inbox_closed:
+            await self.messages.pull(active.record.id, lambda taken: active.inbox.extend(taken))
+
+    async def _messages_posted(self, run_id: str | None) -> None:
+        """Told that a run (None: any run) was sent messages: those executing here take them."""
+        found = self._active.get(run_id) if run_id is not None else None
+        for active in list(self._active.values()) if run_id is None else [found]:
+            if active is not None:
+                await self._pull_messages(active)
+
     async def _undelivered(self, active: _Active) -> None:
         """Close the run's inbox and log what it still held: accepted, never seen."""
         active.inbox_closed = True
+        if self.messages is not None:
+            active.inbox.extend(await self.messages.close(active.record.id))
         for content in active.take_messages():
             message = UserMessage(active.step, content, delivered=False)
             await self.recorder.record(active.record, message)
@@ -497,7 +527,7 @@ class RunManager(ClusterRuns):
             await self._wait_for([run_id], timeout_s)
             return active.record
         if self.coordinator is not None:  # executing on another replica, or queued
-            return await wait_for_end(self.store, record, timeout_s)
+            return await wait_until_settled(self.store, record, timeout_s)
         return record
 
     async def delete(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> None:
@@ -566,6 +596,7 @@ class RunManager(ClusterRuns):
                 state, decisions = self._resumed_state(active), []
             if trace is not None:
                 trace.started()  # again on a resume: this task's outbound calls carry it
+            await self._pull_messages(active)  # with replicas: those sent before it started
             fresh = state is None or not state.messages
             previous = await self._previous_conversation(record) if fresh else None
             inputs = self.assembler.inputs(record)
