@@ -136,6 +136,7 @@ class LocalEndpoints:
                       a run whose calls are not concurrent never gets an answer
     POST /hook/{name} records the JSON body under `name`; answers the next status of
                       `hook_statuses[name]` (default 200); `hook_arrived` wakes waiters
+    POST /count/{name} counts its calls in `counts[name]`; answers `call N of <key>`
     """
 
     def __init__(self, *, parties: int = 3) -> None:
@@ -147,12 +148,14 @@ class LocalEndpoints:
         self.hooks: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.hook_statuses: dict[str, list[int]] = {}
         self._hook_arrived = anyio.Event()
+        self.counts: dict[str, int] = defaultdict(int)
         self._served = Served(
             Starlette(
                 routes=[
                     Route("/hang", self._hang, methods=["POST"]),
                     Route("/barrier", self._barrier, methods=["POST"]),
                     Route("/hook/{name}", self._hook, methods=["POST"]),
+                    Route("/count/{name}", self._count, methods=["POST"]),
                 ]
             ),
             timeout_graceful_shutdown=1,
@@ -190,6 +193,12 @@ class LocalEndpoints:
             self._all_in.set()
         await self._all_in.wait()
         return PlainTextResponse(f"value of {key}")
+
+    async def _count(self, request: Request) -> Response:
+        key = (await request.json())["key"]
+        name = request.path_params["name"]
+        self.counts[name] += 1
+        return PlainTextResponse(f"call {self.counts[name]} of {key}")
 
     async def _hook(self, request: Request) -> Response:
         name = request.path_params["name"]
