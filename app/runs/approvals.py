@@ -54,9 +54,24 @@ async def resumed_state(
     state = RunState.from_checkpoint(checkpoint["state"])
     if approval.requeued_at is not None:
         state.elapsed_s += max(0.0, (utcnow() - approval.requeued_at).total_seconds())
-    record.approval = None
-    decided = approval.decided
-    return state, [Decision(d.call_id, d.approved, d.message, d.arguments) for d in decided]
+    # kept on the record (not shown: it is not waiting) for a takeover (`retaken_state`)
+    return state, _decisions(approval)
+
+
+def retaken_state(record: RunRecord, state: RunState | None) -> list[Decision]:
+    """A run taken over (replicas) after it waited for a person and was decided: its clock
+    counts the time since the last decision, not the wait, and if it is taken over before it
+    settled the calls it waited on (its checkpoint still holds them), their decisions."""
+    approval = record.approval
+    if state is None or approval is None or approval.requeued_at is None:
+        return []
+    since = max(0.0, (utcnow() - approval.requeued_at).total_seconds())
+    state.elapsed_s = approval.elapsed_s + since
+    return _decisions(approval) if state.pending else []
+
+
+def _decisions(approval: ApprovalState) -> list[Decision]:
+    return [Decision(d.call_id, d.approved, d.message, d.arguments) for d in approval.decided]
 
 
 class ApprovalDesk:
@@ -95,9 +110,15 @@ class ApprovalDesk:
                 for c in suspended.pending
             ],
             waiting_since=now,
+            elapsed_s=await self._elapsed(record.id),
         )
         await self.waiting.suspend(record, take_held())
         log.info("run_waiting", run_id=record.id, pending=len(suspended.pending))
+
+    async def _elapsed(self, run_id: str) -> float:
+        """The running time of the checkpoint the engine saved just before it suspended."""
+        checkpoint = await self.store.load_checkpoint(run_id)
+        return RunState.from_checkpoint(checkpoint["state"]).elapsed_s if checkpoint else 0.0
 
     async def rearm(self) -> int:
         """At start-up: watch the timeouts of every run the store holds waiting."""

@@ -28,7 +28,7 @@ from app.engine.loop import run_react
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
-from app.runs.approvals import ApprovalDesk, resumed_state
+from app.runs.approvals import ApprovalDesk, resumed_state, retaken_state
 from app.runs.cluster import RunCoordinator
 from app.runs.cluster_runs import CANCEL_SETTLE_S, ClusterRuns, _Active
 from app.runs.errors import (
@@ -543,7 +543,7 @@ class RunManager(ClusterRuns):
         for a person too: its follower stays; with replicas, any run: it may run elsewhere).
         Otherwise the run has every event stored already: replay and stop."""
         live = run_id in self._active or self.coordinator is not None
-        live = live or await self._waiting(run_id)
+        live = live or await self._unended(run_id)
         if live or run_id in self._active:  # (it may have resumed during that read)
             async for event in self.store.subscribe(run_id, after=after):
                 yield event
@@ -556,10 +556,11 @@ class RunManager(ClusterRuns):
             if len(batch) < EVENT_PAGE:
                 return
 
-    async def _waiting(self, run_id: str) -> bool:
-        """Whether the run waits for a person: its followers stay connected."""
+    async def _unended(self, run_id: str) -> bool:
+        """Whether the run has not ended though no task here runs it: it waits for a person,
+        or was just decided and is being queued again. Its followers stay connected."""
         record = await self.store.get(run_id)
-        return record is not None and record.status == RunStatus.REQUIRES_ACTION
+        return record is not None and not record.status.terminal
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)
@@ -593,7 +594,8 @@ class RunManager(ClusterRuns):
                 log.info("run_started", resumed=state is not None)
             else:  # taken over from a replica that stopped: from its last checkpoint
                 await self._recovered(active)
-                state, decisions = self._resumed_state(active), []
+                state = self._resumed_state(active)
+                decisions = retaken_state(record, state)  # a run that waited for a person
             if trace is not None:
                 trace.started()  # again on a resume: this task's outbound calls carry it
             await self._pull_messages(active)  # with replicas: those sent before it started
