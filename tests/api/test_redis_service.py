@@ -1,6 +1,7 @@
 """The service on the Redis store (a real redis-server): a scripted run to its end, streamed;
 idempotent replays; listing; delete; /readyz; the start-up refusal without a shared token
-secret; server-wide approval tools; steering a run still in the cluster's queue."""
+secret; server-wide approval tools; steering a run still in the cluster's queue (its cap, and
+a cancel logging what it held); a waiting run kept across a restart."""
 
 from __future__ import annotations
 
@@ -132,3 +133,55 @@ async def test_a_message_to_a_run_still_in_the_cluster_queue_joins_when_it_start
         assert kinds.index("user.message") < kinds.index("llm.call")
         ended = await client.post(f"/runs/{queued['id']}/messages", json={"content": "late"})
         error_of(ended, 409, "run_already_ended")
+
+
+async def test_past_the_pending_cap_a_message_is_429_and_a_cancel_logs_the_rest_undelivered(
+    redis_url: str,
+) -> None:
+    values = settings(store_url=redis_url, max_concurrent_runs=1, max_pending_messages=1)
+    async with api_client(values) as client:
+        running = await create(client, hanging())
+        queued = await create(client, hanging())
+        await wait_for_status(client, running["id"], "running")
+
+        kept = await client.post(f"/runs/{queued['id']}/messages", json={"content": "kept"})
+        refused = await client.post(f"/runs/{queued['id']}/messages", json={"content": "more"})
+
+        assert kept.status_code == 202, kept.text
+        assert error_of(refused, 429, "too_many_messages")["details"]["cap"] == 1
+        await cancel(client, queued["id"])
+        events = (await json_events(client, queued["id"]))["events"]
+        said = [(e["content"], e["delivered"]) for e in events if e["type"] == "user.message"]
+        assert said == [("kept", False)]
+        await cancel(client, running["id"])
+
+
+async def test_a_waiting_run_stays_waiting_across_a_restart_and_resumes_on_a_decision(
+    redis_url: str,
+) -> None:
+    body = scripted(
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}, "id": "c1"}]},
+        finish("42"),
+        tools=["calculator"],
+        approval={"tools": ["calculator"]},
+    )
+    async with api_client(settings(store_url=redis_url)) as client:
+        run = await create(client, body)
+        waited = await client.get(f"/runs/{run['id']}/wait", params={"timeout_s": 10})
+        assert waited.json()["status"] == "requires_action", waited.text
+        said = await client.post(f"/runs/{run['id']}/messages", json={"content": "hurry"})
+        assert said.status_code == 202, said.text
+
+    async with api_client(settings(store_url=redis_url)) as client:  # a new replica
+        again = (await client.get(f"/runs/{run['id']}")).json()
+        assert again["status"] == "requires_action"
+        assert [p["call_id"] for p in again["pending_approvals"]] == ["c1"]
+        decided = await client.post(
+            f"/runs/{run['id']}/approvals", json={"decisions": [{"call_id": "c1", "approve": True}]}
+        )
+        assert decided.status_code == 202, decided.text
+        done = await wait_ended(client, run["id"])
+        assert done["result"]["answer"] == "42"
+        events = (await json_events(client, run["id"]))["events"]
+        messages = [(e["content"], e["delivered"]) for e in events if e["type"] == "user.message"]
+        assert messages == [("hurry", True)]
