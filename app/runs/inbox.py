@@ -13,6 +13,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+import structlog
+
+from app.runs.cluster_runs import _Active
+from app.runs.records import RunRecord
+from app.runs.store import RunStore
+
+log = structlog.get_logger("finishline.runs")
+
 
 class SharedInbox(Protocol):
     async def post(self, run_id: str, content: str) -> None:
@@ -29,3 +37,34 @@ class SharedInbox(Protocol):
     async def listen(self, on_posted: Callable[[str | None], Awaitable[None]]) -> None:
         """Forever: `on_posted(run_id)` when a message for the run was stored, and
         `on_posted(None)` each time the notifications (re)start (any run may have some)."""
+
+
+class SharedInboxRuns:
+    """Mixed into `RunManager` (whose attributes these are): its side of a `SharedInbox`."""
+
+    store: RunStore
+    messages: SharedInbox | None
+    _active: dict[str, _Active]
+
+    async def _post_through_store(self, record: RunRecord, content: str) -> RunRecord:
+        """Store the message for the run wherever it is; here, move it to the run at once."""
+        assert self.messages is not None
+        await self.messages.post(record.id, content)
+        log.info("user_message_queued", run_id=record.id, chars=len(content))
+        active = self._active.get(record.id)
+        if active is None:  # queued, waiting, or running on another replica
+            return await self.store.get(record.id) or record
+        await self._pull_messages(active)
+        return active.record
+
+    async def _pull_messages(self, active: _Active) -> None:
+        """With replicas: move the run's messages from the store to its task's inbox."""
+        if self.messages is not None and not active.inbox_closed:
+            await self.messages.pull(active.record.id, lambda taken: active.inbox.extend(taken))
+
+    async def _messages_posted(self, run_id: str | None) -> None:
+        """Told that a run (None: any run) was sent messages: those executing here take them."""
+        found = self._active.get(run_id) if run_id is not None else None
+        for active in list(self._active.values()) if run_id is None else [found]:
+            if active is not None:
+                await self._pull_messages(active)

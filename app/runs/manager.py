@@ -41,7 +41,7 @@ from app.runs.errors import (
     ShuttingDownError,
     TooManyMessagesError,
 )
-from app.runs.inbox import SharedInbox
+from app.runs.inbox import SharedInbox, SharedInboxRuns
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTrace
 from app.runs.ports import CheckedRequest, RunAssembler
@@ -76,7 +76,7 @@ def request_hash(request: RunRequest) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-class RunManager(ClusterRuns):
+class RunManager(ClusterRuns, SharedInboxRuns):
     def __init__(
         self,
         *,
@@ -467,13 +467,7 @@ class RunManager(ClusterRuns):
             )
         record = await self.get(run_id, owner, any_owner=any_owner)
         if self.messages is not None and not record.status.terminal:  # through the store
-            await self.messages.post(run_id, content)
-            log.info("user_message_queued", run_id=run_id, chars=len(content))
-            active = self._active.get(run_id)
-            if active is None:  # queued, waiting, or running on another replica
-                return await self.get(run_id, owner, any_owner=any_owner)
-            await self._pull_messages(active)
-            return active.record
+            return await self._post_through_store(record, content)
         active = self._active.get(run_id)
         if record.status == RunStatus.REQUIRES_ACTION:
             held = await self.approvals.hold_message(run_id, content)
@@ -496,18 +490,6 @@ class RunManager(ClusterRuns):
         active.inbox.append(content)
         log.info("user_message_queued", run_id=run_id, chars=len(content))
         return active.record
-
-    async def _pull_messages(self, active: _Active) -> None:
-        """With replicas: move the run's messages from the store to its task's inbox."""
-        if self.messages is not None and not active.inbox_closed:
-            await self.messages.pull(active.record.id, lambda taken: active.inbox.extend(taken))
-
-    async def _messages_posted(self, run_id: str | None) -> None:
-        """Told that a run (None: any run) was sent messages: those executing here take them."""
-        found = self._active.get(run_id) if run_id is not None else None
-        for active in list(self._active.values()) if run_id is None else [found]:
-            if active is not None:
-                await self._pull_messages(active)
 
     async def _undelivered(self, active: _Active) -> None:
         """Close the run's inbox and log what it still held: accepted, never seen."""
