@@ -420,7 +420,10 @@ class RunManager(ClusterRuns, SharedInboxRuns):
         waiting = record.status == RunStatus.REQUIRES_ACTION
         remote = self.coordinator is not None and active is None and not waiting
         if remote and not record.status.terminal:
-            return await self._cancel_elsewhere(record)
+            record = await self._cancel_elsewhere(record)
+            if record.status != RunStatus.REQUIRES_ACTION:
+                return record
+            return await self.approvals.cancel(run_id) or record  # it began to wait meanwhile
         if record.status.terminal or (active is None and not waiting):
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has already ended ({record.status.value})", run_id=run_id

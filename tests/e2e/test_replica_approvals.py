@@ -3,7 +3,9 @@ processes on one real redis-server. A run waiting for a person is served by eith
 decisions on one call posted at once to both, one wins (202) and the other is 409; a run
 started on one replica is decided on the other, even once the first is dead, and its
 approved tool runs exactly once; the approval timeout fires with the starting replica dead;
-a steering message posted on one replica reaches the run executing on the other."""
+a steering message posted on one replica reaches the run executing on the other; a waiting
+run is cancelled on one replica (its held message logged undelivered) and deleted on the
+other."""
 
 from __future__ import annotations
 
@@ -175,3 +177,31 @@ async def test_a_message_posted_on_one_replica_reaches_the_run_executing_on_the_
         assert second[-1] == {"role": "user", "content": "show work"}
         late = await other.post(f"/runs/{run_id}/messages", json={"content": "too late"})
         assert late.status_code == 409, late.text
+
+
+async def test_a_waiting_run_is_cancelled_on_one_replica_and_deleted_on_the_other(
+    tmp_path: Path, redis_url: str
+) -> None:
+    async with LocalEndpoints() as endpoints, replicas(tmp_path, redis_url, **HOSTS) as started:
+        apps = [app for app, _ in started]
+        run_id = await start_run(started[0][1], deploying(endpoints, "never"))
+        index = await executor(apps, run_id)
+        other, owner = started[1 - index][1], started[index][1]
+        await waiting(other, run_id)
+        said = await owner.post(f"/runs/{run_id}/messages", json={"content": "wait"})
+        assert said.status_code == 202, said.text
+
+        assert (await owner.delete(f"/runs/{run_id}")).status_code == 409
+        cancelled = await other.post(f"/runs/{run_id}/cancel")
+        assert cancelled.status_code == 202, cancelled.text
+        assert cancelled.json()["status"] == "cancelled"
+        streamed = await follow(owner, run_id)
+        assert_one_terminal_at_the_end(streamed, "run.cancelled")
+        (unseen,) = [e for e in streamed if e.event == "user.message"]
+        assert (unseen.data["content"], unseen.data["delivered"]) == ("wait", False)
+        late = await other.post(f"/runs/{run_id}/approvals", json=decision(True))
+        assert late.status_code == 409, late.text
+
+        assert (await owner.delete(f"/runs/{run_id}")).status_code == 204
+        assert (await other.get(f"/runs/{run_id}")).status_code == 404
+        assert endpoints.counts["never"] == 0
