@@ -53,14 +53,11 @@ class RunAssembly:
         registry: ToolRegistry,
         models: ModelFactory,
         prompts: Mapping[PromptLanguage, Prompts],
-        approvals: bool = True,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self.models = models
         self.prompts = prompts
-        self.approvals = approvals
-        """False on a store replicas share (Redis): runs that wait for a person are refused."""
 
     # -- at creation ------------------------------------------------------------------------
 
@@ -137,14 +134,6 @@ class RunAssembly:
                     unknown=unknown,
                     available=names,
                 )
-        if not self.approvals and self.approval_tools(request):
-            field = "approval.tools" if request.approval is not None else "http_tools"
-            raise InvalidRunError(
-                field,
-                "tools that wait for a person's approval are not supported with the Redis "
-                "store yet (a decision must reach exactly one replica); use SQLite, or no "
-                "approval",
-            )
         return CheckedRequest(model=model, limits=limits, tool_names=names)
 
     def resolve_settings(self, requested: RunSettingsIn) -> Limits:

@@ -79,6 +79,7 @@ if old[1] then
 end
 for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
 local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
+  or old[1] == 'requires_action'
 if ARGV[9] == '1' and ttl > 0 and was_active then
   redis.call('XADD', P .. 'webhooks', '*', 'run', id)
 end

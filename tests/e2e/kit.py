@@ -137,6 +137,7 @@ class LocalEndpoints:
     POST /hook/{name} records the JSON body (and `Webhook-Id`, in `hook_ids`) under `name`;
                       answers the next status of `hook_statuses[name]` (default 200);
                       `hook_arrived` wakes waiters
+    POST /count/{name} counts its calls in `counts[name]`; answers `call N of <key>`
     """
 
     def __init__(self, *, parties: int = 3) -> None:
@@ -149,12 +150,14 @@ class LocalEndpoints:
         self.hook_statuses: dict[str, list[int]] = {}
         self.hook_ids: dict[str, list[str | None]] = defaultdict(list)
         self._hook_arrived = anyio.Event()
+        self.counts: dict[str, int] = defaultdict(int)
         self._served = Served(
             Starlette(
                 routes=[
                     Route("/hang", self._hang, methods=["POST"]),
                     Route("/barrier", self._barrier, methods=["POST"]),
                     Route("/hook/{name}", self._hook, methods=["POST"]),
+                    Route("/count/{name}", self._count, methods=["POST"]),
                 ]
             ),
             timeout_graceful_shutdown=1,
@@ -192,6 +195,12 @@ class LocalEndpoints:
             self._all_in.set()
         await self._all_in.wait()
         return PlainTextResponse(f"value of {key}")
+
+    async def _count(self, request: Request) -> Response:
+        key = (await request.json())["key"]
+        name = request.path_params["name"]
+        self.counts[name] += 1
+        return PlainTextResponse(f"call {self.counts[name]} of {key}")
 
     async def _hook(self, request: Request) -> Response:
         name = request.path_params["name"]
