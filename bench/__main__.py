@@ -25,12 +25,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds and runs")
     parser.add_argument("--summary", action="store_true", help="print the targets table only")
-    parser.add_argument("--readme", action="store_true", help="with --summary: update README.md")
+    parser.add_argument(
+        "--readme", action="store_true", help="with --summary: update the READMEs' tables"
+    )
     args = parser.parse_args()
     if args.summary:
         text = summary.write(args.quick)
         if args.readme:
-            summary.update_readme(text)
+            summary.update_readmes(args.quick)
         print(text)
         return
     started = time.monotonic()

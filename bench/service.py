@@ -61,11 +61,12 @@ RUNS_PER_WORKER = {
 }
 TERMINAL = {"run.completed", "run.incomplete", "run.failed", "run.cancelled"}
 TARGETS = {
-    "first_event_p50_ms_at_1": 10.0,
-    "cpu_ms_per_run": 2.5,
-    "delivery_p99_ms_at_1000": 50.0,
+    "first_event_p50_ms_at_1": 5.0,
+    "delivery_p99_ms_at_1000": 100.0,
     "rss_mb_at_1000": 300.0,
 }
+"""Issue #10's, as this table shows them; CPU per run is judged against the floors
+(bench/compare.py), the whole list by `python -m bench --summary`."""
 
 
 def client_processes(concurrency: int) -> int:
@@ -349,15 +350,6 @@ def verdicts(results: list[dict[str, Any]]) -> list[str]:
             f"- First event ≤ {target:g} ms p50 at concurrency 1: "
             f"{'met' if v <= target else 'MISSED'} ({fmt(v)} ms, scripted model)."
         )
-    cpu = [r["cpu_ms_per_run"] for r in base]
-    if cpu:
-        target = TARGETS["cpu_ms_per_run"]
-        worst = max(cpu)
-        lines.append(
-            f"- Server CPU ≤ {target:g} ms per 5-step run: "
-            f"{'met' if worst <= target else 'MISSED'} "
-            f"({fmt(min(cpu), 2)}–{fmt(worst, 2)} ms over the rows above)."
-        )
     big = [r for r in base if r["concurrency"] == 1000]
     for r in big:
         delay = r["delivery_ms"]["p99"]
@@ -370,7 +362,7 @@ def verdicts(results: list[dict[str, Any]]) -> list[str]:
         )
         lines.append(
             f"- 1,000 concurrent runs ({row(r)[0]}): {'met' if ok else 'MISSED'}: "
-            f"p99 delivery {fmt(delay)} ms (≤ 50), "
+            f"p99 delivery {fmt(delay)} ms (≤ {TARGETS['delivery_p99_ms_at_1000']:g}), "
             f"{r['runs_with_lost_events']} runs losing events (0), "
             f"peak RSS {fmt(rss, 0)} MB (≤ 300), peak in flight {r['peak_in_flight']:,}."
         )

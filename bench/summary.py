@@ -2,7 +2,8 @@
 
     python -m bench --summary            # print the table (from the committed results)
     python -m bench --summary --quick    # from the *-quick results of `make bench QUICK=1`
-    python -m bench --summary --readme   # also rewrite the table in README.md
+    python -m bench --summary --readme   # also rewrite the tables in README.md and
+                                         # bench/README.md from the results
 
 Every figure comes from the JSON the benchmarks wrote in their last run; `make bench` prints
 this table at its end and writes it to bench/results/summary.md.
@@ -20,8 +21,7 @@ from typing import Any
 from bench.common import RESULTS, ROOT, fmt
 
 README = ROOT / "README.md"
-START = "<!-- bench-summary:start -->"
-END = "<!-- bench-summary:end -->"
+BENCH_README = ROOT / "bench" / "README.md"
 
 
 @dataclass(frozen=True)
@@ -172,12 +172,41 @@ def markdown(quick: bool = False) -> str:
     return "\n".join(lines)
 
 
-def update_readme(text: str) -> None:
-    readme = README.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(readme):
-        raise SystemExit(f"README.md has no {START} … {END} block")
-    README.write_text(pattern.sub(f"{START}\n{text}\n{END}", readme), encoding="utf-8")
+def _body(name: str, quick: bool) -> str:
+    """A results file without its title, its headings one level down."""
+    path = RESULTS / f"{name}{'-quick' if quick else ''}.md"
+    if not path.exists():
+        return f"(no {path.name} yet: run `make bench`)"
+    text = path.read_text(encoding="utf-8").split("\n", 1)[1].strip()
+    return re.sub(r"^(#+) ", r"#\1 ", text, flags=re.M)
+
+
+def blocks(quick: bool) -> dict[str, str]:
+    """What `--readme` writes between `<!-- bench-NAME:start/end -->` in the READMEs."""
+    service = _body("service", quick)
+    service, _, compare = service.partition("### Against the floors")
+    return {
+        "summary": markdown(quick),
+        "engine": _body("engine", quick),
+        "http_client": _body("http_client", quick),
+        "service": service.strip(),
+        "compare": ("#### Against the floors" + compare).strip() if compare else "",
+        "store": _body("store", quick),
+    }
+
+
+def update_readmes(quick: bool) -> None:
+    """Rewrite every `<!-- bench-NAME:start -->` … `<!-- bench-NAME:end -->` block of
+    README.md and bench/README.md from the results."""
+    found = blocks(quick)
+    for readme in (README, BENCH_README):
+        text = readme.read_text(encoding="utf-8")
+        for name, body in found.items():
+            start, end = f"<!-- bench-{name}:start -->", f"<!-- bench-{name}:end -->"
+            pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+            replacement = f"{start}\n{body}\n{end}"
+            text = pattern.sub(lambda _, r=replacement: r, text)  # type: ignore[misc]
+        readme.write_text(text, encoding="utf-8")
 
 
 def write(quick: bool) -> str:
