@@ -472,7 +472,9 @@ def main() -> None:
         for mode, concurrency, level, store, executing in plan:
             if args.profile is not None and concurrency != args.profile:
                 continue
-            per_worker = RUNS_PER_WORKER[args.quick][concurrency][mode == "llm"]
+            # the extra rows take the quick pass's runs: the full bench stays near 15 minutes
+            base = (level, store, executing) == (args.log_level, args.store, 5000)
+            per_worker = RUNS_PER_WORKER[args.quick or not base][concurrency][mode == "llm"]
             say(
                 f"service bench: {mode}, {concurrency} concurrent, {level}, {store}, "
                 f"{executing} executing at most"
