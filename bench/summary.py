@@ -190,7 +190,7 @@ def blocks(quick: bool) -> dict[str, str]:
         "engine": _body("engine", quick),
         "http_client": _body("http_client", quick),
         "service": service.strip(),
-        "compare": ("#### Against the floors" + compare).strip() if compare else "",
+        "compare": compare.split("\n", 1)[1].strip() if compare else "",
         "store": _body("store", quick),
     }
 
