@@ -21,7 +21,6 @@ from typing import Any, Literal, Self
 import anyio
 import uvicorn
 
-
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues before accept (capped by net.core.somaxconn): with a short
 queue, a hundred clients connecting at once see resets (benchmarks, load tests)."""
