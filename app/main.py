@@ -21,6 +21,7 @@ from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
 from app.api.routes import events, health, runs, tools, ui
 from app.assembly import FetcherPoster, RunAssembly, load_prompts
+from app.heap import served_heap
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
 from app.runs.backends import open_store, shared_parts
@@ -163,15 +164,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     interrupted_runs=len(interrupted),
                 )
                 try:
-                    yield {
-                        "manager": manager,
-                        "settings": settings,
-                        "registry": registry,
-                        "models": models,
-                        "metrics": metrics,
-                        "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
-                        "tracing": tracing,
-                    }
+                    with served_heap():
+                        yield {
+                            "manager": manager,
+                            "settings": settings,
+                            "registry": registry,
+                            "models": models,
+                            "metrics": metrics,
+                            "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
+                            "tracing": tracing,
+                        }
                 finally:
                     undo()
                     await manager.drain(settings.shutdown_grace_s)

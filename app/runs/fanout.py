@@ -1,21 +1,34 @@
 """Live delivery of a run's events to its subscribers, inside one process.
 
 A store publishes each event once it is durable. A subscriber replays from the store, then
-follows the live feed; it never blocks the publisher: its buffer is bounded and, when a slow
-client lets it overflow, the subscriber drops the buffer and catches up from the store. Seq
-numbers make replay and live feed meet without loss or duplicates.
+follows the live feed, taking what it has in batches (everything ready at once, so that the
+SSE stream serving it makes one write, not one per event). It never blocks the publisher: its
+buffer is bounded and, when a slow client lets it overflow, the subscriber drops the buffer
+and catches up from the store. Seq numbers make replay and live feed meet without loss or
+duplicates.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from app.runs.records import Event
 
 Reader = Callable[..., Awaitable[list[Event]]]
 PAGE = 1000
+
+
+async def each_event(batches: AsyncIterator[list[Event]]) -> AsyncIterator[Event]:
+    """The events of `batches`, one at a time; closes `batches` when it is closed itself."""
+    try:
+        async for batch in batches:
+            for event in batch:
+                yield event
+    finally:
+        if isinstance(batches, AsyncGenerator):
+            await batches.aclose()
 
 
 class _Subscriber:
@@ -50,8 +63,17 @@ class Fanout:
             subscriber.push(event)
 
     async def follow(self, run_id: str, after: int, read: Reader) -> AsyncIterator[Event]:
+        """Events of `run_id` after seq `after`, one at a time (see `follow_batches`)."""
+        async for event in each_event(self.follow_batches(run_id, after, read)):
+            yield event
+
+    async def follow_batches(
+        self, run_id: str, after: int, read: Reader
+    ) -> AsyncIterator[list[Event]]:
         """Events of `run_id` after seq `after`: the stored ones, then live ones, until the
-        terminal event."""
+        terminal event; in batches, each holding every event that was ready when it was
+        taken (a page of the replay, or all the live ones published since the last batch),
+        in seq order, never empty."""
         if after > 0:
             # resuming right after the terminal event (EventSource reconnects whenever a
             # stream closes): nothing follows it, so end now instead of waiting forever
@@ -66,30 +88,46 @@ class Fanout:
                 caught_up = False
                 while not caught_up:  # from the store
                     subscriber.overflowed = False
-                    batch = await read(run_id, after=last, limit=PAGE)
-                    for event in batch:
-                        yield event
-                        last = event.seq
-                        if event.terminal:
-                            return
-                    caught_up = len(batch) < PAGE
+                    page = await read(run_id, after=last, limit=PAGE)
+                    caught_up = len(page) < PAGE
+                    if not page:
+                        continue
+                    ended = next((i for i, e in enumerate(page) if e.terminal), None)
+                    if ended is not None:
+                        yield page[: ended + 1]
+                        return
+                    last = page[-1].seq
+                    yield page
                 while not subscriber.overflowed:  # live
-                    if not subscriber.buffer:
+                    buffer = subscriber.buffer
+                    if not buffer:
                         subscriber.wake.clear()
                         await subscriber.wake.wait()
                         continue
-                    event = subscriber.buffer.popleft()
-                    if event.seq <= last:
-                        if event.terminal:  # the client resumed past the end
-                            return
-                        continue
-                    if event.seq != last + 1:  # a gap: fill it from the store
-                        subscriber.buffer.appendleft(event)
-                        break
-                    yield event
-                    last = event.seq
-                    if event.terminal:
+                    batch: list[Event] = []
+                    gap = ended_early = False
+                    while buffer:
+                        event = buffer.popleft()
+                        if event.seq <= last:
+                            if event.terminal:  # the client resumed past the end
+                                ended_early = True
+                                break
+                            continue
+                        if event.seq != last + 1:  # a gap: fill it from the store
+                            buffer.appendleft(event)
+                            gap = True
+                            break
+                        batch.append(event)
+                        last = event.seq
+                        if event.terminal:
+                            ended_early = True
+                            break
+                    if batch:
+                        yield batch
+                    if ended_early:
                         return
+                    if gap:
+                        break
         finally:
             subscribers = self._subscribers.get(run_id)
             if subscribers is not None:

@@ -529,21 +529,22 @@ class RunManager(ClusterRuns, SharedInboxRuns):
             )
         await self.store.delete(run_id)
 
-    async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
+    async def event_batches(self, run_id: str, after: int = 0) -> AsyncIterator[list[Event]]:
         """The run's events after seq `after`, live until its terminal event (a run waiting
         for a person too: its follower stays; with replicas, any run: it may run elsewhere).
-        Otherwise the run has every event stored already: replay and stop."""
+        Otherwise the run has every event stored already: replay and stop. In batches of
+        what is ready at once (`RunStore.subscribe_batches`)."""
         live = run_id in self._active or self.coordinator is not None
         live = live or await self._unended(run_id)
         if live or run_id in self._active:  # (it may have resumed during that read)
-            async for event in self.store.subscribe(run_id, after=after):
-                yield event
+            async for batch in self.store.subscribe_batches(run_id, after=after):
+                yield batch
             return
         while True:
             batch = await self.store.read(run_id, after=after, limit=EVENT_PAGE)
-            for event in batch:
-                yield event
-                after = event.seq
+            if batch:
+                yield batch
+                after = batch[-1].seq
             if len(batch) < EVENT_PAGE:
                 return
 

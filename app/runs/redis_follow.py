@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.engine.events import EventType
-from app.runs.fanout import PAGE, Fanout
+from app.runs.fanout import PAGE, Fanout, each_event
 from app.runs.records import Event
 
 log = structlog.get_logger("finishline.runs")
@@ -59,7 +59,8 @@ class _Reader:
 
 
 class StreamFollower:
-    """`follow(run_id, after)`: the run's events after `after`, replayed then live."""
+    """`follow(run_id, after)`: the run's events after `after`, replayed then live;
+    `follow_batches` hands them over in batches."""
 
     def __init__(
         self,
@@ -78,7 +79,11 @@ class StreamFollower:
     def readers(self) -> int:
         return len(self._readers)
 
-    async def follow(self, run_id: str, after: int) -> AsyncIterator[Event]:
+    def follow(self, run_id: str, after: int) -> AsyncIterator[Event]:
+        return each_event(self.follow_batches(run_id, after))
+
+    async def follow_batches(self, run_id: str, after: int) -> AsyncIterator[list[Event]]:
+        """As `follow`, in batches (`Fanout.follow_batches`)."""
         reader = self._readers.get(run_id)
         if reader is None or reader.done:
             last = await self._last_seq(run_id)
@@ -90,10 +95,10 @@ class StreamFollower:
                 )
         reader.followers += 1
         try:
-            live = self._fanout().follow(run_id, after, self._read)
+            live = self._fanout().follow_batches(run_id, after, self._read)
             try:
-                async for event in live:
-                    yield event
+                async for batch in live:
+                    yield batch
             finally:
                 if isinstance(live, AsyncGenerator):
                     await live.aclose()

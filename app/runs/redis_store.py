@@ -196,6 +196,9 @@ class RedisRunStore:
     def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         return self._follower.follow(run_id, after)
 
+    def subscribe_batches(self, run_id: str, *, after: int = 0) -> AsyncIterator[list[Event]]:
+        return self._follower.follow_batches(run_id, after)
+
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:

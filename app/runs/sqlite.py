@@ -243,6 +243,9 @@ class SqliteRunStore:
     def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         return self.fanout.follow(run_id, after, self.read)
 
+    def subscribe_batches(self, run_id: str, *, after: int = 0) -> AsyncIterator[list[Event]]:
+        return self.fanout.follow_batches(run_id, after, self.read)
+
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:

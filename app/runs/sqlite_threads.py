@@ -9,7 +9,8 @@ While one batch is being fsynced the next one queues up, so under load many writ
 one commit.
 
 Each write runs inside its own SAVEPOINT: a write that raises (a duplicate run id, say) is
-rolled back alone and fails only its own future; the rest of the batch commits. If the
+rolled back alone and fails only its own future; the rest of the batch commits. (A batch of
+one, the usual case at low load, needs none: its transaction is rolled back instead.) If the
 transaction as a whole fails (BEGIN or COMMIT: disk full, I/O error, a lock held too long),
 nothing of the batch is durable, every future in it fails, and `on_abort` lets the store
 forget state it derived from the batch (its next-seq cache).
@@ -125,6 +126,9 @@ class GroupCommitWriter:
 
     def _commit(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
         outcomes: list[tuple[_Write, bool, Any]] = []
+        if len(batch) == 1:  # alone in its transaction: no savepoint needed
+            self._commit_one(conn, batch[0])
+            return
         try:
             conn.execute("BEGIN IMMEDIATE")
             for write in batch:
@@ -148,6 +152,27 @@ class GroupCommitWriter:
         else:
             self.commits += 1
         self._to_loop(self._deliver, outcomes)
+
+    def _commit_one(self, conn: sqlite3.Connection, write: _Write) -> None:
+        """A batch of one: its transaction is its savepoint (what raises rolls it all back)."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                value = write.apply(conn)
+            except Exception as exc:
+                conn.execute("ROLLBACK")
+                outcome = (write, False, exc)
+            else:
+                conn.execute("COMMIT")
+                self.commits += 1
+                outcome = (write, True, value)
+        except Exception as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
+                    conn.execute("ROLLBACK")
+            self._on_abort()
+            outcome = (write, False, exc)
+        self._to_loop(self._deliver, [outcome])
 
     def _to_loop(self, callback: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None

@@ -6,7 +6,8 @@ checkpoints. Implementations: `MemoryRunStore` (memory://), `SqliteRunStore` (sq
 Ordering contract: `append` assigns the next `seq` of the run (1, 2, 3 … no gaps) and returns
 only once the event is durable; events are appended, and published to subscribers, in the
 order `append` was called for that run. `subscribe` replays everything after `after`, then
-follows live, without loss or duplicates, and ends after the terminal event.
+follows live, without loss or duplicates, and ends after the terminal event;
+`subscribe_batches` does the same, handing over everything it has ready at once.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ class RunStore(Protocol):
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 
     def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]: ...
+
+    def subscribe_batches(self, run_id: str, *, after: int = 0) -> AsyncIterator[list[Event]]:
+        """As `subscribe`, in batches: each one every event ready when it was taken (a page of
+        the replay, or all the live events published since the previous batch), in order,
+        never empty. What an SSE stream writes at once."""
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None: ...
 

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from sse_starlette import ServerSentEvent
 
+from app.api.routes.events import sse_frames
+from app.engine.events import EventType
+from app.runs.records import Event
 from tests.api.kit import (
     TERMINAL_EVENTS,
     assert_sequential,
@@ -232,3 +237,18 @@ async def test_sse_resumed_past_the_end_of_an_ended_run_closes_with_no_event(pas
 
         assert response.status_code == 200
         assert events == []
+
+
+def test_sse_frames_of_a_batch_are_the_frames_of_each_event_one_after_the_other() -> None:
+    batch = [
+        Event("run_1", 1, EventType.RUN_QUEUED, 1.5, 0, {"task": "é\nline\r2"}),
+        Event("run_1", 2, EventType.THOUGHT, 2.25, 1, {"text": "a\u2028b"}),
+    ]
+    one_by_one = b"".join(
+        ServerSentEvent(
+            data=json.dumps(e.to_dict(), ensure_ascii=False), event=e.type, id=str(e.seq)
+        ).encode()
+        for e in batch
+    )
+    assert sse_frames(batch) == one_by_one
+    assert sse_frames(batch).count(b"\r\n\r\n") == 2  # one data line each: JSON escapes breaks

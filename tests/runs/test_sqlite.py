@@ -161,6 +161,22 @@ async def test_a_failing_write_fails_alone_and_its_batch_commits(path: str) -> N
         assert store.commits - before <= 2
 
 
+async def test_a_failing_write_alone_in_its_transaction_leaves_nothing_behind(path: str) -> None:
+    run = record()
+    async with opened(path) as store:
+        await store.create(run)
+        with anyio.fail_after(BOUND_S):
+            first = await store.append(run.id, "thought", 1, {})
+            with pytest.raises(DuplicateRunError):
+                await store.create(run)
+            with pytest.raises(KeyError):
+                await store.append("nope", "thought", 1, {})
+            second = await store.append(run.id, "thought", 2, {})
+        assert await store.read(run.id) == [first, second]
+        assert second.seq == 2
+        assert await store.get("nope") is None
+
+
 async def test_subscribers_see_an_event_only_once_it_is_committed(path: str) -> None:
     seen_in_file: list[bool] = []
 

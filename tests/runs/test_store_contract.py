@@ -433,6 +433,46 @@ async def test_a_slow_subscriber_gets_every_event_once_in_order_by_catching_up(
     assert store.fanout.subscribers == 0
 
 
+async def test_subscribe_batches_hand_over_everything_ready_at_once(store: Store) -> None:
+    run = await created(store)
+    replayed = await append_all(store, run.id, ["run.queued", "run.started", "thought"])
+    with anyio.fail_after(BOUND_S):
+        async with contextlib.aclosing(store.subscribe_batches(run.id)) as batches:
+            assert await anext(batches) == replayed  # the stored ones: one page, one batch
+            live = await append_all(store, run.id, ["action", "observation", "run.completed"])
+            await store.append(run.id, "thought", 9, {"after": "the end"})
+            rest = [batch async for batch in batches]
+    assert [event for batch in rest for event in batch] == live
+    assert all(rest)
+    if not isinstance(store, RedisRunStore):
+        # published before each append returned: all three wait for the next take.
+        # (Redis: a reader task publishes entries as it reads them from the stream)
+        assert rest == [live]
+
+
+async def test_subscribe_batches_after_the_terminal_event_end_at_once(store: Store) -> None:
+    run = await created(store)
+    events = await append_all(store, run.id, ["run.queued", "thought", "run.completed"])
+    with anyio.fail_after(BOUND_S):
+        assert [b async for b in store.subscribe_batches(run.id, after=1)] == [events[1:]]
+        assert [b async for b in store.subscribe_batches(run.id, after=3)] == []
+
+
+async def test_a_slow_batch_subscriber_gets_every_event_once_in_order(store: Store) -> None:
+    store.fanout = Fanout(buffer=4)
+    run = await created(store)
+    first = await append_all(store, run.id, ["run.queued"])
+    with anyio.fail_after(BOUND_S):
+        async with contextlib.aclosing(store.subscribe_batches(run.id)) as batches:
+            assert await anext(batches) == first  # following now
+            more = await append_all(store, run.id, ["thought"] * 30)  # overflows its buffer
+            got = list(await anext(batches))
+            more += await append_all(store, run.id, ["thought"] * 30 + ["run.completed"])
+            got += [event async for batch in batches for event in batch]
+    assert got == more
+    assert store.fanout.subscribers == 0
+
+
 # -- checkpoints --------------------------------------------------------------------------
 
 
