@@ -144,12 +144,7 @@ class ServerSettings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto: console on a TTY, JSON otherwise."
     )
-    log_level: str = Field(
-        "INFO",
-        description="Log level of finishline's own loggers. INFO: a run's start and end; "
-        "DEBUG adds a line per thought, tool call and tool result (the event log holds them "
-        "all).",
-    )
+    log_level: str = Field("INFO", description="Log level of finishline's own loggers.")
 
     # -- models and tools -----------------------------------------------------------------
     llm_base_url: str | None = Field(

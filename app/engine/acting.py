@@ -97,7 +97,7 @@ class ToolStep:
         for call in calls:
             item = self._prepare(call, finishing)
             prepared.append(item)
-            self.run.log.debug("tool_called", tool=call.name, call_id=call.id)
+            self.run.log.info("tool_called", tool=call.name, call_id=call.id)
             yield Action(st.step, call.id, call.name, item.arguments)
             if item.runnable and call.name in run.approval and isinstance(item.arguments, dict):
                 self.pending.append(PendingCall(call.id, call.name, item.arguments))
@@ -113,7 +113,7 @@ class ToolStep:
             for index, item in enumerate(prepared):
                 if not item.runnable:
                     if item.repeated:
-                        self.run.log.debug("intervened", kind=InterventionKind.REPETITION.value)
+                        self.run.log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
                 elif self.redo is not None and item.call.id not in waiting:
@@ -232,7 +232,7 @@ class ToolStep:
         self._shown[index] = shown.text
         if item.runnable and item.key is not None:
             run.state.earlier_results[item.key] = shown.text
-        self.run.log.debug(
+        self.run.log.info(
             "tool_returned",
             tool=item.call.name,
             call_id=item.call.id,

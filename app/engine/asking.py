@@ -57,7 +57,7 @@ async def ask(
         else:
             yield account(run, reply, started, final)
             if reply.content:
-                run.log.debug("thought_emitted", chars=len(reply.content), final=final)
+                run.log.info("thought_emitted", chars=len(reply.content), final=final)
                 yield Thought(st.step, reply.content)
             yield reply
             return

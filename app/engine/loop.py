@@ -396,5 +396,5 @@ class ReactRun:
         return self._intervention(kind, text)
 
     def _intervention(self, kind: InterventionKind, text: str) -> Intervention:
-        self.log.debug("intervened", kind=kind.value)
+        self.log.info("intervened", kind=kind.value)
         return Intervention(self.state.step, kind, text)
