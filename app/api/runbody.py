@@ -22,7 +22,7 @@ from app.caps import check_sizes
 from app.runs.errors import InvalidRunError
 from app.runs.spec import RunRequest
 from app.settings import Settings
-from app.tools.base import schema_problem
+from app.tools.base import compiled_schema
 
 OPENAPI_BODY: dict[str, Any] = {
     "requestBody": {
@@ -58,8 +58,8 @@ def parse_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunReques
         ) from None
     request = body.run_request()
     check_sizes(request, settings)
-    for tool in request.http_tools:  # the costly check, here off the loop (remembered)
-        schema_problem(tool.parameters)
+    for tool in request.http_tools:  # the costly check and compile, off the loop (remembered)
+        compiled_schema(tool.parameters)
     return body, request
 
 

@@ -166,7 +166,7 @@ class ApprovalDesk:
                         pending=sorted(undecided),
                     )
                 if decision.arguments is not None:
-                    problem = self.assembler.check_arguments(
+                    problem = await self.assembler.check_arguments(
                         record, pending.tool, decision.arguments
                     )
                     if problem is not None:

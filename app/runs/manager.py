@@ -237,12 +237,13 @@ class RunManager(ClusterRuns):
         `traceparent`: the caller's W3C trace context, the parent of the run's trace."""
         if self.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
-        digest = request_hash(request)
+        # in proportion to the request's size (64 KB of tool schemas: milliseconds)
+        digest = await asyncio.to_thread(request_hash, request)
         if idempotency_key is not None:
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
                 return self._replay(existing, digest), False
-        checked = self.assembler.check(request)
+        checked = await self.assembler.check(request)
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
@@ -568,7 +569,7 @@ class RunManager(ClusterRuns):
                 trace.started()  # again on a resume: this task's outbound calls carry it
             fresh = state is None or not state.messages
             previous = await self._previous_conversation(record) if fresh else None
-            inputs = self.assembler.inputs(record)
+            inputs = await self.assembler.inputs(record)
             try:
                 async for step in run_react(
                     task=record.request.task,
