@@ -13,6 +13,7 @@ STEPS = (
     ("engine overhead (bench/engine.py)", ["bench.engine"]),
     ("event log (bench/store.py)", ["bench.store"]),
     ("tracing cost (bench/tracing.py)", ["bench.tracing"]),
+    ("event-loop stall of the heaviest request (bench/loop_stall.py)", ["bench.loop_stall"]),
     ("service (bench/service.py)", ["bench.service", "--extra"]),
 )
 
