@@ -210,6 +210,7 @@ class RunAssembly:
             limits=limits,
             prompts=self.prompts[limits.prompt_language],
             approval=self.approval_tools(request),
+            max_reply_chars=self.settings.max_reply_chars,
         )
 
     def _mcp_tools(self, servers: list[str], *, lenient: bool = False) -> list[Tool]:

@@ -113,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_model=settings.llm_model,
             scripted_enabled=settings.scripted_model_enabled,
             demo_delay_s=settings.demo_delay_s,
+            max_response_bytes=settings.llm_max_response_bytes,
         )
         metrics = RunMetrics()
         tracing = start_tracing()  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set

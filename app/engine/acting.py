@@ -155,6 +155,12 @@ class ToolStep:
 
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run
+        if call.oversize:  # arguments over the cap: dropped (app.engine.replycap), never run
+            text = run.prompts.arguments_too_long.format(
+                tool=call.name, chars=call.oversize, cap=run.max_reply_chars
+            )
+            shown = f"[{call.oversize:,} characters of arguments, over the cap: not kept]"
+            return PreparedCall(call=call, arguments=shown, reply=text, is_error=True)
         if not (run.limits.stop_tool and call.name == TASK_FINISHED):
             return prepare(call, run.tools, run.state, run.limits, run.prompts, run.available_tools)
         arguments, shown, error = parse_arguments(call.arguments)

@@ -86,6 +86,7 @@ def run_react(
     inbox: Inbox | None = None,
     approval: Collection[str] = (),
     decisions: Sequence[Decision] = (),
+    max_reply_chars: int = 0,
 ) -> AsyncIterator[Step]:
     """Run one ReAct agent to its end, yielding every step. Resumes from `state` if given.
 
@@ -96,6 +97,9 @@ def run_react(
     A call of a tool named in `approval` is not executed: the step's other calls run, then
     the run checkpoints and yields `Suspended` (its last step; not an end). Resuming with that
     checkpoint as `state` and the person's `decisions` settles those calls first (DESIGN §9).
+
+    `max_reply_chars` (0: none) caps what one reply brings into the run: its text and each
+    call's arguments (`app.engine.replycap`), and the token events streamed of it.
     """
     limits = limits or Limits()
     run = ReactRun(
@@ -114,6 +118,7 @@ def run_react(
         inbox=inbox,
         approval=frozenset(approval),
         decisions={d.call_id: d for d in decisions},
+        max_reply_chars=max_reply_chars,
     )
     return run.steps()
 
@@ -137,6 +142,7 @@ class ReactRun:
         inbox: Inbox | None = None,
         approval: frozenset[str] = frozenset(),
         decisions: dict[str, Decision] | None = None,
+        max_reply_chars: int = 0,
     ) -> None:
         self.task = task
         self.decisions = decisions or {}
@@ -174,6 +180,7 @@ class ReactRun:
             log=self.log,
             tool_ctx=self.ctx,
             approval=approval,
+            max_reply_chars=max_reply_chars,
         )
 
     # -- the loop -----------------------------------------------------------------------

@@ -36,6 +36,8 @@ class Prompts:
     call_interrupted: str
     approval_rejected: str
     previous_run_ended: str
+    reply_cut_note: str
+    arguments_too_long: str
 
     def merged(self, overrides: Mapping[str, str]) -> Prompts:
         """A copy with some texts replaced; an unknown name is an error, not ignored."""
@@ -96,6 +98,12 @@ EN = Prompts(
     call_interrupted="The tool {tool} was interrupted: the run reached a limit ({reason}).",
     approval_rejected="A person did not approve this call of {tool}, so it did not run: {message}",
     previous_run_ended="(The previous run ended without an answer: {reason}.)",
+    reply_cut_note="\n\n[Reply cut at {shown:,} of {total:,} characters.]",
+    arguments_too_long=(
+        "The arguments of {tool} were {chars:,} characters long, more than the {cap:,} this "
+        "server accepts, so the call did not run. Call it with shorter arguments, or split the "
+        "work into several smaller calls."
+    ),
 )
 
 ZH = Prompts(
@@ -135,6 +143,11 @@ ZH = Prompts(
     call_interrupted="工具 {tool} 的调用被中断：本次运行已达到限制（{reason}）。",
     approval_rejected="用户没有批准对 {tool} 的这次调用，因此它没有执行：{message}",
     previous_run_ended="（上一次运行未给出答案即结束：{reason}。）",
+    reply_cut_note="\n\n[回复已截断，保留 {shown:,}/{total:,} 字符。]",
+    arguments_too_long=(
+        "{tool} 的参数长 {chars:,} 字符，超过本服务接受的 {cap:,} 字符，因此没有执行。"
+        "请用更短的参数调用，或把工作拆成几次较小的调用。"
+    ),
 )
 
 BUILTIN: dict[PromptLanguage, Prompts] = {"en": EN, "zh": ZH}

@@ -583,6 +583,7 @@ class RunManager(ClusterRuns):
                     previous=previous,
                     inbox=active.take_messages,
                     approval=inputs.approval,
+                    max_reply_chars=inputs.max_reply_chars,
                     state=state,
                     decisions=decisions,
                 ):

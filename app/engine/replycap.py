@@ -1,0 +1,51 @@
+"""How much of what a model says enters a run: one reply's text and one tool call's
+arguments, each at most `max_chars` characters (`FINISHLINE_MAX_REPLY_CHARS`; 0: no cap).
+
+A model can answer with megabytes (a runaway generation, arguments pasting a whole file).
+Kept whole, that is one thought or action event, and a conversation sent back on every later
+call, of that size. So, before anything else sees the reply:
+
+- text over the cap is cut at a semantic boundary (`truncate`'s text rules) and ends with
+  `Prompts.reply_cut_note`; the thought event, the conversation and a plain answer carry the
+  cut text;
+- a tool call whose arguments are over the cap keeps `{}` as its arguments in the
+  conversation (valid JSON for every provider) and `oversize` set to their length: it does
+  not run, and the model is told why (`Prompts.arguments_too_long`).
+
+The work is linear in the cap, not in the reply: only the first `max_chars + 1` characters
+are looked at. What the endpoint may send at all is bounded before this, by the adapter
+(`app.llm.bodycap`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.engine.ports import Reply, ToolCall
+from app.engine.prompts import Prompts
+from app.engine.truncate import truncate
+
+
+def cap_text(text: str, max_chars: int, prompts: Prompts) -> str:
+    """`text`, or its first part of at most `max_chars` characters and a note."""
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    kept = truncate(text[: max_chars + 1], max_chars, note="").kept
+    return kept + prompts.reply_cut_note.format(shown=len(kept), total=len(text))
+
+
+def cap_call(call: ToolCall, max_chars: int) -> ToolCall:
+    if max_chars <= 0 or len(call.arguments) <= max_chars:
+        return call
+    return replace(call, arguments="{}", oversize=len(call.arguments))
+
+
+def cap_reply(reply: Reply, max_chars: int, prompts: Prompts) -> Reply:
+    """`reply` with its text and each call's arguments within `max_chars` (see above)."""
+    if max_chars <= 0:
+        return reply
+    content = None if reply.content is None else cap_text(reply.content, max_chars, prompts)
+    calls = tuple(cap_call(call, max_chars) for call in reply.tool_calls)
+    unchanged = content is reply.content and all(
+        a is b for a, b in zip(calls, reply.tool_calls, strict=True)
+    )
+    return reply if unchanged else replace(reply, content=content, tool_calls=calls)
