@@ -1,0 +1,59 @@
+"""`max_reply_chars`: what one reply brings into a run (app.engine.replycap)."""
+
+from __future__ import annotations
+
+from app.engine.loop import run_react
+from app.engine.policies import Limits, StopReason
+from app.engine.prompts import EN
+from app.engine.replycap import cap_reply, cap_text
+from app.engine.steps import Action, Observation, Thought
+from app.llm.scripted import ScriptedModel
+from tests.engine.kit import call, collect, ending, finish, of_type, says
+
+
+def test_text_within_the_cap_and_a_reply_within_it_are_kept_as_they_are() -> None:
+    reply = says("short", call("echo", {"text": "x"}))
+
+    assert cap_text("short", 1000, EN) == "short"
+    assert cap_reply(reply, 1000, EN) is reply
+    assert cap_reply(says("x" * 5000), 0, EN).content == "x" * 5000  # 0: no cap
+
+
+def test_long_text_is_cut_at_a_sentence_and_says_how_much_was_kept() -> None:
+    text = "One sentence here. " * 1000
+
+    capped = cap_text(text, 1000, EN)
+
+    kept, note = capped.split("\n\n[Reply cut at ")
+    assert len(kept) <= 1000
+    assert kept.endswith("here.")
+    assert note == f"{len(kept):,} of {len(text):,} characters.]"
+
+
+async def test_a_finish_whose_answer_is_over_the_cap_does_not_end_the_run() -> None:
+    model = ScriptedModel([finish("a" * 2000), finish("short")])
+
+    steps = await collect(run_react(task="t", model=model, max_reply_chars=1000))
+
+    first, _ = of_type(steps, Action)
+    assert first.arguments.startswith("[2,01")  # the JSON text's length, not kept
+    (refused,) = [o for o in of_type(steps, Observation) if o.call_id == first.call_id]
+    assert refused.is_error
+    assert "more than the 1,000 this server accepts" in refused.content
+    assert ending(steps).reason == StopReason.FINISHED
+    assert ending(steps).answer == "short"
+    conversation = model.calls[1].messages
+    assert conversation[2]["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+async def test_a_plain_answer_over_the_cap_is_the_cut_text() -> None:
+    model = ScriptedModel([says("word " * 1000)])
+
+    steps = await collect(
+        run_react(task="t", model=model, limits=Limits(stop_tool=False), max_reply_chars=1000)
+    )
+
+    (thought,) = of_type(steps, Thought)
+    assert ending(steps).reason == StopReason.ANSWERED
+    assert ending(steps).answer == thought.text
+    assert thought.text.endswith(" of 5,000 characters.]")
