@@ -14,14 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from app.caps import check_sizes
 from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import Tool
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
 from app.llm.models import ModelFactory, ModelUnavailableError
+from app.offload import off_loop
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
@@ -70,7 +69,7 @@ class RunAssembly:
     async def check(self, request: RunRequest) -> CheckedRequest:
         # sizes first, then each HTTP tool's schema checked and its validator built, in a
         # worker thread: milliseconds a property, 64 KB of schemas would stall the loop
-        schemas = await anyio.to_thread.run_sync(self._sized_and_compiled, request)
+        schemas = await off_loop(self._sized_and_compiled, request)
         return self._check(request, schemas)
 
     def _sized_and_compiled(self, request: RunRequest) -> list[CompiledSchema]:
@@ -281,7 +280,7 @@ def compile_schemas(tools: Sequence[HttpToolIn]) -> list[CompiledSchema]:
 async def _compiled_off_loop(tools: Sequence[HttpToolIn]) -> list[CompiledSchema]:
     if not tools:
         return []
-    return await anyio.to_thread.run_sync(compile_schemas, tools)
+    return await off_loop(compile_schemas, tools)
 
 
 class FetcherPoster:

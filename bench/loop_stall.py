@@ -2,16 +2,18 @@
 
 The request: `FINISHLINE_MAX_TOOLS` (64) HTTP tools whose distinct schemas fill
 `FINISHLINE_MAX_TOOL_SCHEMAS_TOTAL_BYTES` (64 KB) with as many properties as fit (checking a
-schema against the metaschema costs milliseconds a property), POSTed over loopback HTTP to the app
-served by uvicorn in this process on a SQLite file, then run to its end (a scripted finish).
-Meanwhile a monitor task sleeps 2 ms at a time on the server's loop and records how late it
-wakes (the loop's lag), and a thread asks `/healthz` every 10 ms and records how long each
-answer takes.
+schema against the metaschema costs milliseconds a property), POSTed over loopback HTTP
+(from a client process) to the app served by uvicorn in this process on a SQLite file, then
+run to its end (a scripted finish). Meanwhile a monitor task sleeps 2 ms at a time on the
+server's loop and records how late it wakes (the loop's lag), and a thread asks `/healthz`
+every 10 ms and records how long each answer takes.
 
-Two cases: schemas new to the server (each checked once, in a worker thread) and nothing
-remembered at all (the compiled-schema cache off: each schema checked at parsing, creation
-and start, all in worker threads). Before the fix the loop itself checked the schemas at
-creation and start on a cache miss: 190-540 ms stalls on this machine.
+Three cases: one request at a time with schemas new to the server (each checked once, in the
+worker thread); one at a time with nothing remembered (the compiled-schema cache off: each
+schema checked at parsing, creation and start, all in the worker thread); eight requests at
+once (new schemas). Before the fix the loop itself checked the schemas at creation and start
+on a cache miss (190-540 ms stalls on this machine), and with eight at once, eight worker
+threads took turns with the loop (250-590 ms).
 
     python -m bench.loop_stall [--quick]
 """
@@ -22,9 +24,11 @@ import argparse
 import asyncio
 import json
 import shutil
+import sys
 import tempfile
 import threading
 import time
+from argparse import SUPPRESS
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,7 @@ import httpx
 from app.main import create_app
 from app.settings import Settings
 from app.tools import base
-from bench.common import fmt, machine, machine_line, say, summary, table, write_results
+from bench.common import ROOT, fmt, machine, machine_line, say, summary, table, write_results
 from tests.fakes.serving import Served
 
 TOOLS = 64
@@ -88,18 +92,30 @@ class HealthProbe:
         self._thread.join()
 
 
-def create_and_wait(client: httpx.Client, body: dict[str, Any]) -> None:
-    response = client.post("/runs", json=body)
-    assert response.status_code == 202, response.text
-    run_id = response.json()["id"]
-    ended = client.get(f"/runs/{run_id}/wait", params={"timeout_s": 60})
-    assert ended.json()["status"] == "completed", ended.text
+def clients(url: str, at_once: int, round_: int) -> None:
+    """`at_once` clients, each creating a heavy run and waiting for its end (the client side,
+    run in a process of its own so that its work does not load the server's interpreter)."""
+    bodies = [heavy_body(round_ * 100 + i) for i in range(at_once)]
+    start = threading.Barrier(at_once)
+
+    def one(body: dict[str, Any]) -> None:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            start.wait()
+            response = client.post("/runs", json=body)
+            assert response.status_code == 202, response.text
+            ended = client.get(f"/runs/{response.json()['id']}/wait", params={"timeout_s": 60})
+            assert ended.json()["status"] == "completed", ended.text
+
+    threads = [threading.Thread(target=one, args=(body,)) for body in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
-async def one_round(
-    client: httpx.Client, probe: HealthProbe, body: dict[str, Any]
-) -> tuple[float, float]:
-    """The loop's longest lag and the slowest /healthz (ms) during one request and run."""
+async def one_round(url: str, probe: HealthProbe, at_once: int, round_: int) -> tuple[float, float]:
+    """The loop's longest lag and the slowest /healthz (ms) while `at_once` heavy requests
+    are created and run."""
     loop = asyncio.get_running_loop()
     lags: list[float] = []
     done = asyncio.Event()
@@ -111,16 +127,17 @@ async def one_round(
             lags.append(loop.time() - before - 0.002)
 
     task = asyncio.create_task(monitor())
+    command = [sys.executable, "-m", "bench.loop_stall", "--clients", url, str(at_once)]
+    client = await asyncio.create_subprocess_exec(*command, str(round_), cwd=ROOT)
     await asyncio.sleep(0.02)
     probe.slowest = 0.0
-    # the client in a thread too: only the server's work is on the loop
-    await asyncio.to_thread(create_and_wait, client, body)
+    assert await client.wait() == 0, "a client failed"
     done.set()
     await task
     return max(lags) * 1000, probe.slowest * 1000
 
 
-async def measure(rounds: int, remember: bool) -> dict[str, Any]:
+async def measure(rounds: int, remember: bool, at_once: int) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="finishline-stall-")
     settings = Settings(
         _env_file=None,
@@ -134,13 +151,10 @@ async def measure(rounds: int, remember: bool) -> dict[str, Any]:
     lags, health = [], []
     try:
         async with Served(create_app(settings), lifespan="on") as server:
-            with (
-                httpx.Client(base_url=server.url(), timeout=60) as client,
-                HealthProbe(server.url("/healthz")) as probe,
-            ):
-                await one_round(client, probe, heavy_body(-1))  # warm-up
+            with HealthProbe(server.url("/healthz")) as probe:
+                await one_round(server.url(), probe, 1, 99)  # warm-up
                 for index in range(rounds):
-                    lag, slowest = await one_round(client, probe, heavy_body(index))
+                    lag, slowest = await one_round(server.url(), probe, at_once, index)
                     lags.append(lag)
                     health.append(slowest)
     finally:
@@ -149,17 +163,30 @@ async def measure(rounds: int, remember: bool) -> dict[str, Any]:
     return {"rounds": rounds, "loop_lag_ms": summary(lags), "healthz_ms": summary(health)}
 
 
+CASES = (
+    # name, schemas remembered, requests at once
+    ("one at a time, new schemas", True, 1),
+    ("one at a time, nothing remembered", False, 1),
+    ("eight at once, new schemas", True, 8),
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--clients", nargs=3, metavar=("URL", "AT_ONCE", "ROUND"), help=SUPPRESS)
     args = parser.parse_args()
+    if args.clients:
+        url, at_once, round_ = args.clients
+        clients(url, int(at_once), int(round_))
+        return
     rounds = 5 if args.quick else 20
     body = heavy_body(0)
     schema_chars = sum(len(json.dumps(t["parameters"])) for t in body["http_tools"])
     cases = {}
-    for name, remember in (("new schemas", True), ("nothing remembered", False)):
+    for name, remember, at_once in CASES:
         say(f"{name}: {rounds} rounds of {TOOLS} tools, {schema_chars:,} chars of schemas")
-        cases[name] = asyncio.run(measure(rounds, remember))
+        cases[name] = asyncio.run(measure(rounds, remember, at_once))
     info = machine()
     rows = [
         [

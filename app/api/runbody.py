@@ -2,9 +2,10 @@
 
 Parsing and validating JSON costs time in proportion to how many values it holds, and a
 body within the size cap can hold hundreds of thousands (`[[],[],…]`): done on the event
-loop, that stalled every other request for seconds. In a thread, the loop keeps answering
-(the interpreter switches threads every few milliseconds), and the size caps are checked
-there too, so an oversized request never reaches the loop's own work (hashing, storing).
+loop, that stalled every other request for seconds. In a thread (one at a time:
+`app.offload`), the loop keeps answering (the interpreter switches threads every few
+milliseconds), and the size caps are checked there too, so an oversized request never
+reaches the loop's own work (hashing, storing).
 JSON parsing and pydantic validation run in C and Rust without letting go of the interpreter,
 so a cheap count of the body's values bounds them first (FINISHLINE_MAX_BODY_JSON_VALUES)."""
 
@@ -13,12 +14,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from app.api.schemas import RunCreate
 from app.caps import check_sizes
+from app.offload import off_loop
 from app.runs.errors import InvalidRunError
 from app.runs.spec import RunRequest
 from app.settings import Settings
@@ -64,4 +65,4 @@ def parse_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunReques
 
 
 async def read_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest]:
-    return await anyio.to_thread.run_sync(parse_run_body, raw, settings)
+    return await off_loop(parse_run_body, raw, settings)

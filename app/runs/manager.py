@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import anyio
 import structlog
 
 from app.engine.events import EventType
@@ -238,7 +239,7 @@ class RunManager(ClusterRuns):
         if self.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
         # in proportion to the request's size (64 KB of tool schemas: milliseconds)
-        digest = await asyncio.to_thread(request_hash, request)
+        digest = await anyio.to_thread.run_sync(request_hash, request)
         if idempotency_key is not None:
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:

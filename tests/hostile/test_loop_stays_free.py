@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import anyio
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -145,3 +146,37 @@ def test_tools_with_the_same_schema_share_one_compiled_validator() -> None:
     assert one.validator is not None
     first["properties"]["q"]["type"] = "integer"  # the caller's dict is not the one kept
     assert one.schema["properties"]["q"]["type"] == "string"
+
+
+async def test_heavy_requests_at_once_check_their_schemas_one_thread_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # eight threads checking schemas at once took turns with the event loop for the
+    # interpreter and stalled it 250-590 ms; one at a time, the loop shares it with one
+    active: list[int] = []
+    most = 0
+    lock = threading.Lock()
+    real = Draft202012Validator.check_schema
+
+    def counting(schema: Any) -> None:
+        nonlocal most
+        with lock:
+            active.append(1)
+            most = max(most, len(active))
+        try:
+            real(schema)
+        finally:
+            with lock:
+                active.pop()
+
+    monkeypatch.setattr(Draft202012Validator, "check_schema", counting)
+    monkeypatch.setattr(base, "COMPILED_SCHEMAS", 0)
+    async with (
+        api_client(settings(http_tool_allow_hosts=["api.example.com"])) as client,
+        anyio.create_task_group() as group,
+    ):
+        for index in range(6):
+            tools = [{**t, "name": f"t{index}_{n}"} for n, t in enumerate(_heavy_tools(8, 12))]
+            group.start_soon(run_to_end, client, finishing(http_tools=tools))
+
+    assert most == 1
