@@ -93,8 +93,8 @@ test: $(STAMP) chromium redis-server
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-## bench: engine, event log and service benchmarks into bench/results/ (QUICK=1: a faster pass)
-bench: $(BENCH_STAMP)
+## bench: engine, event log, service and uvicorn-workers benchmarks into bench/results/ (QUICK=1: a faster pass)
+bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench $(if $(QUICK),--quick)
 
 ## image: build the container image (Dockerfile); `docker compose up` builds and runs it

@@ -55,14 +55,11 @@ class RunAssembly:
         registry: ToolRegistry,
         models: ModelFactory,
         prompts: Mapping[PromptLanguage, Prompts],
-        approvals: bool = True,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self.models = models
         self.prompts = prompts
-        self.approvals = approvals
-        """False on a store replicas share (Redis): runs that wait for a person are refused."""
 
     # -- at creation ------------------------------------------------------------------------
 
@@ -148,14 +145,6 @@ class RunAssembly:
                     unknown=unknown,
                     available=names,
                 )
-        if not self.approvals and self.approval_tools(request):
-            field = "approval.tools" if request.approval is not None else "http_tools"
-            raise InvalidRunError(
-                field,
-                "tools that wait for a person's approval are not supported with the Redis "
-                "store yet (a decision must reach exactly one replica); use SQLite, or no "
-                "approval",
-            )
         return CheckedRequest(model=model, limits=limits, tool_names=names)
 
     def resolve_settings(self, requested: RunSettingsIn) -> Limits:
@@ -290,9 +279,17 @@ class FetcherPoster:
     def __init__(self, fetcher: HttpFetcher) -> None:
         self.fetcher = fetcher
 
-    async def post_json(self, url: str, body: dict[str, Any], timeout_s: float) -> PostOutcome:
+    async def post_json(
+        self,
+        url: str,
+        body: dict[str, Any],
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> PostOutcome:
         try:
-            response = await self.fetcher.fetch("POST", url, json=body, timeout_s=timeout_s)
+            response = await self.fetcher.fetch(
+                "POST", url, json=body, headers=headers, timeout_s=timeout_s
+            )
         except ToolError as exc:
             return PostOutcome(None, str(exc))
         error = None if response.ok else f"answered {response.status_line}"

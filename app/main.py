@@ -23,7 +23,7 @@ from app.api.routes import events, health, runs, tools, ui
 from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
-from app.runs.backends import open_store
+from app.runs.backends import open_store, shared_parts
 from app.runs.cluster import coordinator_for, replica_name
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
@@ -75,10 +75,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.store_url.startswith(("redis://", "rediss://")) and settings.token_secret is None:
         # replicas must accept each other's stream tokens: a random key per process cannot
         raise ValueError("FINISHLINE_TOKEN_SECRET must be set with a redis:// store")
-    shared_store = settings.store_url.startswith(("redis://", "rediss://"))
-    if shared_store and settings.approval_tools:
-        # a decision must reach exactly one replica: not built for the Redis store yet
-        raise ValueError("FINISHLINE_APPROVAL_TOOLS is not supported with a redis:// store yet")
     configure_logging(settings.log_format, settings.log_level)
     prompts = load_prompts(settings.prompts_file)
 
@@ -116,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_response_bytes=settings.llm_max_response_bytes,
         )
         metrics = RunMetrics()
+        waiting, messages = shared_parts(store, max_pending_messages=settings.max_pending_messages)
         tracing = start_tracing()  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
         manager = RunManager(
             store=store,
@@ -124,7 +121,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 registry=registry,
                 models=models,
                 prompts=prompts,
-                approvals=not shared_store,
             ),
             metrics=metrics,
             webhooks=WebhookSender(
@@ -147,6 +143,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 lease_s=settings.lease_s,
                 max_attempts=settings.max_run_attempts,
             ),
+            waiting=waiting,
+            messages=messages,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

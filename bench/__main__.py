@@ -15,6 +15,7 @@ STEPS = (
     ("tracing cost (bench/tracing.py)", ["bench.tracing"]),
     ("event-loop stall of the heaviest request (bench/loop_stall.py)", ["bench.loop_stall"]),
     ("service (bench/service.py)", ["bench.service", "--extra"]),
+    ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
 )
 
 

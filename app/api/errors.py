@@ -21,7 +21,6 @@ from app.runs.errors import (
     InvalidRunError,
     QueueFullError,
     RunAlreadyEndedError,
-    RunElsewhereError,
     RunNotEndedError,
     RunNotFoundError,
     RunNotWaitingError,
@@ -86,7 +85,6 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunNotWaitingError: (409, "run_not_waiting"),
     IdempotencyConflictError: (409, "idempotency_conflict"),
     QueueFullError: (429, "queue_full"),
-    RunElsewhereError: (409, "run_elsewhere"),
     TooManyMessagesError: (429, "too_many_messages"),
     ShuttingDownError: (503, "shutting_down"),
 }

@@ -3,19 +3,25 @@ as each ends and appended to the conversation in call order.
 
 `task_finished` is handled here: alone and valid, it ends the run (`ToolStep.finished`);
 beside other calls, the others run and the model is told to call it alone afterwards.
+
+A step redone after an interruption (its run resumed from a checkpoint taken while its calls
+were in flight, DESIGN §8) is given `redo`, the results recorded before the interruption: a
+call with a recorded result is not run again (its observation is in the log already); an
+idempotent tool runs again; a call of another tool gets an `is_error` observation saying its
+outcome is unknown, and the model decides what to do.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from app.engine.context import RunContext
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
-from app.engine.ports import Message, Reply, ToolCall
-from app.engine.prompts import TASK_FINISHED
+from app.engine.ports import Message, Reply, ToolCall, ToolSpec
+from app.engine.prompts import TASK_FINISHED, Prompts
 from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
 from app.engine.toolcalls import (
     CallResult,
@@ -29,6 +35,21 @@ from app.engine.toolcalls import (
 from app.engine.truncate import truncate
 
 
+def task_finished_spec(prompts: Prompts) -> ToolSpec:
+    return ToolSpec(
+        name=TASK_FINISHED,
+        description=prompts.task_finished_description,
+        parameters={
+            "type": "object",
+            "properties": {
+                "answer": {"type": "string", "description": prompts.task_finished_answer}
+            },
+            "required": ["answer"],
+            "additionalProperties": False,
+        },
+    )
+
+
 def assistant_message(reply: Reply) -> Message:
     return {
         "role": "assistant",
@@ -40,10 +61,25 @@ def assistant_message(reply: Reply) -> Message:
     }
 
 
+def reply_of(message: Message) -> Reply:
+    """The reply an assistant message with tool calls came from (`assistant_message`'s
+    inverse), for a step redone after an interruption."""
+    calls = tuple(
+        ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+        for c in message.get("tool_calls") or ()
+    )
+    return Reply(content=message.get("content"), tool_calls=calls)
+
+
 class ToolStep:
-    def __init__(self, run: RunContext, reply: Reply) -> None:
+    """The reply's calls; the reply's assistant message is the conversation's last already."""
+
+    def __init__(
+        self, run: RunContext, reply: Reply, redo: Mapping[str, CallResult] | None = None
+    ) -> None:
         self.run = run
         self.reply = reply
+        self.redo = redo
         self.finished: str | None = None
         """The answer, when the model called task_finished alone with valid arguments."""
         self._shown: dict[int, str] = {}
@@ -56,7 +92,6 @@ class ToolStep:
     async def _steps(self) -> AsyncIterator[Step]:
         run, st = self.run, self.run.state
         calls = self.reply.tool_calls
-        st.append(assistant_message(self.reply))
         finishing = run.limits.stop_tool and all(c.name == TASK_FINISHED for c in calls)
         prepared: list[PreparedCall] = []
         for call in calls:
@@ -81,10 +116,14 @@ class ToolStep:
                         self.run.log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
+                elif self.redo is not None and item.call.id not in waiting:
+                    observation = self._redone(index, item, self.redo)
+                    if observation is not None:
+                        yield observation
             runnable = [
                 index
                 for index, item in enumerate(prepared)
-                if item.runnable and item.call.id not in waiting
+                if item.runnable and item.call.id not in waiting and index not in self._shown
             ]
             try:
                 if len(runnable) == 1:  # the common case: no task needed
@@ -115,6 +154,22 @@ class ToolStep:
                             "content": self._shown[index],
                         }
                     )
+
+    def _redone(
+        self, index: int, item: PreparedCall, recorded: Mapping[str, CallResult]
+    ) -> Observation | None:
+        """A call of a step redone after an interruption: its recorded result (not logged
+        again: None), nothing for an idempotent tool (it runs again), else outcome unknown."""
+        result = recorded.get(item.call.id)
+        if result is not None:
+            self._observe(index, item, result)
+            self.run.log.info("tool_result_recovered", tool=item.call.name, call_id=item.call.id)
+            return None
+        if item.tool is None or item.tool.idempotent:
+            return None
+        text = self.run.prompts.outcome_unknown.format(tool=item.call.name)
+        self.run.log.warning("tool_outcome_unknown", tool=item.call.name, call_id=item.call.id)
+        return self._observe(index, item, CallResult(text, True, 0))
 
     async def _execute_alone(self, item: PreparedCall) -> CallResult:
         """One call, awaited in the run's own task under one scope for both the per-tool

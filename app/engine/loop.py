@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 
 import structlog
 
-from app.engine.acting import ToolStep
+from app.engine.acting import ToolStep, assistant_message, reply_of, task_finished_spec
 from app.engine.approving import settle_pending
 from app.engine.asking import ask
 from app.engine.context import RunContext
@@ -33,6 +33,7 @@ from app.engine.policies import (
 )
 from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext, ToolSpec
 from app.engine.ports import system_clock as _system_clock
+from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
 from app.engine.state import RunState
 from app.engine.steps import (
@@ -46,27 +47,13 @@ from app.engine.steps import (
     UserMessage,
 )
 from app.engine.tokens import estimate_tokens
+from app.engine.toolcalls import CallResult
 from app.engine.trim import trim_context
 
 log = structlog.get_logger("finishline.engine")
 
 Inbox = Callable[[], list[str]]
 """Takes the messages people sent the run since the last call, oldest first (steering)."""
-
-
-def task_finished_spec(prompts: Prompts) -> ToolSpec:
-    return ToolSpec(
-        name=TASK_FINISHED,
-        description=prompts.task_finished_description,
-        parameters={
-            "type": "object",
-            "properties": {
-                "answer": {"type": "string", "description": prompts.task_finished_answer}
-            },
-            "required": ["answer"],
-            "additionalProperties": False,
-        },
-    )
 
 
 def run_react(
@@ -87,6 +74,7 @@ def run_react(
     approval: Collection[str] = (),
     decisions: Sequence[Decision] = (),
     max_reply_chars: int = 0,
+    recorded: Mapping[str, CallResult] | None = None,
 ) -> AsyncIterator[Step]:
     """Run one ReAct agent to its end, yielding every step. Resumes from `state` if given.
 
@@ -100,6 +88,11 @@ def run_react(
 
     `max_reply_chars` (0: none) caps what one reply brings into the run: its text and each
     call's arguments (`app.engine.replycap`), and the token events streamed of it.
+
+    Between the model's reply with tool calls and their results the run checkpoints with
+    `state.acting` set. Resumed from such a checkpoint (its process stopped mid-step), the
+    run redoes that step's calls first, under the same step number: `recorded` holds the
+    results logged before the interruption, by call id; see `acting.ToolStep` for the rule.
     """
     limits = limits or Limits()
     run = ReactRun(
@@ -119,6 +112,7 @@ def run_react(
         approval=frozenset(approval),
         decisions={d.call_id: d for d in decisions},
         max_reply_chars=max_reply_chars,
+        recorded=recorded,
     )
     return run.steps()
 
@@ -143,8 +137,10 @@ class ReactRun:
         approval: frozenset[str] = frozenset(),
         decisions: dict[str, Decision] | None = None,
         max_reply_chars: int = 0,
+        recorded: Mapping[str, CallResult] | None = None,
     ) -> None:
         self.task = task
+        self.recorded = recorded or {}
         self.decisions = decisions or {}
         self.suspended: Suspended | None = None
         self.previous = previous
@@ -221,58 +217,23 @@ class ReactRun:
                 if isinstance(item, Finished):
                     return
             yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+        redo = st.acting  # resumed while its last reply's calls were in flight: redo them
         while True:
-            if self.guard.cancelled:
-                yield self._end(StopReason.CANCELLED)
-                return
-            limit = past_deadline(self.clock(), self.run.deadline) or (
-                StopReason.MAX_STEPS if st.step >= limits.max_steps else None
-            )
-            if limit is not None:
-                async for step in self._final_answer(limit):
-                    yield step
-                return
-            said = self.inbox() if self.inbox is not None else []
-            last = st.messages[-1]
-            nudge = (
-                not said
-                and limits.stop_tool
-                and last["role"] == "assistant"
-                and not last.get("tool_calls")
-            )
-            if nudge and nudges_exhausted(st.nudges_in_row, limits):
-                yield self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
-                return
+            if redo:  # that step again, under its own number, from its calls
+                yield StepStarted(st.step, limits.max_steps)
+            else:
+                ended = False
+                async for item in self._begin_step():
+                    yield item
+                    ended = isinstance(item, Finished)
+                if ended:
+                    return
 
-            st.step += 1
-            self.ctx.step = st.step
-            structlog.contextvars.bind_contextvars(step=st.step)
-            yield StepStarted(st.step, limits.max_steps)
-            if said:  # a person spoke: that replaces the stop prompt of this step
-                st.nudges_in_row = 0
-                for content in said:
-                    st.append({"role": "user", "content": content})
-                    self.log.info("user_message_added", chars=len(content))
-                    yield UserMessage(st.step, content)
-            elif nudge:
-                st.nudges_in_row += 1
-                yield self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt)
-            if limits.progress and st.step > 1:
-                yield self._inject(InterventionKind.PROGRESS, self._progress_text())
-            if limits.max_context_tokens is not None:
-                trimmed = trim_context(
-                    st, limits.max_context_tokens - self.spec_tokens, self.prompts
-                )
-                if trimmed:
-                    notice = self.prompts.context_trim_notice.format(
-                        limit=limits.max_context_tokens, count=trimmed
-                    )
-                    yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
-
-            async for item in self._guarded(self._turn()):
+            async for item in self._guarded(self._turn(redo)):
                 yield item
                 if isinstance(item, Finished):
                     return
+            redo = False
             if self.suspended is not None:
                 yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
                 self.log.info("run_suspended", pending=len(self.suspended.pending))
@@ -286,27 +247,95 @@ class ReactRun:
                 return
             yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
 
-    async def _turn(self) -> AsyncIterator[Step]:
+    async def _begin_step(self) -> AsyncIterator[Step]:
+        """The top of a step: the checks that may end the run (then its last item is a
+        `Finished`), then the step's start and the messages injected before its LLM call."""
+        st, limits = self.state, self.limits
+        if self.guard.cancelled:
+            yield self._end(StopReason.CANCELLED)
+            return
+        limit = past_deadline(self.clock(), self.run.deadline) or (
+            StopReason.MAX_STEPS if st.step >= limits.max_steps else None
+        )
+        if limit is not None:
+            async for step in self._final_answer(limit):
+                yield step
+            return
+        said = self.inbox() if self.inbox is not None else []
+        last = st.messages[-1]
+        nudge = (
+            not said
+            and limits.stop_tool
+            and last["role"] == "assistant"
+            and not last.get("tool_calls")
+        )
+        if nudge and nudges_exhausted(st.nudges_in_row, limits):
+            yield self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
+            return
+
+        st.step += 1
+        self.ctx.step = st.step
+        structlog.contextvars.bind_contextvars(step=st.step)
+        yield StepStarted(st.step, limits.max_steps)
+        if said:  # a person spoke: that replaces the stop prompt of this step
+            st.nudges_in_row = 0
+            for content in said:
+                st.append({"role": "user", "content": content})
+                self.log.info("user_message_added", chars=len(content))
+                yield UserMessage(st.step, content)
+        elif nudge:
+            st.nudges_in_row += 1
+            yield self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt)
+        if limits.progress and st.step > 1:
+            text = progress_text(st, limits, self.prompts, self.clock() - self.started)
+            yield self._inject(InterventionKind.PROGRESS, text)
+        if limits.max_context_tokens is not None:
+            trimmed = trim_context(st, limits.max_context_tokens - self.spec_tokens, self.prompts)
+            if trimmed:
+                notice = self.prompts.context_trim_notice.format(
+                    limit=limits.max_context_tokens, count=trimmed
+                )
+                yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
+
+    async def _turn(self, redo: bool = False) -> AsyncIterator[Step]:
         """One LLM call and what follows from it; yields `Finished` when the model finished
         (or answered, with stop_tool off). Cancel, the deadline and a failing model surface
-        as exceptions for the loop to end the run with."""
+        as exceptions for the loop to end the run with. The reply's calls checkpoint with
+        `acting` set before they run; `redo` takes the reply of that checkpoint instead."""
         st = self.state
-        reply: Reply | None = None
-        async for item in ask(self.run, self.specs, self.run.deadline):
-            if isinstance(item, Reply):
-                reply = item
-            else:
+        if redo:
+            self.ctx.step = st.step
+            structlog.contextvars.bind_contextvars(step=st.step)
+            reply = reply_of(st.messages[-1])
+            self.log.warning("step_redone", calls=len(reply.tool_calls))
+        else:
+            answer: Reply | None = None
+            async for item in ask(self.run, self.specs, self.run.deadline):
+                if isinstance(item, Reply):
+                    answer = item
+                else:
+                    yield item
+            assert answer is not None
+            reply = answer
+            if not reply.tool_calls:
+                st.append({"role": "assistant", "content": reply.content or ""})
+                if not self.limits.stop_tool:
+                    yield self._end(StopReason.ANSWERED, reply.content or "")
+                return
+            st.nudges_in_row = 0
+            st.append(assistant_message(reply))
+            finishing = self.limits.stop_tool and all(
+                c.name == TASK_FINISHED for c in reply.tool_calls
+            )
+            if not finishing:
+                st.acting = True
+                yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+        acting = ToolStep(self.run, reply, self.recorded if redo else None)
+        try:
+            async for item in acting:
                 yield item
-        assert reply is not None
-        if not reply.tool_calls:
-            st.append({"role": "assistant", "content": reply.content or ""})
-            if not self.limits.stop_tool:
-                yield self._end(StopReason.ANSWERED, reply.content or "")
-            return
-        st.nudges_in_row = 0
-        acting = ToolStep(self.run, reply)
-        async for item in acting:
-            yield item
+        finally:
+            st.acting = False
         if acting.finished is not None:
             yield self._end(StopReason.FINISHED, acting.finished)
         elif acting.pending:
@@ -376,19 +405,3 @@ class ReactRun:
     def _intervention(self, kind: InterventionKind, text: str) -> Intervention:
         self.log.info("intervened", kind=kind.value)
         return Intervention(self.state.step, kind, text)
-
-    def _progress_text(self) -> str:
-        st, limits = self.state, self.limits
-        text = self.prompts.progress.format(
-            step=st.step,
-            max_steps=limits.max_steps,
-            elapsed=self.clock() - self.started,
-            max_time=limits.max_time_s,
-            tool_calls=st.tool_calls,
-        )
-        plan = st.plan
-        if plan.items:
-            text += self.prompts.progress_plan.format(
-                completed=plan.completed, total=len(plan.items), next_item=plan.next_item or "-"
-            )
-        return text

@@ -34,6 +34,7 @@ class Prompts:
     bad_arguments: str
     tool_failed: str
     call_interrupted: str
+    outcome_unknown: str
     approval_rejected: str
     previous_run_ended: str
     reply_cut_note: str
@@ -96,6 +97,11 @@ EN = Prompts(
     bad_arguments="Invalid arguments for {tool}: {error}. Call it again with valid arguments.",
     tool_failed="The tool {tool} failed: {error}",
     call_interrupted="The tool {tool} was interrupted: the run reached a limit ({reason}).",
+    outcome_unknown=(
+        "The outcome of this call of {tool} is unknown: the worker running it stopped while "
+        "the call was in flight, and {tool} is not idempotent, so it was not run again. It "
+        "may or may not have taken effect: check before calling it again."
+    ),
     approval_rejected="A person did not approve this call of {tool}, so it did not run: {message}",
     previous_run_ended="(The previous run ended without an answer: {reason}.)",
     reply_cut_note="\n\n[Reply cut at {shown:,} of {total:,} characters.]",
@@ -141,6 +147,10 @@ ZH = Prompts(
     bad_arguments="{tool} 的参数无效：{error}。请用正确的参数重新调用。",
     tool_failed="工具 {tool} 执行失败：{error}",
     call_interrupted="工具 {tool} 的调用被中断：本次运行已达到限制（{reason}）。",
+    outcome_unknown=(
+        "对 {tool} 的这次调用结果未知：执行它的工作进程在调用进行中停止了；{tool} "
+        "不是幂等的，因此没有重新执行。它可能已经生效，也可能没有：再次调用前请先确认。"
+    ),
     approval_rejected="用户没有批准对 {tool} 的这次调用，因此它没有执行：{message}",
     previous_run_ended="（上一次运行未给出答案即结束：{reason}。）",
     reply_cut_note="\n\n[回复已截断，保留 {shown:,}/{total:,} 字符。]",

@@ -44,6 +44,9 @@ class RunState:
     plan: Plan = field(default_factory=Plan)
     pending: list[PendingCall] = field(default_factory=list)
     """Calls waiting for a person's decision: their tool messages are not in `messages` yet."""
+    acting: bool = False
+    """True between the model's reply with tool calls (the last message) and their results:
+    a run resumed from a checkpoint taken then redoes those calls (`acting.ToolStep`, redo)."""
     prompt_estimate: int = field(init=False, default=0)
     """Estimated tokens of `messages`, kept current by `append` and `replace`."""
 
@@ -92,6 +95,7 @@ class RunState:
             "elided": sorted(self.elided),
             "plan": [{"step": i.step, "status": i.status} for i in self.plan.items],
             "pending": [call.to_dict() for call in self.pending],
+            "acting": self.acting,
         }
 
     @classmethod
@@ -112,4 +116,5 @@ class RunState:
             elided=set(data["elided"]),
             plan=Plan([PlanItem(i["step"], i["status"]) for i in data["plan"]]),
             pending=[PendingCall.from_dict(c) for c in data.get("pending", ())],
+            acting=bool(data.get("acting", False)),
         )

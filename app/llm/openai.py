@@ -1,4 +1,5 @@
-"""`OpenAIChatModel`: any OpenAI-compatible Chat Completions endpoint over httpx.
+"""`OpenAIChatModel`: any OpenAI-compatible Chat Completions endpoint over httpx (with the
+aiohttp transport of `app.http_transport` on the clients the service makes).
 
 Works with OpenAI, vLLM, Ollama, llama.cpp server, LM Studio and LiteLLM: one POST to
 `{base_url}/chat/completions` per call, native tool calls, SSE streaming when the caller
@@ -41,6 +42,7 @@ from app.engine.errors import (
     LLMTimeoutError,
 )
 from app.engine.ports import DeltaSink, Message, Reply, ToolSpec
+from app.http_transport import AiohttpTransport
 from app.llm.bodycap import ERROR_BODY_BYTES, capped_lines, read_capped
 from app.llm.chat_completions import (
     StreamAssembler,
@@ -88,7 +90,11 @@ class OpenAIChatModel:
         self._client = (
             client
             if client is not None
-            else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, event_hooks={"request": [propagate]})
+            else httpx.AsyncClient(
+                transport=AiohttpTransport(trust_env=True),
+                timeout=DEFAULT_TIMEOUT,
+                event_hooks={"request": [propagate]},
+            )
         )
         self._headers: dict[str, str] = dict(extra_headers or {})
         if api_key:

@@ -2,20 +2,18 @@
 
 A waiting run holds no task and no execution slot: its state is its record (status
 `requires_action`, `approval`) and its checkpoint, both in the store. Every change to a
-waiting record goes through this desk under one lock (decisions, the approval timeout, cancel,
-steering messages), so two requests never overwrite each other's change. One timer task
-watches every waiting run's approval timeout (a heap, re-armed at start-up): thousands of
-waiting runs cost a heap entry each. Once every pending call is decided the desk hands the
-run back to the manager (`requeue`), which resumes it from its checkpoint.
+waiting record (decisions, the approval timeout, cancel, steering messages) is worked out
+here and written by a `WaitingRuns` (`app/runs/waiting.py`): under one lock in one process,
+as a compare-and-set with replicas, so two requests never overwrite each other's change and
+one of two concurrent decisions on a call wins. One timer task watches the approval
+timeouts (`WaitingRuns.due`). Once every pending call is decided the run is queued again
+(the manager's queue, or the cluster's) and resumes from its checkpoint.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import heapq
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -37,6 +35,7 @@ from app.runs.records import (
     utcnow,
 )
 from app.runs.store import RunStore
+from app.runs.waiting import NewEvent, WaitChange, WaitingRuns
 
 log = structlog.get_logger("finishline.runs")
 
@@ -55,9 +54,24 @@ async def resumed_state(
     state = RunState.from_checkpoint(checkpoint["state"])
     if approval.requeued_at is not None:
         state.elapsed_s += max(0.0, (utcnow() - approval.requeued_at).total_seconds())
-    record.approval = None
-    decided = approval.decided
-    return state, [Decision(d.call_id, d.approved, d.message, d.arguments) for d in decided]
+    # kept on the record (not shown: it is not waiting) for a takeover (`retaken_state`)
+    return state, _decisions(approval)
+
+
+def retaken_state(record: RunRecord, state: RunState | None) -> list[Decision]:
+    """A run taken over (replicas) after it waited for a person and was decided: its clock
+    counts the time since the last decision, not the wait, and if it is taken over before it
+    settled the calls it waited on (its checkpoint still holds them), their decisions."""
+    approval = record.approval
+    if state is None or approval is None or approval.requeued_at is None:
+        return []
+    since = max(0.0, (utcnow() - approval.requeued_at).total_seconds())
+    state.elapsed_s = approval.elapsed_s + since
+    return _decisions(approval) if state.pending else []
+
+
+def _decisions(approval: ApprovalState) -> list[Decision]:
+    return [Decision(d.call_id, d.approved, d.message, d.arguments) for d in approval.decided]
 
 
 class ApprovalDesk:
@@ -67,19 +81,16 @@ class ApprovalDesk:
         store: RunStore,
         recorder: RunRecorder,
         assembler: RunAssembler,
-        requeue: Callable[[RunRecord, list[str]], Awaitable[None]],
+        waiting: WaitingRuns,
         max_pending_messages: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.recorder = recorder
         self.assembler = assembler
-        self.requeue = requeue
+        self.waiting = waiting
         self.max_pending_messages = max_pending_messages
         self.clock = clock
-        self._lock = asyncio.Lock()
-        self._timeouts: list[tuple[float, str]] = []
-        self._wake = asyncio.Event()
 
     # -- a run begins to wait -----------------------------------------------------------------
 
@@ -88,17 +99,9 @@ class ApprovalDesk:
     ) -> None:
         """The engine suspended the run (its live `record`): store it waiting, with the
         steering messages it was sent and has not seen (`take_held`). From the moment its
-        status says so, new messages and cancels come here and wait for the lock."""
-        record.status = RunStatus.REQUIRES_ACTION
-        async with self._lock:
-            await self._store_waiting(record, suspended, take_held())
-        self.arm(record)
-        log.info("run_waiting", run_id=record.id, pending=len(suspended.pending))
-
-    async def _store_waiting(
-        self, record: RunRecord, suspended: Suspended, held: list[str]
-    ) -> None:
+        status says so, new messages, decisions and cancels change the stored record."""
         now = utcnow()
+        record.status = RunStatus.REQUIRES_ACTION
         record.approval = ApprovalState(
             pending=[
                 PendingApproval(
@@ -107,46 +110,31 @@ class ApprovalDesk:
                 for c in suspended.pending
             ],
             waiting_since=now,
-            held_messages=held,
+            elapsed_s=await self._elapsed(record.id),
         )
-        await self.store.save(record)
+        await self.waiting.suspend(record, take_held())
+        log.info("run_waiting", run_id=record.id, pending=len(suspended.pending))
 
-    def arm(self, record: RunRecord) -> None:
-        """Watch the run's approval timeout (from when it began waiting); a run with every
-        call decided already (a shutdown came before it could resume) is due at once."""
-        assert record.approval is not None
-        due = record.approval.waiting_since.timestamp() + record.settings.approval_timeout_s
-        if not record.approval.undecided():
-            due = self.clock()
-        heapq.heappush(self._timeouts, (due, record.id))
-        if self._timeouts[0][1] == record.id:
-            self._wake.set()
+    async def _elapsed(self, run_id: str) -> float:
+        """The running time of the checkpoint the engine saved just before it suspended."""
+        checkpoint = await self.store.load_checkpoint(run_id)
+        return RunState.from_checkpoint(checkpoint["state"]).elapsed_s if checkpoint else 0.0
 
     async def rearm(self) -> int:
         """At start-up: watch the timeouts of every run the store holds waiting."""
-        count, cursor = 0, None
-        while True:
-            page = await self.store.list_runs(
-                owner=None,
-                statuses=(RunStatus.REQUIRES_ACTION,),
-                limit=200,
-                before_id=cursor,
-                any_owner=True,
-            )
-            for record in page:
-                if record.approval is not None:
-                    self.arm(record)
-                    count += 1
-            if len(page) < 200:
-                return count
-            cursor = page[-1].id
+        return await self.waiting.rearm()
 
     # -- requests on a waiting run --------------------------------------------------------------
 
     async def decide(self, run_id: str, decisions: Sequence[ApprovalDecision]) -> RunRecord:
-        """Record decisions (all valid, or none); resume the run once none is pending."""
-        async with self._lock:
-            record = await self._waiting(run_id)
+        """Record decisions (all valid, or none); resume the run once none is pending. Of
+        concurrent decisions on one call, one is recorded; the others find it decided (409)."""
+        # edited arguments are checked against the tool's schema first, off the event loop
+        # (the change below is applied synchronously, perhaps more than once)
+        problems = await self._argument_problems(run_id, decisions)
+
+        def changer(record: RunRecord | None, held: list[str]) -> WaitChange:
+            record = _waiting(run_id, record)
             state = record.approval
             assert state is not None
             undecided = {p.call_id: p for p in state.undecided()}
@@ -166,119 +154,152 @@ class ApprovalDesk:
                         pending=sorted(undecided),
                     )
                 if decision.arguments is not None:
-                    problem = await self.assembler.check_arguments(
-                        record, pending.tool, decision.arguments
-                    )
+                    if decision.call_id not in problems:  # began to wait on it meanwhile
+                        raise RunNotWaitingError(
+                            f"run {run_id!r} changed while the decision was checked; send it again",
+                            run_id=run_id,
+                            call_id=decision.call_id,
+                        )
+                    problem = problems[decision.call_id]
                     if problem is not None:
                         raise InvalidRunError(f"decisions[{index}].arguments", problem)
-            await self._record(record, list(decisions))
-            return record
+            return _decided(record, list(decisions))
+
+        change = await self.waiting.change(run_id, changer)
+        assert change is not None
+        _log_decided(change)
+        return change.record
+
+    async def _argument_problems(
+        self, run_id: str, decisions: Sequence[ApprovalDecision]
+    ) -> dict[str, str | None]:
+        """Why each edited call's arguments do not fit its tool (None: they do), by call id,
+        for the calls the run waits on now."""
+        edited = {d.call_id: d.arguments for d in decisions if d.arguments is not None}
+        record = await self.store.get(run_id) if edited else None
+        if record is None or record.approval is None:
+            return {}
+        tools = {p.call_id: p.tool for p in record.approval.undecided()}
+        return {
+            call_id: await self.assembler.check_arguments(record, tools[call_id], arguments)
+            for call_id, arguments in edited.items()
+            if call_id in tools and arguments is not None
+        }
 
     async def hold_message(self, run_id: str, content: str) -> RunRecord | None:
-        """Keep a steering message for the resume; None when the run is not waiting."""
-        async with self._lock:
-            record = await self.store.get(run_id)
+        """Keep a steering message for the resume; None when the run is not waiting. (With
+        replicas, messages go to the run's inbox in the store instead: `redis_messages`.)"""
+
+        def changer(record: RunRecord | None, held: list[str]) -> WaitChange | None:
             if record is None or record.status != RunStatus.REQUIRES_ACTION:
                 return None
             assert record.approval is not None
-            held = record.approval.held_messages
             if len(held) >= self.max_pending_messages:
                 raise TooManyMessagesError(
                     f"run {run_id!r} already holds {len(held)} undelivered messages",
                     run_id=run_id,
                     cap=self.max_pending_messages,
                 )
-            held.append(content)
-            await self.store.save(record)
-            log.info("user_message_held", run_id=run_id, chars=len(content))
-            return record
+            record.approval.held_messages = [*held, content]
+            return WaitChange(record)
+
+        change = await self.waiting.change(run_id, changer)
+        if change is None:
+            return None
+        log.info("user_message_held", run_id=run_id, chars=len(content))
+        return change.record
 
     async def cancel(self, run_id: str) -> RunRecord | None:
         """End a waiting run cancelled; None when it is not waiting."""
-        async with self._lock:
-            record = await self.store.get(run_id)
+
+        def changer(record: RunRecord | None, held: list[str]) -> WaitChange | None:
             if record is None or record.status != RunStatus.REQUIRES_ACTION:
                 return None
-            state, record.approval = record.approval, None
-            for content in state.held_messages if state is not None else ():
-                message = UserMessage(record.usage.steps, content, delivered=False)
-                await self.recorder.record(record, message)
-            await self.recorder.end(record, StopReason.CANCELLED)
-            return record
+            record.approval = None
+            step = record.usage.steps
+            unseen = [UserMessage(step, content, delivered=False) for content in held]
+            events = [NewEvent(m.type, m.step, m.payload()) for m in unseen]
+            final = NewEvent(*self.recorder.ending(record, StopReason.CANCELLED))
+            return WaitChange(record, events, final=final)
 
-    async def _waiting(self, run_id: str) -> RunRecord:
-        record = await self.store.get(run_id)
-        if record is None or record.status != RunStatus.REQUIRES_ACTION:
-            status = record.status.value if record is not None else "gone"
-            raise RunNotWaitingError(
-                f"run {run_id!r} is {status}: it waits on no decision", run_id=run_id
-            )
-        return record
-
-    async def _record(self, record: RunRecord, decisions: list[ApprovalDecision]) -> None:
-        state = record.approval
-        assert state is not None
-        for decision in decisions:
-            data: dict[str, Any] = {
-                "call_id": decision.call_id,
-                "approved": decision.approved,
-                "message": decision.message,
-            }
-            if decision.arguments is not None:
-                data["arguments"] = decision.arguments
-            await self.store.append(record.id, EventType.APPROVAL_DECIDED, record.usage.steps, data)
-            state.decided.append(decision)
-            log.info(
-                "approval_decided",
-                run_id=record.id,
-                call_id=decision.call_id,
-                approved=decision.approved,
-            )
-        if state.undecided():
-            await self.store.save(record)
-            return
-        record.status = RunStatus.QUEUED
-        state.requeued_at = state.requeued_at or utcnow()  # (set: a restart came between)
-        held, state.held_messages = state.held_messages, []
-        await self.store.save(record)
-        await self.requeue(record, held)
+        change = await self.waiting.change(run_id, changer)
+        if change is None:
+            return None
+        self.recorder.ended(change.record)
+        return change.record
 
     # -- the approval timeout -------------------------------------------------------------------
 
     async def watch(self) -> None:
         """The one timer task: rejects undecided calls of runs past their approval timeout."""
         while True:
-            self._wake.clear()
-            if not self._timeouts:
-                await self._wake.wait()
-                continue
-            delay = self._timeouts[0][0] - self.clock()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await self._wake.wait()
-                continue
-            _, run_id = heapq.heappop(self._timeouts)
-            try:
-                await self._expire(run_id)
-            except Exception:  # one bad record must not stop the timer of every other
-                log.exception("approval_timeout_failed", run_id=run_id)
+            for run_id in await self.waiting.due():
+                try:
+                    await self._expire(run_id)
+                except Exception:  # one bad record must not stop the timer of every other
+                    log.exception("approval_timeout_failed", run_id=run_id)
 
     async def _expire(self, run_id: str) -> None:
-        async with self._lock:
-            record = await self.store.get(run_id)
+        def changer(record: RunRecord | None, held: list[str]) -> WaitChange | None:
             if record is None or record.status != RunStatus.REQUIRES_ACTION:
-                return  # decided, cancelled or deleted meanwhile
+                return None  # decided, cancelled or deleted meanwhile
             state = record.approval
             assert state is not None
             timeout_s = record.settings.approval_timeout_s
             undecided = state.undecided()
             if undecided and state.waiting_since.timestamp() + timeout_s > self.clock():
-                return  # an older wait of a run that waits again: its own entry is armed
+                return None  # an older wait of a run that waits again: its own entry is armed
             message = f"no decision within {timeout_s:g} s"
-            log.info("approval_timed_out", run_id=run_id, undecided=len(undecided))
             decisions = [
                 ApprovalDecision(call_id=p.call_id, approved=False, message=message)
                 for p in undecided
             ]
-            await self._record(record, decisions)
+            return _decided(record, decisions)
+
+        change = await self.waiting.change(run_id, changer)
+        if change is not None:
+            log.info("approval_timed_out", run_id=run_id, undecided=len(change.events))
+            _log_decided(change)
+
+
+def _waiting(run_id: str, record: RunRecord | None) -> RunRecord:
+    if record is None or record.status != RunStatus.REQUIRES_ACTION:
+        status = record.status.value if record is not None else "gone"
+        raise RunNotWaitingError(
+            f"run {run_id!r} is {status}: it waits on no decision", run_id=run_id
+        )
+    return record
+
+
+def _decided(record: RunRecord, decisions: list[ApprovalDecision]) -> WaitChange:
+    """The change that records `decisions`; the run is queued again once none is pending."""
+    state = record.approval
+    assert state is not None
+    events = []
+    for decision in decisions:
+        data: dict[str, Any] = {
+            "call_id": decision.call_id,
+            "approved": decision.approved,
+            "message": decision.message,
+        }
+        if decision.arguments is not None:
+            data["arguments"] = decision.arguments
+        events.append(NewEvent(EventType.APPROVAL_DECIDED, record.usage.steps, data))
+        state.decided.append(decision)
+    if state.undecided():
+        return WaitChange(record, events)
+    record.status = RunStatus.QUEUED
+    state.requeued_at = state.requeued_at or utcnow()  # (set: a restart came between)
+    return WaitChange(record, events, requeue=True)
+
+
+def _log_decided(change: WaitChange) -> None:
+    for event in change.events:
+        log.info(
+            "approval_decided",
+            run_id=change.record.id,
+            call_id=event.data["call_id"],
+            approved=event.data["approved"],
+        )
+    if change.requeue:
+        log.info("run_requeued", run_id=change.record.id)

@@ -1,10 +1,13 @@
-"""Which store a URL names: the one place that knows every backend."""
+"""Which store a URL names: the one place that knows every backend (and, for the one
+replicas share, its parts for waiting runs and steering messages)."""
 
 from __future__ import annotations
 
+from app.runs.inbox import SharedInbox
 from app.runs.memory import MemoryRunStore
 from app.runs.sqlite import SqliteRunStore
 from app.runs.store import RunStore, UnsupportedStoreError
+from app.runs.waiting import WaitingRuns
 
 
 def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
@@ -22,3 +25,19 @@ def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
     raise UnsupportedStoreError(
         f"unsupported store URL {url!r}: use sqlite:///path, redis://host:port/db or memory://"
     )
+
+
+def shared_parts(
+    store: RunStore, *, max_pending_messages: int
+) -> tuple[WaitingRuns | None, SharedInbox | None]:
+    """For a store several replicas share (Redis): where its waiting runs and its runs'
+    steering messages live; (None, None) for a one-process store (the manager's own)."""
+    from app.runs.redis_store import RedisRunStore
+
+    if not isinstance(store, RedisRunStore):
+        return None, None
+    from app.runs.redis_messages import RedisInbox
+    from app.runs.redis_waiting import RedisWaitingRuns
+
+    waiting = RedisWaitingRuns(store, queue_key=store.prefix + "queue")
+    return waiting, RedisInbox(store, max_pending=max_pending_messages)

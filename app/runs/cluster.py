@@ -39,6 +39,15 @@ class RunCoordinator(Protocol):
     async def enqueue(self, run_id: str) -> None:
         """Offer a new (already stored) run to every replica."""
 
+    async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
+        """Check the cluster queue's cap and take a place in it, in one atomic step:
+        (a ticket, queued) when there was room, (None, queued) when the queue is full. The
+        place counts as queued until `unreserve(ticket)` (after `enqueue`, or on failure).
+        `busy`: this replica has no free slot (a cap of 0 then refuses even an empty queue)."""
+
+    async def unreserve(self, ticket: str) -> None:
+        """Give the place back (the run is in the queue now, or was not stored)."""
+
     async def claim(self, run_id: str) -> bool:
         """Take ownership (the lease) of a queued run: True for exactly one caller. This
         process then renews the lease, and its writes of the run are fenced by it."""

@@ -62,6 +62,9 @@ class ClusterRuns:
     async def _execute(self, active: _Active) -> None:
         raise NotImplementedError("RunManager executes runs")
 
+    async def _undelivered(self, active: _Active) -> None:
+        raise NotImplementedError("RunManager logs a run's undelivered messages")
+
     def _free_slots(self) -> int:
         """Slots free for claimed runs; -1 once draining (the coordinator then stops)."""
         return -1 if self.draining else self.max_concurrent_runs - len(self._running)
@@ -138,6 +141,7 @@ class ClusterRuns:
         assert self.coordinator is not None
         if record.status == RunStatus.QUEUED and await self.coordinator.claim(record.id):
             try:
+                await self._undelivered(_Active(record))  # the messages it was sent
                 await self.recorder.end(record, StopReason.CANCELLED)
             finally:
                 self.coordinator.release(record.id)

@@ -52,10 +52,6 @@ class TooManyMessagesError(RunsError):
     """The run holds as many undelivered steering messages as the server allows."""
 
 
-class RunElsewhereError(RunsError):
-    """The run executes (or waits to) on another replica, which this request cannot reach."""
-
-
 class ShuttingDownError(RunsError):
     """The server is draining and takes no new runs."""
 

@@ -29,20 +29,21 @@ from app.engine.loop import run_react
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
-from app.runs.approvals import ApprovalDesk, resumed_state
-from app.runs.cluster import RunCoordinator, wait_for_end
+from app.engine.toolcalls import CallResult
+from app.runs.approvals import ApprovalDesk, resumed_state, retaken_state
+from app.runs.cluster import RunCoordinator
 from app.runs.cluster_runs import CANCEL_SETTLE_S, ClusterRuns, _Active
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
     QueueFullError,
     RunAlreadyEndedError,
-    RunElsewhereError,
     RunNotEndedError,
     RunNotFoundError,
     ShuttingDownError,
     TooManyMessagesError,
 )
+from app.runs.inbox import SharedInbox, SharedInboxRuns
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTrace
 from app.runs.ports import CheckedRequest, RunAssembler
@@ -57,8 +58,10 @@ from app.runs.records import (
     new_run_id,
     utcnow,
 )
+from app.runs.resume import recorded_results
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, LeaseLostError, RunStore
+from app.runs.waiting import LocalWaitingRuns, WaitingRuns, wait_until_settled
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
@@ -76,7 +79,7 @@ def request_hash(request: RunRequest) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-class RunManager(ClusterRuns):
+class RunManager(ClusterRuns, SharedInboxRuns):
     def __init__(
         self,
         *,
@@ -92,6 +95,8 @@ class RunManager(ClusterRuns):
         max_answer_chars: int = 100_000,
         observer: RunObserver | None = None,
         coordinator: RunCoordinator | None = None,
+        waiting: WaitingRuns | None = None,
+        messages: SharedInbox | None = None,
     ) -> None:
         self.store = store
         self.assembler = assembler
@@ -101,6 +106,8 @@ class RunManager(ClusterRuns):
         self.max_queued_runs = max_queued_runs
         self.max_message_chars = max_message_chars
         self.max_pending_messages = max_pending_messages
+        self.messages = messages
+        """With replicas: runs' steering messages go through the store (else `_Active`)."""
         self.observer = observer
         self._traces: dict[str, RunTrace] = {}
         self.recorder = RunRecorder(
@@ -109,6 +116,7 @@ class RunManager(ClusterRuns):
             max_event_content_chars=max_event_content_chars,
             on_ended=self._on_ended,
             max_answer_chars=max_answer_chars,
+            in_flight_checkpoints=coordinator is not None,  # read only by a takeover
         )
         self._active: dict[str, _Active] = {}
         self._running: set[str] = set()
@@ -122,10 +130,11 @@ class RunManager(ClusterRuns):
             store=store,
             recorder=self.recorder,
             assembler=assembler,
-            requeue=self._requeue,
+            waiting=waiting or LocalWaitingRuns(store, self._requeue),
             max_pending_messages=max_pending_messages,
         )
         self._approval_timer: asyncio.Task[None] | None = None
+        self._messages_task: asyncio.Task[None] | None = None
         # with a coordinator (a store replicas share), the queue is the cluster's: this
         # process executes the runs it claims, and asks others for the rest (app/runs/cluster)
         self.coordinator = coordinator
@@ -137,6 +146,9 @@ class RunManager(ClusterRuns):
     def start(self, tasks: asyncio.TaskGroup) -> None:
         self._tasks = tasks
         self._approval_timer = tasks.create_task(self.approvals.watch(), name="approval-timer")
+        if self.messages is not None:
+            listen = self.messages.listen(self._messages_posted)
+            self._messages_task = tasks.create_task(listen, name="messages")
         if self.coordinator is not None:
             self._cluster_task = tasks.create_task(
                 self.coordinator.serve(
@@ -196,8 +208,9 @@ class RunManager(ClusterRuns):
             await self._drain_task
         for task in list(self._webhook_tasks):
             task.cancel()
-        if self._approval_timer is not None:
-            self._approval_timer.cancel()
+        for timer in (self._approval_timer, self._messages_task):
+            if timer is not None:
+                timer.cancel()
 
     async def _drain(self, grace_s: float) -> None:
         self._slot_freed.set()  # the coordinator claims no more: other replicas take the queue
@@ -248,16 +261,17 @@ class RunManager(ClusterRuns):
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
+        ticket: str | None = None
         if self.coordinator is None:
             # check for room and take it in one step (no await between): a run being stored
             # holds its place, so concurrent requests cannot all pass the check
             queued = len(self._queue) + self._admitting
             admitted = len(self._running) + queued
             full = admitted >= self.max_concurrent_runs + self.max_queued_runs
-        else:  # the cluster's queue: runs no replica has claimed yet
+        else:  # the cluster's queue: one atomic check-and-take across replicas
             busy = len(self._running) >= self.max_concurrent_runs
-            queued = await self.coordinator.queued()
-            full = queued >= self.max_queued_runs and (queued > 0 or busy)
+            ticket, queued = await self.coordinator.reserve(cap=self.max_queued_runs, busy=busy)
+            full = ticket is None
         if full:
             raise QueueFullError(
                 f"{len(self._running)} runs are running here and {queued} are queued; "
@@ -271,6 +285,8 @@ class RunManager(ClusterRuns):
             )
         finally:
             self._admitting -= 1
+            if ticket is not None and self.coordinator is not None:  # enqueued, or failed
+                await self.coordinator.unreserve(ticket)
 
     async def _admit(
         self,
@@ -412,7 +428,10 @@ class RunManager(ClusterRuns):
         waiting = record.status == RunStatus.REQUIRES_ACTION
         remote = self.coordinator is not None and active is None and not waiting
         if remote and not record.status.terminal:
-            return await self._cancel_elsewhere(record)
+            record = await self._cancel_elsewhere(record)
+            if record.status != RunStatus.REQUIRES_ACTION:
+                return record
+            return await self.approvals.cancel(run_id) or record  # it began to wait meanwhile
         if record.status.terminal or (active is None and not waiting):
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has already ended ({record.status.value})", run_id=run_id
@@ -426,7 +445,12 @@ class RunManager(ClusterRuns):
             if active.record.status != RunStatus.REQUIRES_ACTION:
                 return active.record
         ended = await self.approvals.cancel(run_id)  # a run waiting for a person
-        return ended if ended is not None else await self.get(run_id, owner, any_owner=True)
+        if ended is not None:
+            return ended
+        fresh = await self.get(run_id, owner, any_owner=True)  # decided meanwhile
+        if self.coordinator is not None and not fresh.status.terminal:
+            return await self._cancel_elsewhere(fresh)
+        return fresh
 
     async def decide(
         self,
@@ -453,6 +477,8 @@ class RunManager(ClusterRuns):
                 cap=self.max_message_chars,
             )
         record = await self.get(run_id, owner, any_owner=any_owner)
+        if self.messages is not None and not record.status.terminal:  # through the store
+            return await self._post_through_store(record, content)
         active = self._active.get(run_id)
         if record.status == RunStatus.REQUIRES_ACTION:
             held = await self.approvals.hold_message(run_id, content)
@@ -460,13 +486,6 @@ class RunManager(ClusterRuns):
                 return held
             record = await self.get(run_id, owner, any_owner=any_owner)  # it just resumed
             active = self._active.get(run_id)
-        if self.coordinator is not None and active is None and not record.status.terminal:
-            raise RunElsewhereError(
-                f"run {run_id!r} is {record.status.value} but not on this replica: with the "
-                "Redis store a steering message reaches a run only on the replica executing "
-                "it, which is not built yet",
-                run_id=run_id,
-            )
         if record.status.terminal or active is None or active.inbox_closed:
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has ended ({record.status.value}): start a follow-up with "
@@ -486,6 +505,8 @@ class RunManager(ClusterRuns):
     async def _undelivered(self, active: _Active) -> None:
         """Close the run's inbox and log what it still held: accepted, never seen."""
         active.inbox_closed = True
+        if self.messages is not None:
+            active.inbox.extend(await self.messages.close(active.record.id))
         for content in active.take_messages():
             message = UserMessage(active.step, content, delivered=False)
             await self.recorder.record(active.record, message)
@@ -499,7 +520,7 @@ class RunManager(ClusterRuns):
             await self._wait_for([run_id], timeout_s)
             return active.record
         if self.coordinator is not None:  # executing on another replica, or queued
-            return await wait_for_end(self.store, record, timeout_s)
+            return await wait_until_settled(self.store, record, timeout_s)
         return record
 
     async def delete(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> None:
@@ -515,7 +536,7 @@ class RunManager(ClusterRuns):
         for a person too: its follower stays; with replicas, any run: it may run elsewhere).
         Otherwise the run has every event stored already: replay and stop."""
         live = run_id in self._active or self.coordinator is not None
-        live = live or await self._waiting(run_id)
+        live = live or await self._unended(run_id)
         if live or run_id in self._active:  # (it may have resumed during that read)
             async for event in self.store.subscribe(run_id, after=after):
                 yield event
@@ -528,10 +549,11 @@ class RunManager(ClusterRuns):
             if len(batch) < EVENT_PAGE:
                 return
 
-    async def _waiting(self, run_id: str) -> bool:
-        """Whether the run waits for a person: its followers stay connected."""
+    async def _unended(self, run_id: str) -> bool:
+        """Whether the run has not ended though no task here runs it: it waits for a person,
+        or was just decided and is being queued again. Its followers stay connected."""
         record = await self.store.get(run_id)
-        return record is not None and record.status == RunStatus.REQUIRES_ACTION
+        return record is not None and not record.status.terminal
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)
@@ -552,6 +574,7 @@ class RunManager(ClusterRuns):
         structlog.contextvars.bind_contextvars(run_id=record.id)
         trace = self._traces.get(record.id)
         suspended: Suspended | None = None
+        recorded: dict[str, CallResult] = {}
         try:
             if active.attempt == 0:
                 state, decisions = await resumed_state(self.store, record)
@@ -565,9 +588,13 @@ class RunManager(ClusterRuns):
                 log.info("run_started", resumed=state is not None)
             else:  # taken over from a replica that stopped: from its last checkpoint
                 await self._recovered(active)
-                state, decisions = self._resumed_state(active), []
+                state = self._resumed_state(active)
+                decisions = retaken_state(record, state)  # a run that waited for a person
+                if state is not None:  # the calls in flight then, and their logged results
+                    recorded = await recorded_results(self.store, record.id, state)
             if trace is not None:
                 trace.started()  # again on a resume: this task's outbound calls carry it
+            await self._pull_messages(active)  # with replicas: those sent before it started
             fresh = state is None or not state.messages
             previous = await self._previous_conversation(record) if fresh else None
             inputs = await self.assembler.inputs(record)
@@ -587,6 +614,7 @@ class RunManager(ClusterRuns):
                     max_reply_chars=inputs.max_reply_chars,
                     state=state,
                     decisions=decisions,
+                    recorded=recorded,
                 ):
                     active.step = step.step
                     if isinstance(step, Suspended):

@@ -4,7 +4,7 @@ JSON for webhooks. The runs layer imports only `app.engine` and itself."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,6 +74,13 @@ class PostOutcome:
 
 
 class JsonPoster(Protocol):
-    """POSTs a JSON body to a URL (allow-list and address checks are the poster's)."""
+    """POSTs a JSON body to a URL (allow-list and address checks are the poster's), with
+    `headers` added to the request."""
 
-    async def post_json(self, url: str, body: dict[str, Any], timeout_s: float) -> PostOutcome: ...
+    async def post_json(
+        self,
+        url: str,
+        body: dict[str, Any],
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> PostOutcome: ...

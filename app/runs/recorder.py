@@ -4,6 +4,7 @@ checkpoint), and the run's end makes the record terminal before its terminal eve
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -35,8 +36,13 @@ class RunRecorder:
         max_event_content_chars: int,
         on_ended: Callable[[RunRecord], None],
         max_answer_chars: int = 100_000,
+        in_flight_checkpoints: bool = True,
     ) -> None:
         self.store = store
+        self.in_flight_checkpoints = in_flight_checkpoints
+        """False: skip the checkpoints taken while a step's calls are in flight (`acting`),
+        which only a resume in another process reads (a store no other process serves
+        never resumes a run that way: it fails runs a crash interrupted)."""
         self.metrics = metrics
         self.max_event_content_chars = max_event_content_chars
         self.on_ended = on_ended
@@ -46,6 +52,8 @@ class RunRecorder:
         """Store one step of the engine: an event, the checkpoint, or the run's end."""
         if isinstance(step, Checkpoint):
             state = step.state
+            if state.get("acting") and not self.in_flight_checkpoints:
+                return
             record.usage = Usage(
                 steps=state["step"],
                 llm_calls=state["llm_calls"],
@@ -82,6 +90,22 @@ class RunRecorder:
         error: RunError | None = None,
     ) -> None:
         """Make the record terminal, then append the terminal event; then `on_ended`."""
+        terminal = self.ending(record, reason, answer, degraded, usage, error)
+        await self.store.save(record)
+        await self.store.append(record.id, *terminal)
+        self.ended(record)
+
+    def ending(
+        self,
+        record: RunRecord,
+        reason: StopReason,
+        answer: str | None = None,
+        degraded: bool = False,
+        usage: dict[str, int] | None = None,
+        error: RunError | None = None,
+    ) -> tuple[EventType, int, dict[str, Any]]:
+        """Make the record terminal (in memory) and give its terminal event (type, step,
+        data), for a caller that stores both itself (in one transaction); then `ended`."""
         status = status_for(reason)
         record.status = status
         record.ended_at = utcnow()
@@ -92,13 +116,21 @@ class RunRecorder:
         record.error = RunErrorInfo(type=error.type, message=error.message) if error else None
         if usage is not None:
             record.usage = Usage(**usage)
-        await self.store.save(record)
-        data: dict[str, object] = {"usage": record.usage.model_dump()}
+        data: dict[str, Any] = {"usage": record.usage.model_dump()}
         if status in (RunStatus.COMPLETED, RunStatus.INCOMPLETE):
             data["result"] = record.result.model_dump(mode="json")
         elif status == RunStatus.FAILED:
             data["error"] = record.error.model_dump() if record.error else None
-        await self.store.append(record.id, TERMINAL_EVENTS[status], record.usage.steps, data)
-        log.info("run_ended", run_id=record.id, status=status.value, reason=reason.value)
+        return TERMINAL_EVENTS[status], record.usage.steps, data
+
+    def ended(self, record: RunRecord) -> None:
+        """The run's terminal record and event are stored: log, count, tell `on_ended`."""
+        assert record.result is not None
+        log.info(
+            "run_ended",
+            run_id=record.id,
+            status=record.status.value,
+            reason=record.result.reason.value,
+        )
         self.metrics.run_ended(record)
         self.on_ended(record)

@@ -157,6 +157,8 @@ class ApprovalState(BaseModel):
     """Steering messages sent while it waits: delivered when it resumes."""
     requeued_at: datetime | None = None
     """When the last decision queued it again: from then on its time counts (max_time_s)."""
+    elapsed_s: float = 0.0
+    """Running time the run had used when it began to wait (its checkpoint's)."""
 
     def undecided(self) -> list[PendingApproval]:
         done = {d.call_id for d in self.decided}

@@ -32,17 +32,17 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError, ResponseError
 
-from app.runs.redis_scripts import RENEW, TAKE_OVER
+from app.runs.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
 from app.runs.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
 
 GROUP = "runners"
 WEBHOOK_GROUP = "senders"
-WEBHOOK_REDELIVER_IDLE_MS = 300_000  # longer than a delivery's attempts and back-offs take
 BLOCK_MS = 2_000
 REDELIVER_IDLE_MS = 10_000
 RETRY_S = 0.5
+ADMIT_HOLD_MS = 30_000  # a place taken in the queue by a POST whose replica died meanwhile
 LISTEN_S = 1.0  # a blocking wait for a cancel message, between checks for the drain
 
 
@@ -64,6 +64,8 @@ class RedisCoordinator:
         self._held: dict[str, str] = {}  # run id -> this replica's fencing token
         self._take_over = self.redis.register_script(TAKE_OVER)
         self._renew = self.redis.register_script(RENEW)
+        self._reserve = self.redis.register_script(RESERVE)
+        self._hold_entry_script = self.redis.register_script(HOLD_ENTRY)
         self._stopping = False
 
     async def queued(self) -> int:
@@ -72,6 +74,16 @@ class RedisCoordinator:
 
     async def enqueue(self, run_id: str) -> None:
         await self.redis.xadd(self.queue_key, {"run": run_id})
+
+    async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
+        ticket = self._token()
+        taken, queued = await self._reserve(
+            args=[self.store.prefix, ticket, cap, "1" if busy else "0", ADMIT_HOLD_MS]
+        )
+        return (ticket if taken else None), int(queued)
+
+    async def unreserve(self, ticket: str) -> None:
+        await self.redis.zrem(self.store.prefix + "admitting", ticket)
 
     async def claim(self, run_id: str) -> bool:
         token = self._token()
@@ -242,6 +254,20 @@ class RedisCoordinator:
 
     # -- the webhook outbox -----------------------------------------------------------------
 
+    async def _hold_entry(self, entry_id: str) -> None:
+        """Keep an outbox entry this replica delivers from looking abandoned: claim it again
+        (JUSTID: no delivery counted) every third of the lease, which resets its idle time,
+        for as long as it is this replica's (`HOLD_ENTRY`)."""
+        args = [self.webhooks_key, WEBHOOK_GROUP, self.replica, entry_id]
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                if not await self._hold_entry_script(args=args):
+                    log.warning("webhook_entry_lost", entry=entry_id)
+                    return
+            except RedisError as exc:
+                log.warning("webhook_hold_failed", entry=entry_id, error=str(exc))
+
     async def _send_webhooks(
         self,
         free_slots: Callable[[], int],
@@ -250,13 +276,15 @@ class RedisCoordinator:
     ) -> None:
         """Deliver the webhooks of ended runs: the store's SAVE script put each run's id in
         the outbox stream as it ended the run; one replica of the group reads each entry and
-        acknowledges it once the delivery is done (all its attempts); an entry whose reader
-        died is taken by another after WEBHOOK_REDELIVER_IDLE_MS."""
+        acknowledges it once the delivery is done (all its attempts). While it delivers, it
+        holds the entry as a lease: it claims it again every third of `lease_s`, which keeps
+        the entry's idle time under the lease; an entry idle past the lease (its reader died
+        or hung) is taken by another replica (XAUTOCLAIM), which delivers it again."""
         await self._create_group(self.webhooks_key, WEBHOOK_GROUP)
         while not self._stopping and free_slots() >= 0:
             try:
                 entries = await self._redelivered(
-                    self.webhooks_key, WEBHOOK_GROUP, WEBHOOK_REDELIVER_IDLE_MS, 10
+                    self.webhooks_key, WEBHOOK_GROUP, self._lease_ms, 10
                 )
                 if not entries:
                     reply: Any = await self.redis.xreadgroup(
@@ -277,7 +305,12 @@ class RedisCoordinator:
         self, entry_id: str, run_id: str | None, on_webhook: Callable[[str], Awaitable[None]]
     ) -> None:
         if run_id:
-            await on_webhook(run_id)
+            log.info("webhook_delivering", run_id=run_id, entry=entry_id)
+            holding = asyncio.create_task(self._hold_entry(entry_id))
+            try:
+                await on_webhook(run_id)
+            finally:
+                holding.cancel()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xack(self.webhooks_key, WEBHOOK_GROUP, entry_id)
             pipe.xdel(self.webhooks_key, entry_id)

@@ -79,6 +79,7 @@ if old[1] then
 end
 for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
 local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
+  or old[1] == 'requires_action'
 if ARGV[9] == '1' and ttl > 0 and was_active then
   redis.call('XADD', P .. 'webhooks', '*', 'run', id)
 end
@@ -166,3 +167,35 @@ redis.call('PEXPIRE', key, ARGV[4])
 return 1
 """
 )
+
+# The cluster queue's cap, checked and taken in one step (`RedisCoordinator.reserve`): a POST
+# holds a place in the sorted set `P admitting` (score: when, ms) from this check until its
+# run is in the queue stream; places older than `hold_ms` (their replica died between) are
+# dropped first. Queued = the stream's length + the places held.
+# ARGV: prefix, ticket, cap, busy ("1": the asking replica has no free slot), hold_ms
+# -> {1, queued before} if a place was taken, else {0, queued}
+RESERVE = """
+local P = ARGV[1]
+local admitting, queue = P .. 'admitting', P .. 'queue'
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', admitting, '-inf', now_ms - tonumber(ARGV[5]))
+local queued = redis.call('XLEN', queue) + redis.call('ZCARD', admitting)
+if queued >= tonumber(ARGV[3]) and (queued > 0 or ARGV[4] == '1') then
+  return {0, queued}
+end
+redis.call('ZADD', admitting, now_ms, ARGV[2])
+return {1, queued}
+"""
+
+# A webhook outbox entry's delivery lease (`RedisCoordinator._hold_entry`): the replica
+# delivering it claims it again, resetting its idle time, only while it is still the entry's
+# consumer (a replica paused past the lease must not take it back from the one redelivering).
+# ARGV: stream, group, consumer, entry id -> 1 if held, 0 if the entry is not this consumer's
+HOLD_ENTRY = """
+local stream, group, consumer, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local pending = redis.call('XPENDING', stream, group, id, id, 1)
+if #pending == 0 or pending[1][2] ~= consumer then return 0 end
+redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+return 1
+"""

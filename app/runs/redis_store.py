@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from app.engine.events import EventType
@@ -75,6 +76,10 @@ class RedisRunStore:
 
     def release(self, run_id: str) -> None:
         self._fences.pop(run_id, None)
+
+    def fence_of(self, run_id: str) -> str:
+        """The fencing token this process's writes of the run name ("" for none)."""
+        return self._fences.get(run_id, "")
 
     def _fence(self, run_id: str, outcome: object) -> None:
         if outcome == "fenced":
@@ -204,6 +209,27 @@ class RedisRunStore:
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
         raw = await self.redis.get(self.prefix + "cp:" + run_id)
         return json.loads(raw) if raw is not None else None
+
+    # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
+
+    async def save_in(self, pipe: Pipeline, record: RunRecord) -> None:
+        """Queue `save(record)` on `pipe`; its reply is the SAVE script's ("fenced": the
+        lease is another's)."""
+        ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
+        outbox = "1" if record.webhook is not None else ""
+        args: list[str | int] = [*self._record_args(record), ttl_ms, self.fence_of(record.id)]
+        args.append(outbox)
+        await self._save(args=args, client=pipe)
+
+    async def append_in(
+        self, pipe: Pipeline, run_id: str, type: str, step: int, data: dict[str, Any]
+    ) -> None:
+        """Queue `append(...)` on `pipe`; its reply is the new event's seq."""
+        payload = json.dumps(data, separators=(",", ":"))
+        fence = self.fence_of(run_id)
+        args: list[str | int] = [self.prefix, run_id, type, repr(time.time()), step, payload]
+        args.append(fence)
+        await self._append(args=args, client=pipe)
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -119,7 +119,9 @@ class HttpToolIn(BaseModel):
     )
     idempotent: bool = Field(
         True,
-        description="False for tools like job polling: repeats run until past the repetition threshold.",
+        description="False for tools like job polling or ones that act (send, pay): repeats run "
+        "until past the repetition threshold, and a call in flight when its replica died is "
+        "not run again after the takeover (the model is told its outcome is unknown).",
     )
     requires_approval: bool | None = Field(
         None,

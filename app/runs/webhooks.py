@@ -1,6 +1,12 @@
 """Delivery of a run, as JSON, to its webhook once it ends: retried with exponential backoff,
 every attempt recorded on the run. The `JsonPoster` (see `app.assembly`) checks the host
-against the same allow-list and address rules as HTTP tools."""
+against the same allow-list and address rules as HTTP tools.
+
+Every request carries `Webhook-Id`, the same for every attempt and every replica that makes
+it (`{run_id}:ended`; `{run_id}:requires_action:{step}` for a wait): the promise is
+at-least-once, and a receiver dedupes on that key. A delivery redone after its replica died
+(the Redis outbox) is skipped when the dead one had recorded success; only a death between
+the receiver's answer and that record sends the webhook twice."""
 
 from __future__ import annotations
 
@@ -14,6 +20,13 @@ from app.runs.store import RunStore
 from app.runs.view import to_view
 
 log = structlog.get_logger("finishline.webhooks")
+
+WEBHOOK_ID = "Webhook-Id"
+
+
+def webhook_id(run_id: str, event: str, *more: object) -> dict[str, str]:
+    """The request's dedupe header: one value per run and webhook event."""
+    return {WEBHOOK_ID: ":".join([run_id, event, *map(str, more)])}
 
 
 class WebhookSender:
@@ -49,7 +62,8 @@ class WebhookSender:
             if record.status != RunStatus.REQUIRES_ACTION:
                 return  # decided or cancelled meanwhile: nobody needs the call any more
             body = to_view(record).model_dump(mode="json")
-            outcome = await self.poster.post_json(record.webhook.url, body, self.timeout_s)
+            headers = webhook_id(run_id, "requires_action", record.usage.steps)
+            outcome = await self.poster.post_json(record.webhook.url, body, self.timeout_s, headers)
             log.info(
                 "webhook_attempted",
                 run_id=run_id,
@@ -64,12 +78,19 @@ class WebhookSender:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
 
     async def deliver(self, run_id: str) -> None:
+        """POST the ended run, retried; nothing when a delivery was recorded done already
+        (a replica that died after it, before the outbox knew)."""
         for attempt in range(1, self.attempts + 1):
             record = await self.store.get(run_id)
             if record is None or record.webhook is None or self.poster is None:
                 return
+            if attempt == 1 and record.webhook.delivered:
+                log.info("webhook_already_delivered", run_id=run_id)
+                return
             body = to_view(record).model_dump(mode="json")
-            outcome = await self.poster.post_json(record.webhook.url, body, self.timeout_s)
+            outcome = await self.poster.post_json(
+                record.webhook.url, body, self.timeout_s, webhook_id(run_id, "ended")
+            )
             status, error = outcome.status_code, outcome.error
             record = await self.store.get(run_id)
             if record is None or record.webhook is None:

@@ -1,168 +1,85 @@
 """An httpx transport that connects only to addresses the `NetworkGuard` has checked.
 
-DNS pinning: httpcore asks its network backend to `connect_tcp(host, port)`; our backend
-resolves the host through the guard (allow-list, then every resolved address checked) and
-opens the socket to one of exactly those addresses. There is no second lookup between the
-check and the connect, so a DNS answer that changes in between (rebinding) cannot smuggle
-in a private address. TLS still verifies the certificate against the hostname (httpcore
-passes the URL's host as `server_hostname`), and the `Host` header is the URL's.
+DNS pinning: the transport is `app.http_transport.AiohttpTransport` with a resolver that
+asks the guard (allow-list, then every resolved address checked) for each new connection,
+with aiohttp's DNS cache off; aiohttp opens the socket to one of exactly those addresses.
+There is no second lookup between the check and the connect, so a DNS answer that changes
+in between (rebinding) cannot smuggle in a private address. aiohttp connects to an IP
+literal without asking a resolver, so the transport checks the host of every request
+itself first (the pure `check_host`: an IP literal against the address rules). TLS still
+verifies the certificate against the hostname (aiohttp passes the URL's host as
+`server_hostname`), and the `Host` header is the URL's.
 
-Library errors are translated at the boundary: httpcore's exceptions become httpx's, most
-specific first. `BlockedHostError` from the guard passes through untouched.
+Library errors are translated at the boundary (aiohttp's become httpx's, see
+`app.http_transport`). `BlockedHostError` from the guard, and the guard's `ToolError` for a
+host that does not resolve, pass through untouched.
 
-Proxies are never used (`trust_env=False`): a proxy would make the connect target the
-proxy, not the checked address.
+Proxies are never used: a proxy would make the connect target the proxy, not the checked
+address. Cookies are never kept: the client is shared by every run, so a cookie one run's
+endpoint set would go out with every other run's requests to that host.
 """
 
 from __future__ import annotations
 
-import contextlib
-import typing
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+import socket
+from http.cookiejar import Cookie, CookieJar
+from typing import Any
 
-import httpcore
 import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
 
+from app.http_transport import AiohttpTransport
 from app.propagation import propagate
-from app.tools.netguard import NetworkGuard
-
-_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError),
-    (httpcore.ProxyError, httpx.ProxyError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.ProtocolError, httpx.ProtocolError),
-)
-"""httpcore exception -> httpx exception, most specific first."""
+from app.tools.netguard import BlockedHostError, NetworkGuard, check_host
 
 
-@contextlib.contextmanager
-def _translated_errors() -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
-        for source, target in _ERRORS:
-            if isinstance(exc, source):
-                raise target(str(exc)) from exc
-        raise
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver interface over `NetworkGuard.resolve`: only checked addresses."""
 
-
-class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
-    """Resolves through the guard, then connects to a checked address (tried in order)."""
-
-    def __init__(
-        self, guard: NetworkGuard, inner: httpcore.AsyncNetworkBackend | None = None
-    ) -> None:
+    def __init__(self, guard: NetworkGuard) -> None:
         self._guard = guard
-        self._inner = inner or httpcore.AnyIOBackend()
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = await self._guard.resolve(host)
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    address,
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-        assert failure is not None  # guard.resolve returns at least one address
-        raise failure
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for address in await self._guard.resolve(host)
+        ]
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not reachable through the HTTP tools")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    async def close(self) -> None:
+        return None
 
 
-class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncIterable[bytes]) -> None:
-        self._stream = stream
+class GuardedTransport(AiohttpTransport):
+    """An HTTP/1.1 connection pool whose every connection goes to a checked address."""
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _translated_errors():
-            async for part in self._stream:
-                yield part
-
-    async def aclose(self) -> None:
-        close = getattr(self._stream, "aclose", None)
-        if close is not None:
-            with _translated_errors():
-                await close()
-
-
-class GuardedTransport(httpx.AsyncBaseTransport):
-    """An HTTP/1.1 connection pool over `GuardedNetworkBackend`."""
-
-    def __init__(
-        self,
-        guard: NetworkGuard,
-        *,
-        limits: httpx.Limits | None = None,
-        network_backend: httpcore.AsyncNetworkBackend | None = None,
-    ) -> None:
-        limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedNetworkBackend(guard, network_backend),
-        )
+    def __init__(self, guard: NetworkGuard, *, limits: httpx.Limits | None = None) -> None:
+        super().__init__(limits=limits, resolver=GuardedResolver(guard), cache_dns=False)
+        self._guard = guard
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        assert isinstance(request.stream, httpx.AsyncByteStream)
-        core_request = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        with _translated_errors():
-            response = await self._pool.handle_async_request(core_request)
-        assert isinstance(response.stream, typing.AsyncIterable)
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_ResponseStream(response.stream),
-            extensions=response.extensions,
-        )
+        refusal = check_host(request.url.raw_host.decode("ascii"), self._guard.allow)
+        if refusal is not None:
+            raise BlockedHostError(refusal)
+        return await super().handle_async_request(request)
 
-    async def aclose(self) -> None:
-        with _translated_errors():
-            await self._pool.aclose()
+
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing (httpx's client would otherwise keep every cookie)."""
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
 
 
 def guarded_client(guard: NetworkGuard, *, timeout_s: float = 20.0) -> httpx.AsyncClient:
@@ -172,6 +89,7 @@ def guarded_client(guard: NetworkGuard, *, timeout_s: float = 20.0) -> httpx.Asy
         timeout=httpx.Timeout(timeout_s),
         follow_redirects=False,
         trust_env=False,
+        cookies=_NoCookies(),
         headers={"User-Agent": "finishline-tools/0.1", "Accept-Encoding": "identity"},
         event_hooks={"request": [propagate]},  # a traced run's traceparent
     )

@@ -1,6 +1,7 @@
 """The service on the Redis store (a real redis-server): a scripted run to its end, streamed;
-idempotent replays; listing; delete; /readyz; and the start-up refusal without a shared
-token secret."""
+idempotent replays; listing; delete; /readyz; the start-up refusal without a shared token
+secret; server-wide approval tools; steering a run still in the cluster's queue (its cap, and
+a cancel logging what it held); a waiting run kept across a restart."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from tests.api.kit import (
     finish,
     finishing,
     hanging,
+    json_events,
     run_to_end,
     scripted,
     settings,
     sse,
+    wait_ended,
     wait_for_status,
 )
 from tests.fakes.redis_server import RedisServer
@@ -89,57 +92,96 @@ def test_a_redis_backed_service_refuses_to_start_without_a_token_secret(redis_ur
         create_app(values)
 
 
-@pytest.mark.parametrize(
-    ("extra", "field"),
-    [
-        ({"approval": {"tools": ["calculator"]}}, "approval.tools"),
-        (
-            {
-                "http_tools": [
-                    {
-                        "name": "deploy",
-                        "description": "Deploy.",
-                        "url": "https://api.example.com/deploy",
-                        "requires_approval": True,
-                    }
-                ]
-            },
-            "http_tools",
-        ),
-    ],
-)
-async def test_tools_that_wait_for_approval_are_refused_on_the_redis_store(
-    redis_url: str, extra: dict[str, object], field: str
-) -> None:
-    body = finishing(tools=["calculator"], **extra)
-    app_settings = settings(store_url=redis_url, http_tool_allow_hosts=["api.example.com"])
-    async with api_client(app_settings) as client:
-        response = await client.post("/runs", json=body)
-
-        assert response.status_code == 422, response.text
-        error = response.json()["error"]
-        assert error["details"]["field"] == field
-        assert "Redis store" in error["message"]
+async def test_server_wide_approval_tools_work_on_the_redis_store(redis_url: str) -> None:
+    body = scripted(
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}, "id": "c1"}]},
+        finish("42"),
+        tools=["calculator"],
+    )
+    async with api_client(settings(store_url=redis_url, approval_tools=["calculator"])) as client:
+        run = await create(client, body)
+        waited = await client.get(f"/runs/{run['id']}/wait", params={"timeout_s": 10})
+        assert waited.json()["status"] == "requires_action", waited.text
+        decided = await client.post(
+            f"/runs/{run['id']}/approvals", json={"decisions": [{"call_id": "c1", "approve": True}]}
+        )
+        assert decided.status_code == 202, decided.text
+        assert (await wait_ended(client, run["id"]))["result"]["answer"] == "42"
 
 
-def test_server_wide_approval_tools_refuse_to_start_on_the_redis_store(redis_url: str) -> None:
-    with pytest.raises(ValueError, match="FINISHLINE_APPROVAL_TOOLS"):
-        create_app(settings(store_url=redis_url, approval_tools=["calculator"]))
-
-
-async def test_a_message_reaches_a_run_executing_here_and_is_409_for_one_queued_elsewhere(
+async def test_a_message_to_a_run_still_in_the_cluster_queue_joins_when_it_starts(
     redis_url: str,
 ) -> None:
     async with api_client(settings(store_url=redis_url, max_concurrent_runs=1)) as client:
         running = await create(client, hanging())
-        queued = await create(client, hanging())  # no free slot: no replica has claimed it
+        queued = await create(client, finishing("ok"))  # no free slot: nobody claimed it
         await wait_for_status(client, running["id"], "running")
 
         here = await client.post(f"/runs/{running['id']}/messages", json={"content": "hi"})
-        elsewhere = await client.post(f"/runs/{queued['id']}/messages", json={"content": "hi"})
+        early = await client.post(f"/runs/{queued['id']}/messages", json={"content": "first"})
+        later = await client.post(f"/runs/{queued['id']}/messages", json={"content": "second"})
 
         assert here.status_code == 202, here.text
-        error = error_of(elsewhere, 409, "run_elsewhere")
-        assert "Redis store" in error["message"]
-        await cancel(client, queued["id"])
+        assert (early.status_code, early.json()["status"]) == (202, "queued"), early.text
+        assert later.status_code == 202, later.text
         await cancel(client, running["id"])
+        assert (await wait_ended(client, queued["id"]))["status"] == "completed"
+        events = (await json_events(client, queued["id"]))["events"]
+        said = [(e["content"], e["delivered"]) for e in events if e["type"] == "user.message"]
+        assert said == [("first", True), ("second", True)]
+        kinds = [e["type"] for e in events]
+        assert kinds.index("user.message") < kinds.index("llm.call")
+        ended = await client.post(f"/runs/{queued['id']}/messages", json={"content": "late"})
+        error_of(ended, 409, "run_already_ended")
+
+
+async def test_past_the_pending_cap_a_message_is_429_and_a_cancel_logs_the_rest_undelivered(
+    redis_url: str,
+) -> None:
+    values = settings(store_url=redis_url, max_concurrent_runs=1, max_pending_messages=1)
+    async with api_client(values) as client:
+        running = await create(client, hanging())
+        queued = await create(client, hanging())
+        await wait_for_status(client, running["id"], "running")
+
+        kept = await client.post(f"/runs/{queued['id']}/messages", json={"content": "kept"})
+        refused = await client.post(f"/runs/{queued['id']}/messages", json={"content": "more"})
+
+        assert kept.status_code == 202, kept.text
+        assert error_of(refused, 429, "too_many_messages")["details"]["cap"] == 1
+        await cancel(client, queued["id"])
+        events = (await json_events(client, queued["id"]))["events"]
+        said = [(e["content"], e["delivered"]) for e in events if e["type"] == "user.message"]
+        assert said == [("kept", False)]
+        await cancel(client, running["id"])
+
+
+async def test_a_waiting_run_stays_waiting_across_a_restart_and_resumes_on_a_decision(
+    redis_url: str,
+) -> None:
+    body = scripted(
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}, "id": "c1"}]},
+        finish("42"),
+        tools=["calculator"],
+        approval={"tools": ["calculator"]},
+    )
+    async with api_client(settings(store_url=redis_url)) as client:
+        run = await create(client, body)
+        waited = await client.get(f"/runs/{run['id']}/wait", params={"timeout_s": 10})
+        assert waited.json()["status"] == "requires_action", waited.text
+        said = await client.post(f"/runs/{run['id']}/messages", json={"content": "hurry"})
+        assert said.status_code == 202, said.text
+
+    async with api_client(settings(store_url=redis_url)) as client:  # a new replica
+        again = (await client.get(f"/runs/{run['id']}")).json()
+        assert again["status"] == "requires_action"
+        assert [p["call_id"] for p in again["pending_approvals"]] == ["c1"]
+        decided = await client.post(
+            f"/runs/{run['id']}/approvals", json={"decisions": [{"call_id": "c1", "approve": True}]}
+        )
+        assert decided.status_code == 202, decided.text
+        done = await wait_ended(client, run["id"])
+        assert done["result"]["answer"] == "42"
+        events = (await json_events(client, run["id"]))["events"]
+        messages = [(e["content"], e["delivered"]) for e in events if e["type"] == "user.message"]
+        assert messages == [("hurry", True)]

@@ -1,6 +1,6 @@
 """Human approval over the API (DESIGN §9): a run whose model calls a tool that needs approval
 waits in `requires_action` with `pending_approvals`; POST /runs/{id}/approvals decides; the run
-resumes from its checkpoint. On the memory and the SQLite store alike."""
+resumes from its checkpoint. On the memory, SQLite and Redis stores alike."""
 
 from __future__ import annotations
 
@@ -43,8 +43,13 @@ ONE_CALL = ({"tool_calls": [calc("6*7", "c1")]}, finish("42"))
 TWO_CALLS = ({"tool_calls": [calc("1+1", "c1"), calc("2+2", "c2")]}, finish("done"))
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each store (Redis: the session's real redis-server, flushed; one replica here, two
+    in tests/e2e/test_replica_approvals.py)."""
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return url
     return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
 
 

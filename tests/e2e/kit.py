@@ -134,8 +134,10 @@ class LocalEndpoints:
                       `hang_left` when its client goes away (the call was torn down)
     POST /barrier     answers `value of <key>` only once `parties` calls are in at once, so
                       a run whose calls are not concurrent never gets an answer
-    POST /hook/{name} records the JSON body under `name`; answers the next status of
-                      `hook_statuses[name]` (default 200); `hook_arrived` wakes waiters
+    POST /hook/{name} records the JSON body (and `Webhook-Id`, in `hook_ids`) under `name`;
+                      answers the next status of `hook_statuses[name]` (default 200);
+                      `hook_arrived` wakes waiters
+    POST /count/{name} counts its calls in `counts[name]`; answers `call N of <key>`
     """
 
     def __init__(self, *, parties: int = 3) -> None:
@@ -146,13 +148,16 @@ class LocalEndpoints:
         self._all_in = anyio.Event()
         self.hooks: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.hook_statuses: dict[str, list[int]] = {}
+        self.hook_ids: dict[str, list[str | None]] = defaultdict(list)
         self._hook_arrived = anyio.Event()
+        self.counts: dict[str, int] = defaultdict(int)
         self._served = Served(
             Starlette(
                 routes=[
                     Route("/hang", self._hang, methods=["POST"]),
                     Route("/barrier", self._barrier, methods=["POST"]),
                     Route("/hook/{name}", self._hook, methods=["POST"]),
+                    Route("/count/{name}", self._count, methods=["POST"]),
                 ]
             ),
             timeout_graceful_shutdown=1,
@@ -191,9 +196,16 @@ class LocalEndpoints:
         await self._all_in.wait()
         return PlainTextResponse(f"value of {key}")
 
+    async def _count(self, request: Request) -> Response:
+        key = (await request.json())["key"]
+        name = request.path_params["name"]
+        self.counts[name] += 1
+        return PlainTextResponse(f"call {self.counts[name]} of {key}")
+
     async def _hook(self, request: Request) -> Response:
         name = request.path_params["name"]
         self.hooks[name].append(json.loads(await request.body()))
+        self.hook_ids[name].append(request.headers.get("Webhook-Id"))
         arrived, self._hook_arrived = self._hook_arrived, anyio.Event()
         arrived.set()
         statuses = self.hook_statuses.get(name)

@@ -1,5 +1,6 @@
 """`webhook_events: ["requires_action"]`: the webhook is called when a run begins to wait
-for a person (DESIGN §9), as well as (with "ended") once it ends."""
+for a person (DESIGN §9), as well as (with "ended") once it ends; a run cancelled while it
+waits is POSTed once, on every store."""
 
 from __future__ import annotations
 
@@ -71,3 +72,20 @@ async def test_webhook_events_without_a_webhook_is_422() -> None:
         )
     assert response.status_code == 422
     assert response.json()["error"]["details"]["field"] == "webhook_events"
+
+
+async def test_a_run_cancelled_while_it_waits_is_posted_to_its_webhook(store_url: str) -> None:
+    settings = e2e_settings(
+        store_url=store_url, http_tool_allow_hosts=["127.0.0.1"], webhook_backoff_s=0.05
+    )
+    async with LocalEndpoints() as receiver, served_app(settings) as (_, client):
+        run_id = await start_run(client, waiting_run(receiver.url("/hook/cancel"), ["ended"]))
+        await wait_for_run(client, run_id, lambda r: r["status"] == "requires_action")
+        cancelled = await client.post(f"/runs/{run_id}/cancel")
+        assert cancelled.json()["status"] == "cancelled", cancelled.text
+        await receiver.wait_for_hooks("cancel", 1)
+        run = await wait_for_run(client, run_id, lambda r: bool(r["webhook"]["delivered"]))
+
+    ((hooked),) = receiver.hooks["cancel"]
+    assert (hooked["id"], hooked["status"]) == (run_id, "cancelled")
+    assert len(run["webhook"]["attempts"]) == 1

@@ -63,6 +63,7 @@ async def test_a_failed_webhook_delivery_is_retried_and_both_attempts_are_on_the
     assert len(receiver.hooks["flaky"]) == 2
     assert all(body["id"] == run_id for body in receiver.hooks["flaky"])
     assert all(body["status"] == "completed" for body in receiver.hooks["flaky"])
+    assert receiver.hook_ids["flaky"] == [f"{run_id}:ended"] * 2  # one dedupe key per webhook
     first, second = run["webhook"]["attempts"]
     assert first["status_code"] == 500
     assert "500" in first["error"]

@@ -172,8 +172,14 @@ async def test_a_checkpoint_follows_every_step_and_a_run_resumes_from_it() -> No
         )
     )
     checkpoints = of_type(steps, Checkpoint)
-    assert [c.step for c in checkpoints] == [1, 2]
-    state = RunState.from_checkpoint(checkpoints[0].state)
+    # one as each step's calls begin (`acting`), one after the step
+    assert [(c.step, c.state["acting"]) for c in checkpoints] == [
+        (1, True),
+        (1, False),
+        (2, True),
+        (2, False),
+    ]
+    state = RunState.from_checkpoint(checkpoints[1].state)
     assert state.step == 1
     resumed = ScriptedModel([finish("resumed")])
     more = await collect(run_react(task="t", model=resumed, tools=[echo_tool()], state=state))

@@ -18,6 +18,7 @@ from app.engine.errors import (
     LLMTimeoutError,
 )
 from app.engine.ports import ChatModel, TokenUsage, ToolCall, ToolSpec
+from app.http_transport import AiohttpTransport
 from app.llm.openai import OpenAIChatModel
 from tests.fakes.llm_server import FakeLLMServer, FakeReply, FakeToolCall, FakeUsage
 
@@ -425,14 +426,19 @@ async def test_stream_with_no_events_is_a_response_error(
 # -- transport failures ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("transport", ["aiohttp", "httpcore"])
 @pytest.mark.parametrize("streaming", [False, True])
-async def test_unanswered_call_is_a_timeout_error(llm: FakeLLMServer, streaming: bool) -> None:
-    """Streaming: the first chunks arrive, then the server goes silent past the read timeout."""
+async def test_unanswered_call_is_a_timeout_error(
+    llm: FakeLLMServer, streaming: bool, transport: str
+) -> None:
+    """Streaming: the first chunks arrive, then the server goes silent past the read timeout.
+    With the service's transport (aiohttp) and with httpx's own, on a client passed in."""
     if streaming:
         llm.enqueue(FakeReply(content=["a", "b", "c"], chunk_delay_s=30))
     else:
         llm.enqueue(FakeReply(hang=True))
-    async with httpx.AsyncClient(timeout=0.2) as client:
+    chosen = AiohttpTransport() if transport == "aiohttp" else None
+    async with httpx.AsyncClient(transport=chosen, timeout=0.2) as client:
         model = OpenAIChatModel(base_url=llm.base_url, model="m", client=client)
         with pytest.raises(LLMTimeoutError) as caught:
             await model.complete(MESSAGES, [], on_delta=Deltas() if streaming else None)

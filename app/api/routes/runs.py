@@ -202,14 +202,12 @@ async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> JSO
     description="The message joins the conversation as a user message right before the run's next "
     "LLM call (never inside a tool-call exchange), with a `user.message` event; several keep their "
     "order. On a run waiting in the stop-tool nudge loop it replaces the nudge. One accepted after "
-    "the run's last LLM call is logged with `delivered: false`. Answers with the run.",
+    "the run's last LLM call is logged with `delivered: false`. With the Redis store any replica "
+    "accepts it, whichever replica the run is queued, waiting or running on. Answers with the run.",
     dependencies=[Depends(require_json)],
     responses={
         **ERRORS,
-        409: {
-            "model": ErrorBody,
-            "description": "The run has ended (start a follow-up instead), or, with the Redis store, it is queued or running on another replica.",
-        },
+        409: {"model": ErrorBody, "description": "The run has ended: start a follow-up instead."},
         415: {"model": ErrorBody},
         422: {"model": ErrorBody, "description": "Empty, or longer than the server cap."},
         429: {"model": ErrorBody, "description": "The run holds too many undelivered messages."},

@@ -1,0 +1,213 @@
+"""Where runs waiting for a person are kept (DESIGN §9): the `WaitingRuns` port, and its
+one-process implementation.
+
+The approvals desk (`app/runs/approvals.py`) decides what a change to a waiting run is (a
+decision, a timeout, a held message, a cancel); a `WaitingRuns` writes it so that two
+changes never overwrite each other, and watches the approval deadlines:
+- `LocalWaitingRuns` (memory, SQLite: one process) under one lock, with a heap of deadlines
+  and the manager's own queue for a run whose calls are all decided;
+- `RedisWaitingRuns` (`app/runs/redis_waiting.py`, replicas) as a compare-and-set on the
+  stored record, with the deadlines in a sorted set every replica polls, and the cluster's
+  queue for the decided run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from app.engine.events import EventType
+from app.runs.records import RunRecord, RunStatus
+from app.runs.store import RunStore
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event a change appends: its type, step and payload."""
+
+    type: EventType
+    step: int
+    data: dict[str, Any]
+
+
+@dataclass(slots=True)
+class WaitChange:
+    """One change to a waiting run, written as one: `events` are appended, then `record`
+    saved, then `final` (the terminal event of a run the change ends) appended."""
+
+    record: RunRecord
+    events: list[NewEvent] = field(default_factory=list)
+    final: NewEvent | None = None
+    requeue: bool = False
+    """Every pending call is decided: the run is queued again to resume."""
+
+
+Changer = Callable[[RunRecord | None, list[str]], WaitChange | None]
+"""Given the stored record (None: gone) and the steering messages it holds, the change to
+write, or None for none; it may raise to refuse the request. Called again when the record
+changed before the write (so: no side effects)."""
+
+
+class WaitingRuns(Protocol):
+    async def suspend(self, record: RunRecord, held: list[str]) -> None:
+        """Store the (live, executing) run waiting, with the messages sent to it it has not
+        seen (`held`), and watch its approval deadline; on a shared store, give its lease up
+        in the same write."""
+
+    async def change(self, run_id: str, changer: Changer) -> WaitChange | None:
+        """Apply `changer` to the run as stored and write its change: exactly one of
+        concurrent changes of one run is written against each version of the record."""
+
+    async def due(self) -> list[str]:
+        """Block until runs may be past their approval deadline; their ids."""
+
+    async def rearm(self) -> int:
+        """At start-up: watch the deadlines of the runs the store holds waiting."""
+
+
+def deadline_of(record: RunRecord) -> float:
+    """When the run's undecided calls count as rejected (epoch seconds)."""
+    assert record.approval is not None
+    return record.approval.waiting_since.timestamp() + record.settings.approval_timeout_s
+
+
+class LocalWaitingRuns:
+    """One process: every change under one lock; a heap of deadlines; decided runs go to
+    the manager's queue (`requeue`, with the messages the run held)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        requeue: Callable[[RunRecord, list[str]], Awaitable[None]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.requeue = requeue
+        self.clock = clock
+        self._lock = asyncio.Lock()
+        self._timeouts: list[tuple[float, str]] = []
+        self._wake = asyncio.Event()
+
+    async def suspend(self, record: RunRecord, held: list[str]) -> None:
+        assert record.approval is not None
+        async with self._lock:
+            record.approval.held_messages = held
+            await self.store.save(record)
+        self.arm(record)
+
+    async def change(self, run_id: str, changer: Changer) -> WaitChange | None:
+        async with self._lock:
+            record = await self.store.get(run_id)
+            approval = record.approval if record is not None else None
+            waiting = record is not None and record.status == RunStatus.REQUIRES_ACTION
+            held = list(approval.held_messages) if waiting and approval is not None else []
+            change = changer(record, held)
+            if change is None:
+                return None
+            for event in change.events:
+                await self.store.append(run_id, event.type, event.step, event.data)
+            approval = change.record.approval
+            taken: list[str] = []
+            if change.requeue and approval is not None:
+                taken, approval.held_messages = approval.held_messages, []
+            await self.store.save(change.record)
+            if change.final is not None:
+                final = change.final
+                await self.store.append(run_id, final.type, final.step, final.data)
+            if change.requeue:
+                await self.requeue(change.record, taken)
+            return change
+
+    def arm(self, record: RunRecord) -> None:
+        """Watch the run's approval deadline; a run with every call decided already (a
+        shutdown came before it could resume) is due at once."""
+        assert record.approval is not None
+        due = deadline_of(record) if record.approval.undecided() else self.clock()
+        heapq.heappush(self._timeouts, (due, record.id))
+        if self._timeouts[0][1] == record.id:
+            self._wake.set()
+
+    async def due(self) -> list[str]:
+        while True:
+            self._wake.clear()
+            if not self._timeouts:
+                await self._wake.wait()
+                continue
+            delay = self._timeouts[0][0] - self.clock()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+                continue
+            _, run_id = heapq.heappop(self._timeouts)
+            return [run_id]
+
+    async def rearm(self) -> int:
+        count, cursor = 0, None
+        while True:
+            page = await self.store.list_runs(
+                owner=None,
+                statuses=(RunStatus.REQUIRES_ACTION,),
+                limit=200,
+                before_id=cursor,
+                any_owner=True,
+            )
+            for record in page:
+                if record.approval is not None:
+                    self.arm(record)
+                    count += 1
+            if len(page) < 200:
+                return count
+            cursor = page[-1].id
+
+
+SETTLE_POLL_S = 0.05  # how often /wait re-reads a run that may be about to wait
+
+
+async def wait_until_settled(store: RunStore, record: RunRecord, timeout_s: float) -> RunRecord:
+    """A run executing elsewhere (replicas): the run once it ended or waits for a person, or
+    as it is when `timeout_s` runs out. Its end is an event; its wait is not (the record
+    changes after the step's `approval.requested` events), so once such an event is seen
+    the record is re-read every SETTLE_POLL_S."""
+    if record.status.terminal or record.status == RunStatus.REQUIRES_ACTION:
+        return record
+    latest = record
+    with anyio.move_on_after(timeout_s):
+        async with anyio.create_task_group() as tasks:
+            asked = anyio.Event()
+
+            async def follow() -> None:
+                events = store.subscribe(record.id)
+                try:
+                    async for event in events:
+                        if event.terminal:
+                            break
+                        if event.type == EventType.APPROVAL_REQUESTED:
+                            asked.set()
+                finally:
+                    aclose = getattr(events, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                tasks.cancel_scope.cancel()
+
+            async def poll() -> None:
+                nonlocal latest
+                await asked.wait()
+                while True:
+                    fresh = await store.get(record.id)
+                    if fresh is None or fresh.status == RunStatus.REQUIRES_ACTION:
+                        latest = fresh or latest
+                        tasks.cancel_scope.cancel()
+                        return
+                    await anyio.sleep(SETTLE_POLL_S)
+
+            tasks.start_soon(follow)
+            tasks.start_soon(poll)
+    return await store.get(record.id) or latest
