@@ -22,6 +22,7 @@ from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
 from app.engine.ports import Message, Reply, ToolCall, ToolSpec
 from app.engine.prompts import TASK_FINISHED, Prompts
+from app.engine.replycap import restored_call
 from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
 from app.engine.toolcalls import (
     CallResult,
@@ -65,7 +66,7 @@ def reply_of(message: Message) -> Reply:
     """The reply an assistant message with tool calls came from (`assistant_message`'s
     inverse), for a step redone after an interruption."""
     calls = tuple(
-        ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+        restored_call(ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]))
         for c in message.get("tool_calls") or ()
     )
     return Reply(content=message.get("content"), tool_calls=calls)

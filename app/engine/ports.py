@@ -26,8 +26,8 @@ class ToolCall:
     name: str
     arguments: str
     oversize: int = 0
-    """The length of arguments over the run's cap, dropped (`arguments` is then "{}"): the
-    call does not run (app.engine.replycap). 0: the arguments are whole."""
+    """The length of arguments over the run's cap, dropped (`arguments` then only says so):
+    the call does not run (app.engine.replycap). 0: the arguments are whole."""
 
 
 @dataclass(frozen=True, slots=True)

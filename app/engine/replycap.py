@@ -8,9 +8,12 @@ call, of that size. So, before anything else sees the reply:
 - text over the cap is cut at a semantic boundary (`truncate`'s text rules) and ends with
   `Prompts.reply_cut_note`; the thought event, the conversation and a plain answer carry the
   cut text;
-- a tool call whose arguments are over the cap keeps `{}` as its arguments in the
-  conversation (valid JSON for every provider) and `oversize` set to their length: it does
-  not run, and the model is told why (`Prompts.arguments_too_long`).
+- a tool call whose arguments are over the cap keeps `{"_arguments_dropped_chars": N}` as
+  its arguments in the conversation (valid JSON for every provider, and what the model sees
+  of its call) and `oversize` set to N, their length: it does not run, and the model is told
+  why (`Prompts.arguments_too_long`). A step redone from a checkpoint rebuilds its calls from
+  the conversation (`acting.reply_of`): `restored_call` reads the marker back, so a dropped
+  call never runs then either.
 
 The work is linear in the cap, not in the reply: only the first `max_chars + 1` characters
 are looked at. What the endpoint may send at all is bounded before this, by the adapter
@@ -18,6 +21,7 @@ are looked at. What the endpoint may send at all is bounded before this, by the 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from app.engine.ports import Reply, ToolCall
@@ -33,10 +37,26 @@ def cap_text(text: str, max_chars: int, prompts: Prompts) -> str:
     return kept + prompts.reply_cut_note.format(shown=len(kept), total=len(text))
 
 
+DROPPED = "_arguments_dropped_chars"
+"""The key of the arguments a dropped call keeps in the conversation."""
+
+
 def cap_call(call: ToolCall, max_chars: int) -> ToolCall:
     if max_chars <= 0 or len(call.arguments) <= max_chars:
         return call
-    return replace(call, arguments="{}", oversize=len(call.arguments))
+    size = len(call.arguments)
+    return replace(call, arguments=json.dumps({DROPPED: size}), oversize=size)
+
+
+def restored_call(call: ToolCall) -> ToolCall:
+    """`call` as rebuilt from the conversation, with `oversize` set again if it was dropped."""
+    if not call.arguments.startswith('{"' + DROPPED):
+        return call
+    try:
+        size = json.loads(call.arguments)[DROPPED]
+    except (ValueError, KeyError, TypeError):
+        return call
+    return replace(call, oversize=size) if isinstance(size, int) and size > 0 else call
 
 
 def cap_reply(reply: Reply, max_chars: int, prompts: Prompts) -> Reply:

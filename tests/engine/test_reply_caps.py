@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.engine.acting import assistant_message, reply_of
 from app.engine.loop import run_react
 from app.engine.policies import Limits, StopReason
 from app.engine.prompts import EN
@@ -36,14 +37,15 @@ async def test_a_finish_whose_answer_is_over_the_cap_does_not_end_the_run() -> N
     steps = await collect(run_react(task="t", model=model, max_reply_chars=1000))
 
     first, _ = of_type(steps, Action)
-    assert first.arguments.startswith("[2,01")  # the JSON text's length, not kept
+    assert first.arguments == "[2,014 characters of arguments, over the cap: not kept]"
     (refused,) = [o for o in of_type(steps, Observation) if o.call_id == first.call_id]
     assert refused.is_error
     assert "more than the 1,000 this server accepts" in refused.content
     assert ending(steps).reason == StopReason.FINISHED
     assert ending(steps).answer == "short"
     conversation = model.calls[1].messages
-    assert conversation[2]["tool_calls"][0]["function"]["arguments"] == "{}"
+    kept = conversation[2]["tool_calls"][0]["function"]["arguments"]
+    assert kept == '{"_arguments_dropped_chars": 2014}'
 
 
 async def test_a_plain_answer_over_the_cap_is_the_cut_text() -> None:
@@ -57,3 +59,14 @@ async def test_a_plain_answer_over_the_cap_is_the_cut_text() -> None:
     assert ending(steps).reason == StopReason.ANSWERED
     assert ending(steps).answer == thought.text
     assert thought.text.endswith(" of 5,000 characters.]")
+
+
+def test_a_dropped_call_rebuilt_from_the_conversation_is_still_dropped() -> None:
+    # a step redone from a checkpoint rebuilds its calls from the assistant message
+    reply = cap_reply(says(None, call("echo", {"text": "x" * 5000}, "call_1")), 1000, EN)
+
+    (rebuilt,) = reply_of(assistant_message(reply)).tool_calls
+
+    assert rebuilt.oversize == reply.tool_calls[0].oversize > 5000
+    (whole,) = reply_of(assistant_message(says(None, call("echo", {"text": "x"})))).tool_calls
+    assert whole.oversize == 0

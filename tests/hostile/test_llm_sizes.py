@@ -106,7 +106,8 @@ async def test_tool_call_arguments_over_the_cap_do_not_run_and_the_model_is_told
     assert f"{size:,} characters long, more than the 100,000" in observation["content"]
     assert "did not run" in observation["content"]
     (assistant,) = [m for m in second if m["role"] == "assistant"]
-    assert assistant["tool_calls"][0]["function"]["arguments"] == "{}"
+    kept = json.loads(assistant["tool_calls"][0]["function"]["arguments"])
+    assert kept == {"_arguments_dropped_chars": size}
     tool_message = next(m for m in second if m["role"] == "tool")
     assert tool_message["tool_call_id"] == "call_big"
     assert largest(events) < BIGGEST_EVENT
