@@ -19,6 +19,7 @@ from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import Tool
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
+from app.engine.replycap import CappedModel
 from app.llm.models import ModelFactory, ModelUnavailableError
 from app.offload import off_loop
 from app.runs.errors import InvalidRunError
@@ -192,13 +193,15 @@ class RunAssembly:
         tools += [self._http_tool(t, c) for t, c in zip(request.http_tools, schemas, strict=True)]
         limits = record.settings
         script = [entry.model_dump() for entry in request.model_script or ()]
+        model = self.models.create(record.model, script, start=record.usage.llm_calls)
+        prompts = self.prompts[limits.prompt_language]
         return RunInputs(
-            model=self.models.create(record.model, script, start=record.usage.llm_calls),
+            # what one reply brings into the run is capped (app.engine.replycap)
+            model=CappedModel(model, self.settings.max_reply_chars, prompts),
             tools=tools,
             limits=limits,
-            prompts=self.prompts[limits.prompt_language],
+            prompts=prompts,
             approval=self.approval_tools(request),
-            max_reply_chars=self.settings.max_reply_chars,
         )
 
     def _mcp_tools(self, servers: list[str], *, lenient: bool = False) -> list[Tool]:

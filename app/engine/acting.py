@@ -212,9 +212,7 @@ class ToolStep:
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run
         if call.oversize:  # arguments over the cap: dropped (app.engine.replycap), never run
-            text = run.prompts.arguments_too_long.format(
-                tool=call.name, chars=call.oversize, cap=run.max_reply_chars
-            )
+            text = run.prompts.arguments_too_long.format(tool=call.name, chars=call.oversize)
             shown = f"[{call.oversize:,} characters of arguments, over the cap: not kept]"
             return PreparedCall(call=call, arguments=shown, reply=text, is_error=True)
         if not (run.limits.stop_tool and call.name == TASK_FINISHED):

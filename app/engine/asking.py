@@ -10,7 +10,6 @@ from app.engine.context import RunContext
 from app.engine.errors import LLMError, LLMTimeoutError
 from app.engine.guard import DeadlineError
 from app.engine.ports import Reply, ToolSpec
-from app.engine.replycap import cap_reply
 from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
 from app.engine.tokens import estimate_reply_tokens
 
@@ -43,13 +42,8 @@ async def ask(
                 task = asyncio.ensure_future(
                     run.model.complete(st.messages, specs, on_delta=deltas.put_nowait)
                 )
-                streamed = 0
                 async for delta in run.guard.stream(task, deltas, call_deadline):
-                    if run.max_reply_chars > 0:  # the text past the cap is not kept either
-                        delta = delta[: max(run.max_reply_chars - streamed, 0)]
-                    if delta:
-                        streamed += len(delta)
-                        yield TokenDelta(st.step, delta)
+                    yield TokenDelta(st.step, delta)
                 reply = task.result()
             else:
                 with run.guard.scope(call_deadline):
@@ -61,8 +55,7 @@ async def ask(
         except LLMError as exc:
             error = exc
         else:
-            yield account(run, reply, started, final)  # the tokens of the reply as sent
-            reply = cap_reply(reply, run.max_reply_chars, run.prompts)
+            yield account(run, reply, started, final)
             if reply.content:
                 run.log.info("thought_emitted", chars=len(reply.content), final=final)
                 yield Thought(st.step, reply.content)

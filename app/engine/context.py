@@ -35,5 +35,3 @@ class RunContext:
     """Names of the tools whose calls wait for a person's approval (DESIGN §9)."""
     deadline: float = 0.0
     """The whole-run deadline by `clock`, set when the run starts."""
-    max_reply_chars: int = 0
-    """Cap on a reply's text and on one call's arguments (app.engine.replycap); 0: none."""

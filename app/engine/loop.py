@@ -73,7 +73,6 @@ def run_react(
     inbox: Inbox | None = None,
     approval: Collection[str] = (),
     decisions: Sequence[Decision] = (),
-    max_reply_chars: int = 0,
     recorded: Mapping[str, CallResult] | None = None,
 ) -> AsyncIterator[Step]:
     """Run one ReAct agent to its end, yielding every step. Resumes from `state` if given.
@@ -85,9 +84,6 @@ def run_react(
     A call of a tool named in `approval` is not executed: the step's other calls run, then
     the run checkpoints and yields `Suspended` (its last step; not an end). Resuming with that
     checkpoint as `state` and the person's `decisions` settles those calls first (DESIGN §9).
-
-    `max_reply_chars` (0: none) caps what one reply brings into the run: its text and each
-    call's arguments (`app.engine.replycap`), and the token events streamed of it.
 
     Between the model's reply with tool calls and their results the run checkpoints with
     `state.acting` set. Resumed from such a checkpoint (its process stopped mid-step), the
@@ -111,7 +107,6 @@ def run_react(
         inbox=inbox,
         approval=frozenset(approval),
         decisions={d.call_id: d for d in decisions},
-        max_reply_chars=max_reply_chars,
         recorded=recorded,
     )
     return run.steps()
@@ -136,7 +131,6 @@ class ReactRun:
         inbox: Inbox | None = None,
         approval: frozenset[str] = frozenset(),
         decisions: dict[str, Decision] | None = None,
-        max_reply_chars: int = 0,
         recorded: Mapping[str, CallResult] | None = None,
     ) -> None:
         self.task = task
@@ -176,7 +170,6 @@ class ReactRun:
             log=self.log,
             tool_ctx=self.ctx,
             approval=approval,
-            max_reply_chars=max_reply_chars,
         )
 
     # -- the loop -----------------------------------------------------------------------

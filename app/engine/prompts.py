@@ -106,9 +106,9 @@ EN = Prompts(
     previous_run_ended="(The previous run ended without an answer: {reason}.)",
     reply_cut_note="\n\n[Reply cut at {shown:,} of {total:,} characters.]",
     arguments_too_long=(
-        "The arguments of {tool} were {chars:,} characters long, more than the {cap:,} this "
-        "server accepts, so the call did not run. Call it with shorter arguments, or split the "
-        "work into several smaller calls."
+        "The arguments of {tool} were {chars:,} characters long, more than this server "
+        "accepts, so the call did not run. Call it with shorter arguments, or split the work "
+        "into several smaller calls."
     ),
 )
 
@@ -155,7 +155,7 @@ ZH = Prompts(
     previous_run_ended="（上一次运行未给出答案即结束：{reason}。）",
     reply_cut_note="\n\n[回复已截断，保留 {shown:,}/{total:,} 字符。]",
     arguments_too_long=(
-        "{tool} 的参数长 {chars:,} 字符，超过本服务接受的 {cap:,} 字符，因此没有执行。"
+        "{tool} 的参数长 {chars:,} 字符，超过本服务接受的长度，因此没有执行。"
         "请用更短的参数调用，或把工作拆成几次较小的调用。"
     ),
 )

@@ -1,5 +1,6 @@
 """How much of what a model says enters a run: one reply's text and one tool call's
 arguments, each at most `max_chars` characters (`FINISHLINE_MAX_REPLY_CHARS`; 0: no cap).
+`CappedModel` wraps the run's model so, and stops the text it streams at the cap too.
 
 A model can answer with megabytes (a runaway generation, arguments pasting a whole file).
 Kept whole, that is one thought or action event, and a conversation sent back on every later
@@ -16,15 +17,17 @@ call, of that size. So, before anything else sees the reply:
   call never runs then either.
 
 The work is linear in the cap, not in the reply: only the first `max_chars + 1` characters
-are looked at. What the endpoint may send at all is bounded before this, by the adapter
+are looked at. Without usage from the provider, the engine estimates a capped reply's tokens
+from what was kept. What the endpoint may send at all is bounded before this, by the adapter
 (`app.llm.bodycap`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 
-from app.engine.ports import Reply, ToolCall
+from app.engine.ports import ChatModel, DeltaSink, Message, Reply, ToolCall, ToolSpec
 from app.engine.prompts import Prompts
 from app.engine.truncate import truncate
 
@@ -69,3 +72,33 @@ def cap_reply(reply: Reply, max_chars: int, prompts: Prompts) -> Reply:
         a is b for a, b in zip(calls, reply.tool_calls, strict=True)
     )
     return reply if unchanged else replace(reply, content=content, tool_calls=calls)
+
+
+class CappedModel:
+    """`model`, its replies capped (`cap_reply`) and its streamed text stopped at the cap."""
+
+    def __init__(self, model: ChatModel, max_chars: int, prompts: Prompts) -> None:
+        self.model = model
+        self.name = model.name
+        self.max_chars = max_chars
+        self.prompts = prompts
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> Reply:
+        sink = on_delta
+        if on_delta is not None and self.max_chars > 0:
+            room = [self.max_chars]
+
+            def sink(text: str) -> None:
+                kept = text[: room[0]]
+                if kept:
+                    room[0] -= len(kept)
+                    on_delta(kept)
+
+        reply = await self.model.complete(messages, tools, on_delta=sink)
+        return cap_reply(reply, self.max_chars, self.prompts)

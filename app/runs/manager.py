@@ -611,7 +611,6 @@ class RunManager(ClusterRuns, SharedInboxRuns):
                     previous=previous,
                     inbox=active.take_messages,
                     approval=inputs.approval,
-                    max_reply_chars=inputs.max_reply_chars,
                     state=state,
                     decisions=decisions,
                     recorded=recorded,

@@ -35,8 +35,6 @@ class RunInputs:
     prompts: Prompts
     approval: frozenset[str] = frozenset()
     """Tools whose calls wait for a person's approval."""
-    max_reply_chars: int = 0
-    """Cap on one model reply's text and on one call's arguments; 0: none."""
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def aclose(self) -> None:

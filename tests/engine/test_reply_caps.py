@@ -6,7 +6,7 @@ from app.engine.acting import assistant_message, reply_of
 from app.engine.loop import run_react
 from app.engine.policies import Limits, StopReason
 from app.engine.prompts import EN
-from app.engine.replycap import cap_reply, cap_text
+from app.engine.replycap import CappedModel, cap_reply, cap_text
 from app.engine.steps import Action, Observation, Thought
 from app.llm.scripted import ScriptedModel
 from tests.engine.kit import call, collect, ending, finish, of_type, says
@@ -34,13 +34,13 @@ def test_long_text_is_cut_at_a_sentence_and_says_how_much_was_kept() -> None:
 async def test_a_finish_whose_answer_is_over_the_cap_does_not_end_the_run() -> None:
     model = ScriptedModel([finish("a" * 2000), finish("short")])
 
-    steps = await collect(run_react(task="t", model=model, max_reply_chars=1000))
+    steps = await collect(run_react(task="t", model=CappedModel(model, 1000, EN)))
 
     first, _ = of_type(steps, Action)
     assert first.arguments == "[2,014 characters of arguments, over the cap: not kept]"
     (refused,) = [o for o in of_type(steps, Observation) if o.call_id == first.call_id]
     assert refused.is_error
-    assert "more than the 1,000 this server accepts" in refused.content
+    assert "2,014 characters long, more than this server accepts" in refused.content
     assert ending(steps).reason == StopReason.FINISHED
     assert ending(steps).answer == "short"
     conversation = model.calls[1].messages
@@ -49,11 +49,9 @@ async def test_a_finish_whose_answer_is_over_the_cap_does_not_end_the_run() -> N
 
 
 async def test_a_plain_answer_over_the_cap_is_the_cut_text() -> None:
-    model = ScriptedModel([says("word " * 1000)])
+    model = CappedModel(ScriptedModel([says("word " * 1000)]), 1000, EN)
 
-    steps = await collect(
-        run_react(task="t", model=model, limits=Limits(stop_tool=False), max_reply_chars=1000)
-    )
+    steps = await collect(run_react(task="t", model=model, limits=Limits(stop_tool=False)))
 
     (thought,) = of_type(steps, Thought)
     assert ending(steps).reason == StopReason.ANSWERED
@@ -70,3 +68,14 @@ def test_a_dropped_call_rebuilt_from_the_conversation_is_still_dropped() -> None
     assert rebuilt.oversize == reply.tool_calls[0].oversize > 5000
     (whole,) = reply_of(assistant_message(says(None, call("echo", {"text": "x"})))).tool_calls
     assert whole.oversize == 0
+
+
+async def test_streamed_text_stops_at_the_cap() -> None:
+    streamed: list[str] = []
+    model = CappedModel(ScriptedModel([says("abcdefghij" * 300)]), 1000, EN)
+
+    reply = await model.complete([], [], on_delta=streamed.append)
+
+    assert "".join(streamed) == ("abcdefghij" * 300)[:1000]
+    assert reply.content is not None
+    assert reply.content.endswith(" of 3,000 characters.]")

@@ -103,7 +103,7 @@ async def test_tool_call_arguments_over_the_cap_do_not_run_and_the_model_is_told
     assert action["arguments"] == f"[{size:,} characters of arguments, over the cap: not kept]"
     (observation,) = [e for e in events if e["type"] == "observation" and e["step"] == 1]
     assert observation["is_error"] is True
-    assert f"{size:,} characters long, more than the 100,000" in observation["content"]
+    assert f"{size:,} characters long, more than this server accepts" in observation["content"]
     assert "did not run" in observation["content"]
     (assistant,) = [m for m in second if m["role"] == "assistant"]
     kept = json.loads(assistant["tool_calls"][0]["function"]["arguments"])
