@@ -4,6 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+# LangGraph's server (the service benchmark's peer) in a venv of its own: langgraph-api pins
+# structlog<26, finishline needs 26 (requirements/langgraph-server.in)
+LANGGRAPH_VENV := .venv-langgraph
+LANGGRAPH_STAMP := $(LANGGRAPH_VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 # The lock: every package of the tree pinned with its hashes (requirements/*.txt), compiled
@@ -32,6 +36,12 @@ $(BENCH_STAMP): $(STAMP) $(LOCK)/bench.txt
 	$(PIP_CHECK)
 	touch $(BENCH_STAMP)
 
+$(LANGGRAPH_STAMP): $(LOCK)/langgraph-server.txt
+	$(PYTHON) -m venv $(LANGGRAPH_VENV)
+	$(LANGGRAPH_VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)/langgraph-server.txt
+	$(LANGGRAPH_VENV)/bin/python -m pip check
+	touch $(LANGGRAPH_STAMP)
+
 # uv compiles the lock: universal (every platform's markers), for the oldest Python
 # pyproject.toml allows, keeping the pins the files already hold. UPGRADE=1 moves every pin
 # to the newest release pyproject.toml allows; UPGRADE=name moves that package alone.
@@ -48,6 +58,7 @@ lock: $(UV)
 	$(UV_COMPILE) pyproject.toml -o $(LOCK)/main.txt
 	$(UV_COMPILE) pyproject.toml --extra dev -c $(LOCK)/main.txt -o $(LOCK)/dev.txt
 	$(UV_COMPILE) pyproject.toml --extra dev --extra bench -c $(LOCK)/dev.txt -o $(LOCK)/bench.txt
+	$(UV_COMPILE) $(LOCK)/langgraph-server.in -o $(LOCK)/langgraph-server.txt
 
 ## lock-check: fail when the lock is out of date with pyproject.toml (CI runs it)
 # It recompiles the lock in a scratch copy and compares the pins (name==version; markers),
@@ -56,7 +67,7 @@ lock-check: $(UV)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	  cp -r pyproject.toml $(LOCK) "$$tmp/" && \
 	  $(MAKE) --no-print-directory -s -C "$$tmp" -f $(CURDIR)/Makefile lock UV=$(UV) && \
-	  stale=0 && for lock in build main dev bench; do \
+	  stale=0 && for lock in build main dev bench langgraph-server; do \
 	    grep -E '^[^ #]' $(LOCK)/$$lock.txt >"$$tmp/$$lock.pins"; \
 	    grep -E '^[^ #]' "$$tmp/$(LOCK)/$$lock.txt" >"$$tmp/$$lock.fresh"; \
 	    diff -u --label $(LOCK)/$$lock.txt --label "make lock" "$$tmp/$$lock.pins" "$$tmp/$$lock.fresh" || stale=1; \
@@ -93,8 +104,8 @@ test: $(STAMP) chromium redis-server
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-## bench: engine, event log, service and uvicorn-workers benchmarks into bench/results/ (QUICK=1: a faster pass)
-bench: $(BENCH_STAMP) redis-server
+## bench: engine, event log, service (floors, LangGraph's server) and uvicorn-workers benchmarks into bench/results/ (QUICK=1: a faster pass)
+bench: $(BENCH_STAMP) $(LANGGRAPH_STAMP) redis-server
 	$(BIN)/python -m bench $(if $(QUICK),--quick)
 
 ## image: build the container image (Dockerfile); `docker compose up` builds and runs it
@@ -111,4 +122,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(LANGGRAPH_VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

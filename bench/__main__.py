@@ -1,4 +1,6 @@
-"""`python -m bench [--quick]`: every benchmark in turn, results in bench/results/."""
+"""`python -m bench [--quick]`: every benchmark in turn, results in bench/results/, then the
+table of issue #10's targets. `python -m bench --summary [--quick] [--readme]`: that table
+alone, from the results already there (`--readme` also rewrites it in README.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from bench import summary
 from bench.common import ROOT, say
 
 STEPS = (
@@ -14,7 +17,8 @@ STEPS = (
     ("event log (bench/store.py)", ["bench.store"]),
     ("tracing cost (bench/tracing.py)", ["bench.tracing"]),
     ("event-loop stall of the heaviest request (bench/loop_stall.py)", ["bench.loop_stall"]),
-    ("service (bench/service.py)", ["bench.service", "--extra"]),
+    ("client CPU per outbound HTTP call (bench/http_client.py)", ["bench.http_client"]),
+    ("service, floors and LangGraph's server (bench/service.py)", ["bench.service", "--extra"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
 )
 
@@ -22,7 +26,17 @@ STEPS = (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds and runs")
+    parser.add_argument("--summary", action="store_true", help="print the targets table only")
+    parser.add_argument(
+        "--readme", action="store_true", help="with --summary: update the READMEs' tables"
+    )
     args = parser.parse_args()
+    if args.summary:
+        text = summary.write(args.quick)
+        if args.readme:
+            summary.update_readmes(args.quick)
+        print(text)
+        return
     started = time.monotonic()
     for title, command in STEPS:
         say(f"\n=== {title}")
@@ -30,7 +44,8 @@ def main() -> None:
         subprocess.run(
             [sys.executable, "-m", *command, *extra], cwd=ROOT, check=True, stdout=sys.stderr
         )
-    say(f"\nall benchmarks done in {time.monotonic() - started:.0f} s: bench/results/*.md")
+    say(f"\nall benchmarks done in {time.monotonic() - started:.0f} s: bench/results/*.md\n")
+    print(summary.write(args.quick))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from bench.common import fmt, machine, machine_line, say, summary, table, write_
 TASK = "Call the noop tool until you are done."
 SYSTEM = "You are a benchmark agent."
 STEPS = (10, 50)
-TARGET_US = 50.0
+TARGET_US = 30.0
 
 LIMITS = Limits(
     max_steps=100,

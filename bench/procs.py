@@ -25,6 +25,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def run_seconds(pid: int) -> float:
+    """CPU time of a process's live threads in ns resolution (/proc/<pid>/task/*/schedstat),
+    not /proc/<pid>/stat's 10 ms ticks: a block of cheap runs costs a few ticks only. Threads
+    that ended are not counted (a server's threads live as long as it does)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def tree_run_seconds(pid: int) -> float:
+    """run_seconds of a process and of its live descendants (`langgraph dev` may start
+    workers)."""
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            total += run_seconds(current)
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def peak_rss_mb(pid: int) -> float:
     """VmHWM: the peak resident set size of a process so far."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -49,9 +78,13 @@ def child_env(extra: Mapping[str, str]) -> dict[str, str]:
 
 
 class Server:
-    """`python -m uvicorn --factory app.main:create_app --fd N`, stderr to a file."""
+    """`python -m uvicorn --factory app.main:create_app --fd N`, stderr to a file; `factory`
+    names another app (the benchmark's floor)."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, workdir: Path, env: Mapping[str, str], factory: str = "app.main:create_app"
+    ) -> None:
+        self.factory = factory
         self.workdir = workdir
         self.env = dict(env)
         self.port = 0
@@ -78,7 +111,7 @@ class Server:
                         "-m",
                         "uvicorn",
                         "--factory",
-                        "app.main:create_app",
+                        self.factory,
                         "--fd",
                         str(sock.fileno()),
                         "--backlog",

@@ -31,11 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench import compare
 from bench.common import (
     RESULTS,
     ROOT,
@@ -59,11 +61,12 @@ RUNS_PER_WORKER = {
 }
 TERMINAL = {"run.completed", "run.incomplete", "run.failed", "run.cancelled"}
 TARGETS = {
-    "first_event_p50_ms_at_1": 10.0,
-    "cpu_ms_per_run": 2.5,
-    "delivery_p99_ms_at_1000": 50.0,
+    "first_event_p50_ms_at_1": 5.0,
+    "delivery_p99_ms_at_1000": 100.0,
     "rss_mb_at_1000": 300.0,
 }
+"""Issue #10's, as this table shows them; CPU per run is judged against the floors
+(bench/compare.py), the whole list by `python -m bench --summary`."""
 
 
 def client_processes(concurrency: int) -> int:
@@ -74,6 +77,21 @@ def run_clients(
     url: str, mode: str, workers: int, runs: int, workdir: Path, tag: str
 ) -> list[dict[str, Any]]:
     """Start the client processes, wait for them; their outputs."""
+    return run_block(url, mode, workers, runs, workdir, tag)[0]
+
+
+def run_block(
+    url: str,
+    mode: str,
+    workers: int,
+    runs: int,
+    workdir: Path,
+    tag: str,
+    extra: dict[str, Any] | None = None,
+    meter: Callable[[], float] | None = None,
+) -> tuple[list[dict[str, Any]], float]:
+    """Start the client processes, wait for them; their outputs, and how much `meter` (a
+    server's CPU seconds) grew from the moment they start working to their end."""
     count = client_processes(workers)
     start_at = time.time() + 1.5 + 0.25 * count  # they import httpx meanwhile
     procs = []
@@ -101,15 +119,22 @@ def run_clients(
                     str(start_at),
                     "--out",
                     str(out),
+                    "--extra-body",
+                    json.dumps(extra or {}),
                 ],
                 cwd=ROOT,
                 env=child_env({}),
             )
         )
+    before = 0.0
+    if meter is not None:
+        time.sleep(max(0.0, start_at - time.time()))  # noqa: TID251 (until the clients start)
+        before = meter()
     for proc in procs:
         if proc.wait() != 0:
             raise RuntimeError(f"a client process failed ({proc.returncode})")
-    return [json.loads(out.read_text()) for out in outs]
+    used = meter() - before if meter is not None else 0.0
+    return [json.loads(out.read_text()) for out in outs], used
 
 
 def verify(url: str, runs: list[dict[str, Any]]) -> tuple[int, int, int]:
@@ -325,15 +350,6 @@ def verdicts(results: list[dict[str, Any]]) -> list[str]:
             f"- First event ≤ {target:g} ms p50 at concurrency 1: "
             f"{'met' if v <= target else 'MISSED'} ({fmt(v)} ms, scripted model)."
         )
-    cpu = [r["cpu_ms_per_run"] for r in base]
-    if cpu:
-        target = TARGETS["cpu_ms_per_run"]
-        worst = max(cpu)
-        lines.append(
-            f"- Server CPU ≤ {target:g} ms per 5-step run: "
-            f"{'met' if worst <= target else 'MISSED'} "
-            f"({fmt(min(cpu), 2)}–{fmt(worst, 2)} ms over the rows above)."
-        )
     big = [r for r in base if r["concurrency"] == 1000]
     for r in big:
         delay = r["delivery_ms"]["p99"]
@@ -346,7 +362,7 @@ def verdicts(results: list[dict[str, Any]]) -> list[str]:
         )
         lines.append(
             f"- 1,000 concurrent runs ({row(r)[0]}): {'met' if ok else 'MISSED'}: "
-            f"p99 delivery {fmt(delay)} ms (≤ 50), "
+            f"p99 delivery {fmt(delay)} ms (≤ {TARGETS['delivery_p99_ms_at_1000']:g}), "
             f"{r['runs_with_lost_events']} runs losing events (0), "
             f"peak RSS {fmt(rss, 0)} MB (≤ 300), peak in flight {r['peak_in_flight']:,}."
         )
@@ -432,11 +448,20 @@ def main() -> None:
         "--profile", type=int, metavar="LEVEL", help="py-spy the server at this concurrency"
     )
     parser.add_argument("--name", default="service", help="results file name")
+    parser.add_argument(
+        "--no-compare",
+        action="store_true",
+        help="skip the interleaved comparison with the floors and LangGraph's server",
+    )
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     modes = [args.only] if args.only else ["scripted", "llm"]
     info = machine()
     results = []
+    comparison = None
+    if not args.no_compare and args.profile is None and args.only is None:
+        say("service bench: against the floors and LangGraph's server, interleaved")
+        comparison = compare.compare(args.quick, run_block)
     llm = FakeLLM(LATENCY_MS, STEPS) if "llm" in modes else None
     try:
         plan = [(mode, c, args.log_level, args.store, 5000) for mode in modes for c in levels]
@@ -447,7 +472,9 @@ def main() -> None:
         for mode, concurrency, level, store, executing in plan:
             if args.profile is not None and concurrency != args.profile:
                 continue
-            per_worker = RUNS_PER_WORKER[args.quick][concurrency][mode == "llm"]
+            # the extra rows take the quick pass's runs: the full bench stays near 15 minutes
+            base = (level, store, executing) == (args.log_level, args.store, 5000)
+            per_worker = RUNS_PER_WORKER[args.quick or not base][concurrency][mode == "llm"]
             say(
                 f"service bench: {mode}, {concurrency} concurrent, {level}, {store}, "
                 f"{executing} executing at most"
@@ -487,8 +514,11 @@ def main() -> None:
         "few runs precedes each measurement."
     )
     markdown = report(results, info, note)
+    if comparison is not None:
+        markdown += "\n\n" + compare.report(comparison)
     name = f"{args.name}-quick" if args.quick else args.name
-    write_results(name, markdown, {"machine": info, "results": results})
+    raw = {"machine": info, "results": results, "comparison": comparison}
+    write_results(name, markdown, raw)
     print(markdown)
     if not math.isfinite(sum(r["runs_per_s"] for r in results)):
         say("some configuration finished no run")

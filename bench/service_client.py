@@ -2,12 +2,18 @@
 starting `--runs` runs one after the other through the HTTP API and following each with its
 own SSE stream (httpx), recording when every event arrives.
 
-    python -m bench.service_client URL --mode scripted|llm --workers N --runs M \
-        --start-at UNIX_TIME --out results.json
+    python -m bench.service_client URL --mode scripted|llm|langgraph --workers N --runs M \
+        --start-at UNIX_TIME --out results.json [--extra-body JSON]
 
-A run is POST /runs (202), then GET /runs/{id}/events as SSE until the terminal event.
-What it writes, per run: when the POST was sent, when the stream was asked for, and for
-each event its seq, type, `ts` (the server's append time, ms resolution) and when it arrived.
+A run is POST /runs (202), then GET /runs/{id}/events as SSE until the terminal event (the
+floor server of `bench/floor_server.py` answers the same API). What it writes, per run: when
+the POST was sent, when the stream was asked for, and for each event its seq, type, `ts`
+(the server's append time, ms resolution) and when it arrived. `--extra-body` adds fields to
+the POST's JSON body (the floor's event count, a run's `http_tools`).
+
+Mode `langgraph` follows LangGraph's server instead: one `POST /runs/stream` (a stateless run
+of the graph `agent`, stream mode `updates`) read to its end; its events carry no `ts`, so
+their arrival stands in for it.
 """
 
 from __future__ import annotations
@@ -43,6 +49,37 @@ def llm_body() -> dict[str, Any]:
     return {"task": TASK, "tools": ["calculator"]}
 
 
+def langgraph_body() -> dict[str, Any]:
+    return {
+        "assistant_id": "agent",
+        "input": {"messages": [{"role": "user", "content": TASK}]},
+        "stream_mode": ["updates"],
+        "config": {"recursion_limit": 50},
+    }
+
+
+async def one_langgraph_run(client: httpx.AsyncClient, body: bytes) -> dict[str, Any]:
+    posted = time.time()
+    events: list[tuple[int, str, float, float]] = []
+    async with client.stream(
+        "POST", "/runs/stream", content=body, headers={"Content-Type": "application/json"}
+    ) as stream:
+        if stream.status_code != 200:
+            await stream.aread()
+            return {"error": f"POST /runs/stream: {stream.status_code} {stream.text[:200]}"}
+        kind = ""
+        async for line in stream.aiter_lines():
+            if line.startswith("event:"):
+                kind = line[6:].strip()
+            elif not line and kind:
+                arrived = time.time()
+                events.append((len(events) + 1, kind, arrived, arrived))
+                if kind == "error":
+                    return {"error": "LangGraph run failed"}
+                kind = ""
+    return {"id": "", "posted": posted, "created": posted, "events": events}
+
+
 def _ts(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
@@ -75,7 +112,13 @@ async def one_run(client: httpx.AsyncClient, body: bytes) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    body = json.dumps(scripted_body(args.steps) if args.mode == "scripted" else llm_body())
+    bodies = {
+        "scripted": scripted_body(args.steps),
+        "llm": llm_body(),
+        "langgraph": langgraph_body(),
+    }
+    body = json.dumps({**bodies[args.mode], **json.loads(args.extra_body)})
+    follow = one_langgraph_run if args.mode == "langgraph" else one_run
     # One client (one keep-alive connection) per worker: httpcore's pool checks every
     # connection it holds on each request, so one pool of a thousand connections would
     # make the clients, not the server, the bottleneck. One SSL context serves them all.
@@ -90,7 +133,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         ) as client:
             for _ in range(args.runs):
                 try:
-                    results.append(await one_run(client, body.encode()))
+                    results.append(await follow(client, body.encode()))
                 except httpx.HTTPError as exc:
                     results.append({"error": f"{type(exc).__name__}: {exc}"})
 
@@ -112,7 +155,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
-    parser.add_argument("--mode", choices=["scripted", "llm"], required=True)
+    parser.add_argument("--mode", choices=["scripted", "llm", "langgraph"], required=True)
+    parser.add_argument("--extra-body", default="{}", help="JSON fields added to the body")
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--runs", type=int, required=True)
     parser.add_argument("--steps", type=int, default=5)

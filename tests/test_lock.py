@@ -86,3 +86,20 @@ def test_every_install_takes_the_lock_with_hashes() -> None:
     assert "COPY requirements/main.txt" in dockerfile
     assert "--require-hashes --no-deps -r requirements.txt" in dockerfile
     assert "make lock-check" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_langgraph_servers_own_lock_pins_its_inputs_with_hashes() -> None:
+    """`make bench` installs LangGraph's server (the service benchmark's peer) into a venv of
+    its own from requirements/langgraph-server.txt: langgraph-api pins structlog<26."""
+    pinned = pins("langgraph-server.txt")
+    listed = [
+        Requirement(line)
+        for line in (LOCK / "langgraph-server.in").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert listed
+    for requirement in listed:
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{requirement} is not in langgraph-server.txt: run make lock"
+        assert requirement.specifier.contains(pinned[name], prereleases=True)
+    assert "-r $(LOCK)/langgraph-server.txt" in (ROOT / "Makefile").read_text()

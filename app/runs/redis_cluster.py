@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from app.runs.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
@@ -170,8 +171,7 @@ class RedisCoordinator:
                         pipe.xdel(self.queue_key, entry_id)
                         await pipe.execute()
             except RedisError as exc:
-                log.warning("queue_read_failed", error=str(exc))
-                await asyncio.sleep(RETRY_S)
+                await self._read_failed(self.queue_key, GROUP, "queue_read_failed", exc)
 
     async def _redelivered(self, key: str, group: str, idle_ms: int, count: int) -> list[Any]:
         """Entries another replica read and never acknowledged (it died): ours now."""
@@ -181,11 +181,30 @@ class RedisCoordinator:
         return list(reply[1])
 
     async def _create_group(self, key: str, group: str) -> None:
-        try:
-            await self.redis.xgroup_create(key, group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        """Make the consumer group (and its stream) exist, waiting out a Redis that is down:
+        a replica outlives Redis outages, it does not crash on one."""
+        while not self._stopping:
+            try:
+                await self.redis.xgroup_create(key, group, id="0", mkstream=True)
+                return
+            except ResponseError as exc:
+                if "BUSYGROUP" in str(exc):
+                    return
+                log.warning("group_create_failed", stream=key, error=str(exc))
+            except RedisError as exc:
+                log.warning("group_create_failed", stream=key, error=str(exc))
+            await asyncio.sleep(RETRY_S)
+
+    async def _read_failed(self, key: str, group: str, event: str, exc: RedisError) -> None:
+        """After a failed read: drop the pool's idle connections if Redis went away (each would
+        fail its next command once Redis is back), wait, and make the group again if Redis
+        lost it (it restarted without its data)."""
+        log.warning(event, error=str(exc))
+        if isinstance(exc, RedisConnectionError):
+            await self.redis.connection_pool.disconnect(inuse_connections=False)
+        await asyncio.sleep(RETRY_S)
+        if "NOGROUP" in str(exc):
+            await self._create_group(key, group)
 
     # -- cancel -----------------------------------------------------------------------------
 
@@ -298,8 +317,9 @@ class RedisCoordinator:
                 for entry_id, fields in entries:
                     tasks.create_task(self._deliver(entry_id, fields.get("run"), on_webhook))
             except RedisError as exc:
-                log.warning("webhook_outbox_read_failed", error=str(exc))
-                await asyncio.sleep(RETRY_S)
+                await self._read_failed(
+                    self.webhooks_key, WEBHOOK_GROUP, "webhook_outbox_read_failed", exc
+                )
 
     async def _deliver(
         self, entry_id: str, run_id: str | None, on_webhook: Callable[[str], Awaitable[None]]
@@ -311,7 +331,10 @@ class RedisCoordinator:
                 await on_webhook(run_id)
             finally:
                 holding.cancel()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xack(self.webhooks_key, WEBHOOK_GROUP, entry_id)
-            pipe.xdel(self.webhooks_key, entry_id)
-            await pipe.execute()
+        try:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.xack(self.webhooks_key, WEBHOOK_GROUP, entry_id)
+                pipe.xdel(self.webhooks_key, entry_id)
+                await pipe.execute()
+        except RedisError as exc:  # unacknowledged: taken again after the lease (Webhook-Id)
+            log.warning("webhook_ack_failed", entry=entry_id, error=str(exc))

@@ -86,6 +86,21 @@ async def test_readyz_is_503_when_redis_stops(tmp_path: Path) -> None:
             assert "Redis does not answer" in response.json()["detail"]
 
 
+async def test_a_replica_outlives_a_redis_restart_that_lost_everything(tmp_path: Path) -> None:
+    """Redis stops, then comes back empty (no persistence): the replica does not crash, its
+    consumer groups are made again, and a new run goes to its end."""
+    with RedisServer(tmp_path) as server:
+        async with api_client(settings(store_url=server.url())) as client:
+            assert (await run_to_end(client, finishing("before")))["status"] == "completed"
+            server.stop()
+            assert (await client.get("/readyz")).status_code == 503
+            server.start_again()
+            assert (await client.get("/readyz")).status_code == 200
+            run = await run_to_end(client, finishing("after"))
+            assert run["status"] == "completed"
+            assert run["result"]["answer"] == "after"
+
+
 def test_a_redis_backed_service_refuses_to_start_without_a_token_secret(redis_url: str) -> None:
     values = settings(store_url=redis_url).model_copy(update={"token_secret": None})
     with pytest.raises(ValueError, match="FINISHLINE_TOKEN_SECRET"):

@@ -86,12 +86,25 @@ class RedisServer:
         if process.stdout is not None:
             process.stdout.close()
 
+    def start_again(self) -> None:
+        """Start a stopped server again on the same port: with `--save ''` and no AOF, an
+        empty Redis, as after a crash of one that kept nothing."""
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        if not self._start(binary, port=self.port):
+            raise RedisServerError(
+                "redis-server did not start again:\n" + "\n".join(self.output[-30:])
+            )
+
     def client(self, db: int = 0) -> redis.Redis:
         return redis.Redis.from_url(self.url(db), decode_responses=True)
 
-    def _start(self, binary: str) -> bool:
-        with contextlib.closing(loopback_socket()) as sock:
-            self.port = sock.getsockname()[1]
+    def _start(self, binary: str, *, port: int = 0) -> bool:
+        if port:
+            self.port = port
+        else:
+            with contextlib.closing(loopback_socket()) as sock:
+                self.port = sock.getsockname()[1]
         self._process = subprocess.Popen(
             [
                 binary,

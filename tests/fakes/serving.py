@@ -6,7 +6,8 @@
 The socket is bound to 127.0.0.1:0 and listening before `serve()`, so there is no start-up
 race and no sleep; entering waits for start-up on an event under a bound. The socket says
 IPPROTO_TCP so asyncio turns TCP_NODELAY on (else every response waits ~40 ms on Nagle and
-delayed ACK). No signal handlers: the test runner owns SIGINT. No logging config: uvicorn
+delayed ACK), and it listens with a large backlog (`LISTEN_BACKLOG`) so a burst of clients
+is queued, not reset. No signal handlers: the test runner owns SIGINT. No logging config: uvicorn
 leaves the process's loggers alone.
 """
 
@@ -20,8 +21,12 @@ from typing import Any, Literal, Self
 import anyio
 import uvicorn
 
+LISTEN_BACKLOG = 4096
+"""Connections the kernel queues before accept (capped by net.core.somaxconn): with a short
+queue, a hundred clients connecting at once see resets (benchmarks, load tests)."""
 
-def loopback_socket(backlog: int = 1024, port: int = 0) -> socket.socket:
+
+def loopback_socket(backlog: int = LISTEN_BACKLOG, port: int = 0) -> socket.socket:
     """A TCP socket listening on 127.0.0.1 at a free port (or `port`, to serve again on
     the port of a stopped server), for a server to take over.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from tests.fakes.llm_server import FakeLLMServer, FakeReply, FakeToolCall
+from tests.fakes.serving import LISTEN_BACKLOG, loopback_socket
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -185,3 +187,22 @@ async def test_stopping_leaves_no_task_and_closes_the_port() -> None:
     async with httpx.AsyncClient() as client:
         with pytest.raises(httpx.ConnectError):
             await _post(client, llm)
+
+
+def test_the_listening_socket_sets_tcp_nodelay_and_queues_a_burst_of_clients() -> None:
+    """TCP_NODELAY (Linux passes it to accepted connections; without it a "0 ms" answer waits
+    ~40 ms on Nagle and delayed ACKs) and a backlog that queues 300 connections nobody has
+    accepted yet: with a short one, the kernel drops the extra SYNs and those connects hang
+    for a second or more (or reset), which the 5 s bound turns into a failure."""
+    assert LISTEN_BACKLOG >= 1024
+    with loopback_socket() as server:
+        assert server.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        clients = []
+        try:
+            for _ in range(300):
+                client = socket.create_connection(server.getsockname(), timeout=5)
+                clients.append(client)
+        finally:
+            for client in clients:
+                client.close()
+        assert len(clients) == 300
