@@ -27,6 +27,7 @@
 #     FINISHLINE_STREAM_TOKEN_TTL_S=300          lifetime of a run-scoped EventSource token
 #     FINISHLINE_TOKEN_SECRET=                   signs stream tokens; required with the Redis store
 #     FINISHLINE_MAX_EVENT_CONTENT_CHARS=100000  storage cap on one tool result in the event log
+#     FINISHLINE_MAX_REPLY_CHARS=100000          cap on one model reply's text and call arguments
 #     FINISHLINE_MAX_WAIT_S=300.0                longest GET /runs/{id}/wait?timeout_s=
 #     FINISHLINE_MAX_TASK_CHARS=100000           longest accepted task
 #     FINISHLINE_MAX_METADATA_BYTES=16384        largest accepted metadata (JSON)
@@ -52,6 +53,7 @@
 #                                                unset with no key: the built-in demo model
 #     FINISHLINE_LLM_API_KEY=                    bearer key of that endpoint (or OPENAI_API_KEY)
 #     FINISHLINE_LLM_MODEL=gpt-4o-mini           model name sent when a run names none
+#     FINISHLINE_LLM_MAX_RESPONSE_BYTES=8388608  most of one LLM response read; more fails
 #     FINISHLINE_SCRIPTED_MODEL_ENABLED=true     allow model "scripted" with a model_script
 #     FINISHLINE_DEMO_DELAY_S=0.3                pause per demo-model reply
 #     FINISHLINE_PROMPTS_FILE=                   TOML file overriding runtime texts (mount it)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,12 +19,15 @@ from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import Tool
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
+from app.engine.replycap import CappedModel
 from app.llm.models import ModelFactory, ModelUnavailableError
+from app.offload import off_loop
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
 from app.runs.spec import HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import RUN_SETTINGS, Settings
+from app.tools.base import CompiledSchema, compiled_schema
 from app.tools.bounds import bind_http_scope
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
@@ -61,9 +64,18 @@ class RunAssembly:
 
     # -- at creation ------------------------------------------------------------------------
 
-    def check(self, request: RunRequest) -> CheckedRequest:
+    async def check(self, request: RunRequest) -> CheckedRequest:
+        # sizes first, then each HTTP tool's schema checked and its validator built, in a
+        # worker thread: milliseconds a property, 64 KB of schemas would stall the loop
+        schemas = await off_loop(self._sized_and_compiled, request)
+        return self._check(request, schemas)
+
+    def _sized_and_compiled(self, request: RunRequest) -> list[CompiledSchema]:
+        check_sizes(request, self.settings)
+        return compile_schemas(request.http_tools)
+
+    def _check(self, request: RunRequest, schemas: list[CompiledSchema]) -> CheckedRequest:
         server = self.settings
-        check_sizes(request, server)
         if len(request.task) > server.max_task_chars:
             raise InvalidRunError(
                 "task",
@@ -109,7 +121,7 @@ class RunAssembly:
                     f"{where}.parameters", "must be a JSON schema of type 'object'"
                 )
             try:
-                self._http_tool(tool)
+                self._http_tool(tool, schemas[index])
             except ValueError as exc:
                 raise InvalidRunError(f"{where}.parameters", str(exc)) from exc
         if request.webhook is not None:
@@ -169,22 +181,26 @@ class RunAssembly:
 
     # -- at start ---------------------------------------------------------------------------
 
-    def inputs(self, record: RunRecord) -> RunInputs:
+    async def inputs(self, record: RunRecord) -> RunInputs:
         """What the engine needs to run `record`; called in the run's own task, which it binds
         to the run's per-run and per-key bounds on HTTP tool connections."""
-        bind_http_scope(record.id, record.owner)
         request = record.request
+        schemas = await _compiled_off_loop(request.http_tools)
+        bind_http_scope(record.id, record.owner)
         tools: list[Tool] = list(self.registry.resolve(request.tools, stand_ins=True))
         mcp = self._mcp_tools(request.mcp_servers, lenient=True)
         tools += [t for t in mcp if t.name not in request.tools]
-        tools += [self._http_tool(t) for t in request.http_tools]
+        tools += [self._http_tool(t, c) for t, c in zip(request.http_tools, schemas, strict=True)]
         limits = record.settings
         script = [entry.model_dump() for entry in request.model_script or ()]
+        model = self.models.create(record.model, script, start=record.usage.llm_calls)
+        prompts = self.prompts[limits.prompt_language]
         return RunInputs(
-            model=self.models.create(record.model, script, start=record.usage.llm_calls),
+            # what one reply brings into the run is capped (app.engine.replycap)
+            model=CappedModel(model, self.settings.max_reply_chars, prompts),
             tools=tools,
             limits=limits,
-            prompts=self.prompts[limits.prompt_language],
+            prompts=prompts,
             approval=self.approval_tools(request),
         )
 
@@ -213,13 +229,14 @@ class RunAssembly:
         named |= set(request.tools) & set(self.settings.approval_tools)
         return frozenset(named)
 
-    def check_arguments(
+    async def check_arguments(
         self, record: RunRecord, tool: str, arguments: dict[str, Any]
     ) -> str | None:
         request = record.request
         for declared_tool in request.http_tools:
             if declared_tool.name == tool:
-                return self._http_tool(declared_tool).validate(arguments)
+                (schema,) = await _compiled_off_loop([declared_tool])
+                return self._http_tool(declared_tool, schema).validate(arguments)
         if tool in request.tools and tool in self.registry:
             (found,) = self.registry.resolve([tool])
             return found.validate(arguments)
@@ -228,7 +245,8 @@ class RunAssembly:
                 return mcp_tool.validate(arguments)
         return f"{tool!r} is not a tool of this run"
 
-    def _http_tool(self, tool: HttpToolIn) -> HttpTool:
+    def _http_tool(self, tool: HttpToolIn, schema: CompiledSchema) -> HttpTool:
+        """`schema`: the tool's `parameters`, compiled (`compile_schemas`) off the loop."""
         fetcher = self.registry.http
         if fetcher is None:
             raise ValueError("this server's registry has no HTTP fetcher")
@@ -236,13 +254,25 @@ class RunAssembly:
             fetcher=fetcher,
             name=tool.name,
             description=tool.description,
-            parameters=tool.parameters,
+            parameters=schema,
             url=tool.url,
             method=tool.method,
             headers=tool.headers,
             timeout_s=tool.timeout_s,
             idempotent=tool.idempotent,
         )
+
+
+def compile_schemas(tools: Sequence[HttpToolIn]) -> list[CompiledSchema]:
+    """Each tool's `parameters` checked and compiled (remembered by content); costly on a miss,
+    so called in a worker thread."""
+    return [compiled_schema(tool.parameters) for tool in tools]
+
+
+async def _compiled_off_loop(tools: Sequence[HttpToolIn]) -> list[CompiledSchema]:
+    if not tools:
+        return []
+    return await off_loop(compile_schemas, tools)
 
 
 class FetcherPoster:

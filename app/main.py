@@ -110,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_model=settings.llm_model,
             scripted_enabled=settings.scripted_model_enabled,
             demo_delay_s=settings.demo_delay_s,
+            max_response_bytes=settings.llm_max_response_bytes,
         )
         metrics = RunMetrics()
         waiting, messages = shared_parts(store, max_pending_messages=settings.max_pending_messages)

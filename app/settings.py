@@ -84,6 +84,12 @@ class ServerSettings(BaseSettings):
     max_event_content_chars: int = Field(
         100_000, ge=1000, description="Storage cap on a tool result kept in an observation event."
     )
+    max_reply_chars: int = Field(
+        100_000,
+        ge=1000,
+        description="Cap on what one model reply brings into a run: its text (cut, saying so) "
+        "and each tool call's arguments (longer ones do not run; the model is told).",
+    )
     max_wait_s: float = Field(
         300.0, gt=0, description="Longest GET /runs/{id}/wait?timeout_s= accepted."
     )
@@ -159,6 +165,12 @@ class ServerSettings(BaseSettings):
     )
     llm_model: str = Field(
         "gpt-4o-mini", description="Model name sent to the endpoint when a run names none."
+    )
+    llm_max_response_bytes: int = Field(
+        8_388_608,
+        ge=65_536,
+        description="Most of one LLM response body read; a larger one fails the call "
+        "(llm_response_too_large, not retried).",
     )
     scripted_model_enabled: bool = Field(
         True, description="Allow runs with model 'scripted' and a model_script."

@@ -16,6 +16,7 @@ STEPS = (
     ("engine overhead (bench/engine.py)", ["bench.engine"]),
     ("event log (bench/store.py)", ["bench.store"]),
     ("tracing cost (bench/tracing.py)", ["bench.tracing"]),
+    ("event-loop stall of the heaviest request (bench/loop_stall.py)", ["bench.loop_stall"]),
     ("client CPU per outbound HTTP call (bench/http_client.py)", ["bench.http_client"]),
     ("service, floors and LangGraph's server (bench/service.py)", ["bench.service", "--extra"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),

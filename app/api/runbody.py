@@ -2,9 +2,10 @@
 
 Parsing and validating JSON costs time in proportion to how many values it holds, and a
 body within the size cap can hold hundreds of thousands (`[[],[],…]`): done on the event
-loop, that stalled every other request for seconds. In a thread, the loop keeps answering
-(the interpreter switches threads every few milliseconds), and the size caps are checked
-there too, so an oversized request never reaches the loop's own work (hashing, storing).
+loop, that stalled every other request for seconds. In a thread (one at a time:
+`app.offload`), the loop keeps answering (the interpreter switches threads every few
+milliseconds), and the size caps are checked there too, so an oversized request never
+reaches the loop's own work (hashing, storing).
 JSON parsing and pydantic validation run in C and Rust without letting go of the interpreter,
 so a cheap count of the body's values bounds them first (FINISHLINE_MAX_BODY_JSON_VALUES)."""
 
@@ -13,16 +14,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from app.api.schemas import RunCreate
 from app.caps import check_sizes
+from app.offload import off_loop
 from app.runs.errors import InvalidRunError
 from app.runs.spec import RunRequest
 from app.settings import Settings
-from app.tools.base import schema_problem
+from app.tools.base import compiled_schema
 
 OPENAPI_BODY: dict[str, Any] = {
     "requestBody": {
@@ -33,8 +34,11 @@ OPENAPI_BODY: dict[str, Any] = {
 """What the route declares, as FastAPI would for a `RunCreate` parameter."""
 
 
-def parse_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest]:
-    """The request and its run, or RequestValidationError / InvalidRunError (a cap)."""
+def parse_run_body(
+    raw: bytes, settings: Settings, *, compile_schemas: bool = True
+) -> tuple[RunCreate, RunRequest]:
+    """The request and its run, or RequestValidationError / InvalidRunError (a cap); with
+    `compile_schemas`, its HTTP tools' schemas checked and compiled (remembered) too."""
     # parsing and validating run in C and Rust, holding the interpreter for their whole
     # length: bound how many values they may meet first, in a pass over the bytes
     values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
@@ -58,18 +62,27 @@ def parse_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunReques
         ) from None
     request = body.run_request()
     check_sizes(request, settings)
-    for tool in request.http_tools:  # the costly check, here off the loop (remembered)
-        schema_problem(tool.parameters)
+    if compile_schemas:
+        _compile_schemas(request)
     return body, request
 
 
+def _compile_schemas(request: RunRequest) -> None:
+    """The costly check and compile of the HTTP tools' schemas (off the loop; remembered)."""
+    for tool in request.http_tools:
+        compiled_schema(tool.parameters)
+
+
 INLINE_BODY_BYTES = 16_384
-"""A body this small, declaring no HTTP tools, is parsed on the event loop: it holds at most a
-few thousand JSON values (tens of microseconds), less than the hop to a worker thread and
-back costs."""
+"""A body this small is parsed on the event loop: it holds at most a few thousand JSON values
+(tens of microseconds), less than the hop to a worker thread and back costs. Its HTTP tools'
+schemas, if any, are still compiled off the loop."""
 
 
 async def read_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest]:
-    if len(raw) <= INLINE_BODY_BYTES and b"http_tools" not in raw:
-        return parse_run_body(raw, settings)
-    return await anyio.to_thread.run_sync(parse_run_body, raw, settings)
+    if len(raw) > INLINE_BODY_BYTES:
+        return await off_loop(parse_run_body, raw, settings)
+    body, request = parse_run_body(raw, settings, compile_schemas=False)
+    if request.http_tools:
+        await off_loop(_compile_schemas, request)
+    return body, request

@@ -22,6 +22,7 @@ from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
 from app.engine.ports import Message, Reply, ToolCall, ToolSpec
 from app.engine.prompts import TASK_FINISHED, Prompts
+from app.engine.replycap import restored_call
 from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
 from app.engine.toolcalls import (
     CallResult,
@@ -65,7 +66,7 @@ def reply_of(message: Message) -> Reply:
     """The reply an assistant message with tool calls came from (`assistant_message`'s
     inverse), for a step redone after an interruption."""
     calls = tuple(
-        ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+        restored_call(ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]))
         for c in message.get("tool_calls") or ()
     )
     return Reply(content=message.get("content"), tool_calls=calls)
@@ -210,6 +211,10 @@ class ToolStep:
 
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run
+        if call.oversize:  # arguments over the cap: dropped (app.engine.replycap), never run
+            text = run.prompts.arguments_too_long.format(tool=call.name, chars=call.oversize)
+            shown = f"[{call.oversize:,} characters of arguments, over the cap: not kept]"
+            return PreparedCall(call=call, arguments=shown, reply=text, is_error=True)
         if not (run.limits.stop_tool and call.name == TASK_FINISHED):
             return prepare(call, run.tools, run.state, run.limits, run.prompts, run.available_tools)
         arguments, shown, error = parse_arguments(call.arguments)

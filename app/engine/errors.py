@@ -9,6 +9,7 @@
         ├── LLMStatusError       the endpoint answered with an HTTP error status
         │                        (retryable when 408, 409, 429 or 5xx)
         ├── LLMResponseError     the endpoint answered, but not with a usable reply (not retryable)
+        │   └── LLMResponseTooLargeError  its response passed the size cap; not read further
         └── ScriptExhaustedError a scripted model was called more times than it has replies
     ├── ToolError                a tool failed in a way it can explain to the model
     │   └── BlockedHostError     (tools) the network guard refused a host or an address
@@ -70,6 +71,10 @@ class LLMStatusError(LLMError):
 
 class LLMResponseError(LLMError):
     kind = "llm_bad_response"
+
+
+class LLMResponseTooLargeError(LLMResponseError):
+    kind = "llm_response_too_large"
 
 
 class ScriptExhaustedError(LLMError):

@@ -25,6 +25,9 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+    oversize: int = 0
+    """The length of arguments over the run's cap, dropped (`arguments` then only says so):
+    the call does not run (app.engine.replycap). 0: the arguments are whole."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,8 @@ class Prompts:
     outcome_unknown: str
     approval_rejected: str
     previous_run_ended: str
+    reply_cut_note: str
+    arguments_too_long: str
 
     def merged(self, overrides: Mapping[str, str]) -> Prompts:
         """A copy with some texts replaced; an unknown name is an error, not ignored."""
@@ -102,6 +104,12 @@ EN = Prompts(
     ),
     approval_rejected="A person did not approve this call of {tool}, so it did not run: {message}",
     previous_run_ended="(The previous run ended without an answer: {reason}.)",
+    reply_cut_note="\n\n[Reply cut at {shown:,} of {total:,} characters.]",
+    arguments_too_long=(
+        "The arguments of {tool} were {chars:,} characters long, more than this server "
+        "accepts, so the call did not run. Call it with shorter arguments, or split the work "
+        "into several smaller calls."
+    ),
 )
 
 ZH = Prompts(
@@ -145,6 +153,11 @@ ZH = Prompts(
     ),
     approval_rejected="用户没有批准对 {tool} 的这次调用，因此它没有执行：{message}",
     previous_run_ended="（上一次运行未给出答案即结束：{reason}。）",
+    reply_cut_note="\n\n[回复已截断，保留 {shown:,}/{total:,} 字符。]",
+    arguments_too_long=(
+        "{tool} 的参数长 {chars:,} 字符，超过本服务接受的长度，因此没有执行。"
+        "请用更短的参数调用，或把工作拆成几次较小的调用。"
+    ),
 )
 
 BUILTIN: dict[PromptLanguage, Prompts] = {"en": EN, "zh": ZH}

@@ -14,7 +14,7 @@ from app.engine.errors import FinishlineError
 from app.engine.ports import ChatModel
 from app.http_transport import AiohttpTransport
 from app.llm.demo import DemoModel
-from app.llm.openai import OpenAIChatModel
+from app.llm.openai import DEFAULT_MAX_RESPONSE_BYTES, OpenAIChatModel
 from app.llm.scripted import ScriptedModel
 from app.propagation import propagate
 
@@ -41,6 +41,7 @@ class ModelFactory:
         default_model: str,
         scripted_enabled: bool = True,
         demo_delay_s: float = 0.3,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if base_url is None and api_key is not None:
             base_url = OPENAI_BASE_URL
@@ -49,6 +50,7 @@ class ModelFactory:
         self.default_model = default_model if base_url is not None else DEMO
         self.scripted_enabled = scripted_enabled
         self.demo_delay_s = demo_delay_s
+        self.max_response_bytes = max_response_bytes
         self._clients: dict[int, httpx.AsyncClient] = {}
         self._ssl: ssl.SSLContext | None = None
         self._created = 0
@@ -94,7 +96,11 @@ class ModelFactory:
                 event_hooks={"request": [propagate]},
             )
         return OpenAIChatModel(
-            base_url=self.base_url, model=name, api_key=self.api_key, client=client
+            base_url=self.base_url,
+            model=name,
+            api_key=self.api_key,
+            client=client,
+            max_response_bytes=self.max_response_bytes,
         )
 
     async def aclose(self) -> None:

@@ -16,6 +16,8 @@ Failures are translated at this boundary, most specific first, so the engine see
                                          retry_after_s from retry-after-ms / Retry-After)
     2xx that is not a usable reply    -> LLMResponseError     (not JSON, no choices, a broken
                                          stream chunk, an error object in a 200)
+    a body over `max_response_bytes`  -> LLMResponseTooLargeError (not read further;
+                                         app.llm.bodycap)
 
 The adapter never retries and never enforces a per-call deadline: the engine does both. The
 client it creates has a generous timeout only as a backstop against a silent peer.
@@ -25,10 +27,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import aclosing, contextmanager
 from http import HTTPStatus
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import httpx
 import structlog
@@ -41,6 +43,7 @@ from app.engine.errors import (
 )
 from app.engine.ports import DeltaSink, Message, Reply, ToolSpec
 from app.http_transport import AiohttpTransport
+from app.llm.bodycap import ERROR_BODY_BYTES, capped_lines, read_capped
 from app.llm.chat_completions import (
     StreamAssembler,
     error_message,
@@ -57,6 +60,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 """Backstop for the client the adapter creates; the engine's own timeout is the real bound."""
 
 _DONE = "[DONE]"
+DEFAULT_MAX_RESPONSE_BYTES = 8_388_608
+"""Most of a response body read (FINISHLINE_LLM_MAX_RESPONSE_BYTES)."""
 
 
 class OpenAIChatModel:
@@ -76,8 +81,10 @@ class OpenAIChatModel:
         api_key: str | None = None,
         client: httpx.AsyncClient | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.name = model
+        self.max_response_bytes = max_response_bytes
         self.url = f"{base_url.rstrip('/')}/chat/completions"
         self._owns_client = client is None
         self._client = (
@@ -134,29 +141,28 @@ class OpenAIChatModel:
 
     async def _post(self, body: dict[str, Any]) -> Reply:
         headers = {"Accept": "application/json", **self._headers}
-        response = await self._client.post(self.url, json=body, headers=headers)
-        if response.status_code >= 400:
-            raise _status_error(response)
-        return parse_completion(_json_body(response))
+        async with self._client.stream("POST", self.url, json=body, headers=headers) as response:
+            if response.status_code >= 400:
+                raise await _status_error(response)
+            content = await read_capped(response, self.max_response_bytes)
+        return parse_completion(_json_body(response, content))
 
     async def _stream(self, body: dict[str, Any], on_delta: DeltaSink) -> Reply:
         headers = {"Accept": "text/event-stream", **self._headers}
         async with self._client.stream("POST", self.url, json=body, headers=headers) as response:
             if response.status_code >= 400:
-                await response.aread()
-                raise _status_error(response)
+                raise await _status_error(response)
             if _media_type(response) == "application/json":
                 # The server ignored "stream": take the whole reply and pass its text on at once.
-                await response.aread()
-                reply = parse_completion(_json_body(response))
+                content = await read_capped(response, self.max_response_bytes)
+                reply = parse_completion(_json_body(response, content))
                 if reply.content:
                     on_delta(reply.content)
                 return reply
             assembler = StreamAssembler()
             done = False
             async with (
-                # httpx's iterators are async generators, typed as AsyncIterator
-                aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines,
+                aclosing(capped_lines(response, self.max_response_bytes)) as lines,
                 aclosing(aiter_sse_data(lines)) as events,
             ):
                 async for data in events:
@@ -190,7 +196,9 @@ def _translated_errors(url: str) -> Iterator[None]:
         raise LLMConnectionError(f"{_describe(exc)} calling {url}") from exc
 
 
-def _status_error(response: httpx.Response) -> LLMStatusError:
+async def _status_error(response: httpx.Response) -> LLMStatusError:
+    """The error of a streamed response with an error status (its body read, up to a cap)."""
+    content = await read_capped(response, ERROR_BODY_BYTES, cut=True)
     status = response.status_code
     try:
         fallback = HTTPStatus(status).phrase
@@ -198,18 +206,26 @@ def _status_error(response: httpx.Response) -> LLMStatusError:
         fallback = "error"
     return LLMStatusError(
         status,
-        error_message(response.text, fallback=fallback),
+        error_message(_text(response, content), fallback=fallback),
         retry_after_s=retry_after_s(response.headers),
     )
 
 
-def _json_body(response: httpx.Response) -> Any:
+def _json_body(response: httpx.Response, content: bytes) -> Any:
     try:
-        return json.loads(response.content)
+        return json.loads(content)
     except ValueError as exc:
+        text = _text(response, content)
         raise LLMResponseError(
-            f"HTTP {response.status_code} body is not JSON: {snippet(response.text) or 'empty'}"
+            f"HTTP {response.status_code} body is not JSON: {snippet(text) or 'empty'}"
         ) from exc
+
+
+def _text(response: httpx.Response, content: bytes) -> str:
+    try:
+        return content.decode(response.charset_encoding or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return content.decode("utf-8", errors="replace")
 
 
 def _json_chunk(data: str) -> Any:

@@ -129,6 +129,9 @@ class ApprovalDesk:
     async def decide(self, run_id: str, decisions: Sequence[ApprovalDecision]) -> RunRecord:
         """Record decisions (all valid, or none); resume the run once none is pending. Of
         concurrent decisions on one call, one is recorded; the others find it decided (409)."""
+        # edited arguments are checked against the tool's schema first, off the event loop
+        # (the change below is applied synchronously, perhaps more than once)
+        problems = await self._argument_problems(run_id, decisions)
 
         def changer(record: RunRecord | None, held: list[str]) -> WaitChange:
             record = _waiting(run_id, record)
@@ -151,9 +154,13 @@ class ApprovalDesk:
                         pending=sorted(undecided),
                     )
                 if decision.arguments is not None:
-                    problem = self.assembler.check_arguments(
-                        record, pending.tool, decision.arguments
-                    )
+                    if decision.call_id not in problems:  # began to wait on it meanwhile
+                        raise RunNotWaitingError(
+                            f"run {run_id!r} changed while the decision was checked; send it again",
+                            run_id=run_id,
+                            call_id=decision.call_id,
+                        )
+                    problem = problems[decision.call_id]
                     if problem is not None:
                         raise InvalidRunError(f"decisions[{index}].arguments", problem)
             return _decided(record, list(decisions))
@@ -162,6 +169,22 @@ class ApprovalDesk:
         assert change is not None
         _log_decided(change)
         return change.record
+
+    async def _argument_problems(
+        self, run_id: str, decisions: Sequence[ApprovalDecision]
+    ) -> dict[str, str | None]:
+        """Why each edited call's arguments do not fit its tool (None: they do), by call id,
+        for the calls the run waits on now."""
+        edited = {d.call_id: d.arguments for d in decisions if d.arguments is not None}
+        record = await self.store.get(run_id) if edited else None
+        if record is None or record.approval is None:
+            return {}
+        tools = {p.call_id: p.tool for p in record.approval.undecided()}
+        return {
+            call_id: await self.assembler.check_arguments(record, tools[call_id], arguments)
+            for call_id, arguments in edited.items()
+            if call_id in tools and arguments is not None
+        }
 
     async def hold_message(self, run_id: str, content: str) -> RunRecord | None:
         """Keep a steering message for the resume; None when the run is not waiting. (With

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import anyio
 import structlog
 
 from app.engine.events import EventType
@@ -250,12 +251,13 @@ class RunManager(ClusterRuns, SharedInboxRuns):
         `traceparent`: the caller's W3C trace context, the parent of the run's trace."""
         if self.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
-        digest = request_hash(request)
+        # in proportion to the request's size (64 KB of tool schemas: milliseconds)
+        digest = await anyio.to_thread.run_sync(request_hash, request)
         if idempotency_key is not None:
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
                 return self._replay(existing, digest), False
-        checked = self.assembler.check(request)
+        checked = await self.assembler.check(request)
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
@@ -596,7 +598,7 @@ class RunManager(ClusterRuns, SharedInboxRuns):
             await self._pull_messages(active)  # with replicas: those sent before it started
             fresh = state is None or not state.messages
             previous = await self._previous_conversation(record) if fresh else None
-            inputs = self.assembler.inputs(record)
+            inputs = await self.assembler.inputs(record)
             try:
                 async for step in run_react(
                     task=record.request.task,

@@ -46,15 +46,17 @@ class RunAssembler(Protocol):
     """Turns requests into runs: server-dependent checks at creation, the engine's inputs at
     start."""
 
-    def check(self, request: RunRequest) -> CheckedRequest:
-        """Raise `InvalidRunError` naming the field when the server refuses the request."""
+    async def check(self, request: RunRequest) -> CheckedRequest:
+        """Raise `InvalidRunError` naming the field when the server refuses the request. Work
+        in proportion to the request's size (tool schemas) is done off the event loop."""
         ...
 
-    def inputs(self, record: RunRecord) -> RunInputs:
-        """The model, tools, limits and prompts of a checked run; called in the run's own task."""
+    async def inputs(self, record: RunRecord) -> RunInputs:
+        """The model, tools, limits and prompts of a checked run; called in the run's own task.
+        Work in proportion to the request's size is done off the event loop."""
         ...
 
-    def check_arguments(
+    async def check_arguments(
         self, record: RunRecord, tool: str, arguments: dict[str, Any]
     ) -> str | None:
         """Why `arguments` do not fit the schema of the run's `tool`, or None when they do."""

@@ -1,7 +1,8 @@
 """What every tool shares: JSON-schema validation and the error a model is meant to read.
 
-`SchemaTool` implements the `app.engine.ports.Tool` protocol up to `call`: it checks its
-`parameters` schema once, compiles a Draft 2020-12 validator once, and turns the most
+`SchemaTool` implements the `app.engine.ports.Tool` protocol up to `call`: its `parameters`
+schema is checked and its Draft 2020-12 validator built once per schema content
+(`compiled_schema`, shared by every tool, run and call with that schema), and it turns the most
 relevant schema violation into one short sentence the model can act on.
 
 `ToolError` (the engine's, re-exported here) is the failure a tool expects (division by
@@ -19,6 +20,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -27,7 +29,14 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from app.engine.errors import ToolError
 from app.engine.ports import ToolContext
 
-__all__ = ["MAX_MESSAGE_CHARS", "TOOL_NAME_PATTERN", "SchemaTool", "ToolError"]
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "TOOL_NAME_PATTERN",
+    "CompiledSchema",
+    "SchemaTool",
+    "ToolError",
+    "compiled_schema",
+]
 
 TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """What chat APIs accept as a function name (OpenAI: letters, digits, `_`, `-`, 64 at most)."""
@@ -36,37 +45,64 @@ MAX_MESSAGE_CHARS = 300
 """A validation message quotes the offending value; a huge value is cut to this length."""
 
 
-_CHECKED: OrderedDict[str, str | None] = OrderedDict()
-_CHECKED_LOCK = threading.Lock()
-CHECKED_SCHEMAS = 256
-"""Schemas whose check is remembered: checking one against the Draft 2020-12 metaschema
-costs milliseconds per property, and a request's tools are built three times (validated in
-a worker thread, checked at creation, built at start)."""
+@dataclass(frozen=True, slots=True)
+class CompiledSchema:
+    """A tool's `parameters` schema, checked once against the Draft 2020-12 metaschema, with
+    its validator built once: shared by every tool built from the same schema content."""
+
+    schema: Mapping[str, Any]
+    """A private deep copy of the schema; never mutated."""
+    problem: str | None
+    """None for a valid schema, else " at 'where': what"."""
+    validator: Draft202012Validator | None
+    """None when `problem` is set."""
 
 
-def schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """None for a valid Draft 2020-12 schema, else " at 'where': what" (remembered)."""
+_COMPILED: OrderedDict[str, CompiledSchema] = OrderedDict()
+_COMPILED_LOCK = threading.Lock()
+COMPILED_SCHEMAS = 1024
+"""Distinct schemas whose check and validator are remembered (least recently used dropped
+first). Checking a schema against the metaschema costs milliseconds per property; a request
+may declare 64 KB of schemas (FINISHLINE_MAX_TOOL_SCHEMAS_TOTAL_BYTES), so a request's
+schemas are compiled in a worker thread (`app.assembly`, `app.api.runbody`) and handed to
+its tools compiled. At most 1,024 schemas of at most 16 KB each (the per-schema cap) are kept.
+"""
+
+
+def schema_key(schema: Mapping[str, Any]) -> str | None:
+    """The schema's content as canonical JSON (the cache key), None if it is not JSON."""
     try:
-        key = json.dumps(schema, sort_keys=True, allow_nan=False)
+        return json.dumps(schema, sort_keys=True, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
-        key = None
+        return None
+
+
+def compiled_schema(schema: Mapping[str, Any]) -> CompiledSchema:
+    """The schema checked and its validator built, remembered by content (thread-safe)."""
+    key = schema_key(schema)
     if key is not None:
-        with _CHECKED_LOCK:
-            if key in _CHECKED:
-                _CHECKED.move_to_end(key)
-                return _CHECKED[key]
+        with _COMPILED_LOCK:
+            found = _COMPILED.get(key)
+            if found is not None:
+                _COMPILED.move_to_end(key)
+                return found
+    compiled = _compile(copy.deepcopy(dict(schema)))
+    if key is not None:
+        with _COMPILED_LOCK:
+            _COMPILED[key] = compiled
+            while len(_COMPILED) > COMPILED_SCHEMAS:
+                _COMPILED.popitem(last=False)
+    return compiled
+
+
+def _compile(schema: dict[str, Any]) -> CompiledSchema:
     try:
         Draft202012Validator.check_schema(schema)
-        problem = None
     except SchemaError as exc:
         where = _format_path(exc.absolute_path)
         problem = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
-    if key is not None:
-        with _CHECKED_LOCK:
-            _CHECKED[key] = problem
-            while len(_CHECKED) > CHECKED_SCHEMAS:
-                _CHECKED.popitem(last=False)
-    return problem
+        return CompiledSchema(schema, problem, None)
+    return CompiledSchema(schema, None, Draft202012Validator(schema))
 
 
 class SchemaTool(ABC):
@@ -87,22 +123,24 @@ class SchemaTool(ABC):
         *,
         name: str,
         description: str,
-        parameters: Mapping[str, Any],
+        parameters: Mapping[str, Any] | CompiledSchema,
         idempotent: bool = True,
     ) -> None:
+        """`parameters`: a JSON schema, or one already compiled (off the event loop)."""
         if not TOOL_NAME_PATTERN.fullmatch(name):
             raise ValueError(f"invalid tool name {name!r}: use 1 to 64 letters, digits, '_' or '-'")
-        schema = copy.deepcopy(dict(parameters))
-        problem = schema_problem(schema)
-        if problem is not None:
+        compiled = (
+            parameters if isinstance(parameters, CompiledSchema) else compiled_schema(parameters)
+        )
+        if compiled.validator is None:
             raise ValueError(
-                f"the parameters of tool {name!r} are not a valid JSON schema{problem}"
+                f"the parameters of tool {name!r} are not a valid JSON schema{compiled.problem}"
             )
         self.name = name
         self.description = description
-        self.parameters = schema
+        self.parameters = compiled.schema
         self.idempotent = idempotent
-        self._validator = Draft202012Validator(schema)
+        self._validator = compiled.validator
 
     def validate(self, arguments: Mapping[str, Any]) -> str | None:
         """None when `arguments` fit the schema, else one sentence naming where and what."""

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.engine.ports import ToolContext
-from app.tools.base import SchemaTool, ToolError
+from app.tools.base import CompiledSchema, SchemaTool, ToolError
 from app.tools.fetcher import FetchedResponse, HttpFetcher
 
 HTTP_TOOL_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
@@ -78,7 +78,7 @@ class HttpTool(SchemaTool):
         *,
         name: str,
         description: str,
-        parameters: Mapping[str, Any],
+        parameters: Mapping[str, Any] | CompiledSchema,
         url: str,
         fetcher: HttpFetcher,
         method: str = "POST",

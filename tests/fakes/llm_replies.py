@@ -51,6 +51,7 @@ class FakeReply:
     cut_after       streamed: send only the first N events, no [DONE]; without `drop` the
                     body then ends cleanly, with `drop` the connection is closed
     chunk_delay_s   streamed: pause between events
+    unsized         a whole body sent without Content-Length (chunked), in 64 KB pieces
     """
 
     content: str | Sequence[str] | None = None
@@ -67,6 +68,7 @@ class FakeReply:
     drop: bool = False
     cut_after: int | None = None
     chunk_delay_s: float = 0.0
+    unsized: bool = False
 
     @classmethod
     def call(

@@ -14,12 +14,13 @@ says the script ran out. A handler that raises answers 400 with the exception's 
 
 What a reply can do (see `FakeReply`): content, tool calls, usage (estimated by default, or
 exact, or absent), finish_reason, an HTTP error with headers (429 + Retry-After), a raw body
-(malformed JSON, a missing `choices`, a broken SSE chunk), a delay, hanging until the client
-goes away (or `llm.release()`, or shutdown, which answers 503), dropping the connection
-mid-response, and, for `"stream": true` requests, an SSE stream: a `: ping` comment, a role
-chunk, the content in several deltas, each tool call as an id+name fragment then its
-arguments in at least two pieces, a finish chunk, a usage chunk when `stream_options.
-include_usage` is asked (and the reply has usage), then `data: [DONE]`.
+(malformed JSON, a missing `choices`, a broken SSE chunk), a body without Content-Length, a
+delay, hanging until the client goes away (or `llm.release()`, or shutdown, which answers
+503), dropping the connection mid-response, and, for `"stream": true` requests, an SSE
+stream: a `: ping` comment, a role chunk, the content in several deltas, each tool call as
+an id+name fragment then its arguments in at least two pieces, a finish chunk, a usage chunk
+when `stream_options.include_usage` is asked (and the reply has usage), then
+`data: [DONE]`.
 
 It records every chat request (`llm.received`, bodies in `llm.requests`); a test waits for
 them with `await llm.wait_for_requests(n)`. `latency_s` adds a fixed delay to every answer.
@@ -226,7 +227,10 @@ class FakeLLMServer:
         """Send `rendered`; with `reply.drop`, return mid-body: uvicorn then hangs up."""
         headers = [(b"content-type", rendered.content_type.encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in reply.headers.items()]
-        if rendered.events is None:
+        if rendered.events is None and reply.unsized:
+            body = rendered.body
+            parts = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+        elif rendered.events is None:
             headers.append((b"content-length", str(len(rendered.body)).encode()))
             half = len(rendered.body) // 2
             parts = [rendered.body[:half] if reply.drop else rendered.body]

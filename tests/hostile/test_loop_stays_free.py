@@ -1,17 +1,24 @@
 """Expensive work on a POST /runs body is bounded or kept off the event loop: the number of
 JSON values is counted in the raw bytes before parsing, parsing and validation run in a
-worker thread, and each tool schema is checked against the metaschema once."""
+worker thread, each tool schema is checked against the metaschema and its validator built
+once, in a worker thread, and reused at creation, at start and for every call.
+
+What the event loop still does for the heaviest request within the caps is measured, not
+asserted here (bench/loop_stall.py); these tests pin down where the costly work runs, which
+does not depend on how busy the machine is."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import anyio
 import pytest
 from jsonschema import Draft202012Validator
 
 from app.api import runbody
 from app.tools import base
-from tests.api.kit import error_of, finishing, run_to_end, settings
+from tests.api.kit import error_of, finish, finishing, run_to_end, scripted, settings
 from tests.fakes.service import api_client
 
 
@@ -45,7 +52,7 @@ async def test_each_tool_schema_is_checked_against_the_metaschema_once(
         real(schema)
 
     monkeypatch.setattr(Draft202012Validator, "check_schema", counting)
-    base._CHECKED.clear()
+    base._COMPILED.clear()
     tools = [
         {
             "name": f"lookup_{i}",
@@ -75,3 +82,101 @@ async def test_an_invalid_tool_schema_is_still_422_naming_it() -> None:
 
         error = error_of(response, 422, "validation_error")
         assert error["details"]["field"] == "http_tools[0].parameters"
+
+
+def _heavy_tools(count: int, properties: int) -> list[dict[str, Any]]:
+    """Distinct schemas, as many properties as fit the caps: the most metaschema work."""
+    return [
+        {
+            "name": f"lookup_{i}",
+            "description": "Look up.",
+            "url": "https://api.example.com/lookup",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    f"p{i}_{j}": {"type": "string", "maxLength": 100} for j in range(properties)
+                },
+                "required": [f"p{i}_0"],
+            },
+        }
+        for i in range(count)
+    ]
+
+
+async def test_tool_schemas_are_compiled_off_the_event_loop_even_when_nothing_is_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop_thread = threading.get_ident()
+    on_loop: list[Any] = []
+    checked: list[Any] = []
+    real = Draft202012Validator.check_schema
+
+    def recording(schema: Any) -> None:
+        checked.append(schema)
+        if threading.get_ident() == loop_thread:
+            on_loop.append(schema)
+        real(schema)
+
+    monkeypatch.setattr(Draft202012Validator, "check_schema", recording)
+    monkeypatch.setattr(base, "COMPILED_SCHEMAS", 0)  # every check a miss: parse, create, start
+    tools = _heavy_tools(64, 12)
+    bad_call = {"tool_calls": [{"name": "lookup_3", "arguments": {"p3_0": 7}}]}
+    body = scripted(bad_call, finish(), http_tools=tools)
+    async with api_client(settings(http_tool_allow_hosts=["api.example.com"])) as client:
+        run = await run_to_end(client, body)
+        events = (
+            await client.get(f"/runs/{run['id']}/events", headers={"Accept": "application/json"})
+        ).json()["events"]
+
+    assert run["status"] == "completed"
+    (observation,) = [e for e in events if e["type"] == "observation" and e["step"] == 1]
+    assert observation["is_error"] is True
+    assert "p3_0" in observation["content"]
+    assert len(checked) >= 3 * len(tools)  # at parsing, at creation and at start
+    assert on_loop == []
+
+
+def test_tools_with_the_same_schema_share_one_compiled_validator() -> None:
+    first = {"type": "object", "properties": {"q": {"type": "string"}}}
+    same = {"properties": {"q": {"type": "string"}}, "type": "object"}  # another key order
+
+    one, two = base.compiled_schema(first), base.compiled_schema(same)
+
+    assert one is two
+    assert one.validator is not None
+    first["properties"]["q"]["type"] = "integer"  # the caller's dict is not the one kept
+    assert one.schema["properties"]["q"]["type"] == "string"
+
+
+async def test_heavy_requests_at_once_check_their_schemas_one_thread_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # eight threads checking schemas at once took turns with the event loop for the
+    # interpreter and stalled it 250-590 ms; one at a time, the loop shares it with one
+    active: list[int] = []
+    most = 0
+    lock = threading.Lock()
+    real = Draft202012Validator.check_schema
+
+    def counting(schema: Any) -> None:
+        nonlocal most
+        with lock:
+            active.append(1)
+            most = max(most, len(active))
+        try:
+            real(schema)
+        finally:
+            with lock:
+                active.pop()
+
+    monkeypatch.setattr(Draft202012Validator, "check_schema", counting)
+    monkeypatch.setattr(base, "COMPILED_SCHEMAS", 0)
+    async with (
+        api_client(settings(http_tool_allow_hosts=["api.example.com"])) as client,
+        anyio.create_task_group() as group,
+    ):
+        for index in range(6):
+            tools = [{**t, "name": f"t{index}_{n}"} for n, t in enumerate(_heavy_tools(8, 12))]
+            group.start_soon(run_to_end, client, finishing(http_tools=tools))
+
+    assert most == 1
