@@ -5,8 +5,6 @@ it again within the lease, with the same `Webhook-Id` for the receiver to dedupe
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.e2e.kit import start_run, wait_for_run
-from tests.e2e.test_replicas import finish, replicas, scripted
+from tests.e2e.test_replicas import finish, replica_logging, replicas, scripted
 from tests.fakes.process import AppProcess
 from tests.fakes.serving import Served
 
@@ -76,29 +74,7 @@ class Receiver:
 
 async def deliverer(apps: Sequence[AppProcess], run_id: str) -> int:
     """The index of the replica whose log says it is delivering the run's webhook."""
-
-    def matches(line: str) -> bool:
-        with contextlib.suppress(ValueError):
-            parsed = json.loads(line)
-            return (
-                isinstance(parsed, dict)
-                and parsed.get("event") == "webhook_delivering"
-                and parsed.get("run_id") == run_id
-            )
-        return False
-
-    found: list[int] = []
-    async with anyio.create_task_group() as tg:
-
-        async def watch(index: int, app: AppProcess) -> None:
-            await app.wait_for_line(matches, timeout_s=10)
-            found.append(index)
-            tg.cancel_scope.cancel()
-
-        for index, app in enumerate(apps):
-            tg.start_soon(watch, index, app)
-    assert len(found) == 1, found
-    return found[0]
+    return await replica_logging(apps, "webhook_delivering", run_id)
 
 
 async def test_a_webhook_whose_deliverer_dies_is_sent_again_within_the_lease_with_its_id(

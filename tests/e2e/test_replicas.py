@@ -99,16 +99,16 @@ async def wait_status(client: httpx.AsyncClient, run_id: str, status: str) -> di
             await anyio.sleep(0.02)
 
 
-async def executor(apps: Sequence[AppProcess], run_id: str) -> int:
-    """The index of the replica whose log says it started the run (the line may come a
-    moment after the run shows `running`: wait for it)."""
+async def replica_logging(apps: Sequence[AppProcess], event: str, run_id: str) -> int:
+    """The index of the one replica whose log has a line `event` for the run (the line may
+    come a moment after the state it reports shows through the API: wait for it)."""
 
     def matches(line: str) -> bool:
         with contextlib.suppress(ValueError):
             parsed = json.loads(line)
             return (
                 isinstance(parsed, dict)
-                and parsed.get("event") == "run_started"
+                and parsed.get("event") == event
                 and parsed.get("run_id") == run_id
             )
         return False
@@ -125,6 +125,11 @@ async def executor(apps: Sequence[AppProcess], run_id: str) -> int:
             tg.start_soon(watch, index, app)
     assert len(found) == 1, found
     return found[0]
+
+
+async def executor(apps: Sequence[AppProcess], run_id: str) -> int:
+    """The index of the replica whose log says it started the run."""
+    return await replica_logging(apps, "run_started", run_id)
 
 
 async def test_a_run_posted_on_one_replica_streams_whole_from_the_other(
