@@ -5,15 +5,24 @@ the cost of going through the stdlib logging machinery); other libraries' stdlib
 (uvicorn, httpx) go through the same renderer via `ProcessorFormatter`. `run_id` and `step`
 are bound as context variables inside each run's task, so every line a run's engine, tools
 or store writes carries them.
+
+A run writes a line per thought, action and observation at INFO, so a line is kept cheap:
+in JSON, after `merge_contextvars` one processor adds level, logger name and timestamp and
+encodes the line with one reused encoder (the exception and stack renderers run only for a
+line that asks for them), and each logger name gets one writer per configuration instead of
+a new one (and a new lock) per call.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import sys
 from typing import Any, Literal, TextIO
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 QUIET_LOGGERS = ("httpx", "httpcore", "uvicorn.access")
 
@@ -27,11 +36,47 @@ class NamedWriteLogger(structlog.WriteLogger):
 
 
 class NamedWriteLoggerFactory:
+    """One `NamedWriteLogger` per name (they share the file and write whole lines)."""
+
     def __init__(self, file: TextIO) -> None:
         self._file = file
+        self._loggers: dict[str, NamedWriteLogger] = {}
 
     def __call__(self, *args: Any) -> NamedWriteLogger:
-        return NamedWriteLogger(str(args[0]) if args else "finishline", self._file)
+        name = str(args[0]) if args else "finishline"
+        logger = self._loggers.get(name)
+        if logger is None:
+            logger = self._loggers[name] = NamedWriteLogger(name, self._file)
+        return logger
+
+
+_LEVELS = {"exception": "error", "warn": "warning"}
+_UTC = datetime.UTC
+
+
+def _fallback(obj: Any) -> Any:
+    """What JSONRenderer does with a value JSON cannot hold: `__structlog__()`, else repr."""
+    method = getattr(obj, "__structlog__", None)
+    return method() if method is not None else repr(obj)
+
+
+_encode = json.JSONEncoder(default=_fallback).encode
+_exc_info = structlog.processors.format_exc_info
+_stack_info = structlog.processors.StackInfoRenderer()
+
+
+def _json_line(logger: WrappedLogger, method: str, event_dict: EventDict) -> str:
+    """add_log_level, add_logger_name, TimeStamper(iso, utc), StackInfoRenderer,
+    format_exc_info and JSONRenderer in one step, with the same output."""
+    event_dict["level"] = _LEVELS.get(method, method)
+    event_dict["logger"] = logger.name
+    now = datetime.datetime.now(_UTC).isoformat()
+    event_dict["timestamp"] = now.replace("+00:00", "Z")
+    if "stack_info" in event_dict:
+        event_dict = _stack_info(logger, method, event_dict)
+    if "exc_info" in event_dict:
+        event_dict = _exc_info(logger, method, event_dict)
+    return _encode(event_dict)
 
 
 def configure_logging(
@@ -46,9 +91,11 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.types.Processor
+    ours: list[structlog.types.Processor]
     if as_json:
         renderer = structlog.processors.JSONRenderer()
         shared_tail: list[structlog.types.Processor] = [structlog.processors.format_exc_info]
+        ours = [structlog.contextvars.merge_contextvars, _json_line]
     else:
         renderer = structlog.dev.ConsoleRenderer(
             colors=sys.stderr.isatty(),
@@ -56,8 +103,9 @@ def configure_logging(
             exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False),
         )
         shared_tail = []
+        ours = [*shared, structlog.processors.StackInfoRenderer(), renderer]
     structlog.configure(
-        processors=[*shared, structlog.processors.StackInfoRenderer(), *shared_tail, renderer],
+        processors=ours,
         logger_factory=NamedWriteLoggerFactory(sys.stderr),
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         # not cached: a module-level logger must follow a later configure_logging() (each
