@@ -112,6 +112,24 @@ async def test_same_idempotency_key_with_another_body_is_409() -> None:
         assert error["details"]["run_id"] == first["id"]
 
 
+async def test_idempotency_holds_for_bodies_hashed_off_the_loop() -> None:
+    """A body over 16 KiB is parsed and hashed in a worker thread, a small one on the loop:
+    the replay and the conflict are the same either way."""
+    big = {"system_prompt": "x" * 20_000}
+    async with api_client(settings()) as client:
+        key = {"Idempotency-Key": "order-19"}
+        first = await create(client, finishing("once", **big), headers=key)
+
+        replay = await client.post("/runs", json=finishing("once", **big), headers=key)
+        other = await client.post("/runs", json=finishing("twice", **big), headers=key)
+        small = await client.post("/runs", json=finishing("once"), headers=key)
+
+        assert replay.status_code == 200
+        assert replay.json()["id"] == first["id"]
+        assert error_of(other, 409, "idempotency_conflict")["details"]["run_id"] == first["id"]
+        assert error_of(small, 409, "idempotency_conflict")["details"]["run_id"] == first["id"]
+
+
 async def test_concurrent_requests_with_one_idempotency_key_make_one_run() -> None:
     async with api_client(settings()) as client:
         key = {"Idempotency-Key": "order-18"}
