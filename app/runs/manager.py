@@ -247,11 +247,13 @@ class RunManager(ClusterRuns, SharedInboxRuns):
         idempotency_key: str | None = None,
         traceparent: str | None = None,
         digest: str | None = None,
+        sized: bool = False,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False.
         `traceparent`: the caller's W3C trace context, the parent of the run's trace.
         `digest`: the request's `request_hash` when the caller has it already (computed
-        where the request was parsed); otherwise it is computed in a worker thread."""
+        where the request was parsed); otherwise it is computed in a worker thread.
+        `sized`: the request's sizes are checked against the caps already (`RunAssembler`)."""
         if self.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
         if digest is None:
@@ -261,7 +263,7 @@ class RunManager(ClusterRuns, SharedInboxRuns):
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
                 return self._replay(existing, digest), False
-        checked = await self.assembler.check(request)
+        checked = await self.assembler.check(request, sized=sized)
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import anyio
 import httpx
 
+from app.offload import HEAVY
 from tests.api.kit import (
     TERMINAL_EVENTS,
     app_with_state,
@@ -79,6 +80,17 @@ async def test_value_at_the_cap_is_accepted() -> None:
     async with api_client(settings(max_steps_limit=5, max_steps=5)) as client:
         run = await create(client, finishing(settings={"max_steps": 5}))
         assert run["settings"]["max_steps"] == 5
+
+
+async def test_a_small_run_is_created_without_waiting_for_the_busy_worker_thread() -> None:
+    """A body of at most 16 KiB without HTTP tools is parsed, hashed and checked on the loop:
+    POST /runs does not queue behind the one worker thread (app.offload) for it."""
+    async with api_client(settings()) as client:
+        async with HEAVY:  # the worker thread's one slot, taken for the whole request
+            with anyio.fail_after(10):
+                run = await create(client, finishing("42"))
+
+        assert run["status"] == "queued"
 
 
 # -- idempotency ------------------------------------------------------------------------------

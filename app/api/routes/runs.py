@@ -106,6 +106,7 @@ async def create_run(
         idempotency_key=idempotency_key,
         traceparent=traceparent,
         digest=digest,
+        sized=True,  # read_run_body checked the sizes
     )
     view = to_view(record)
     if body.stream:
