@@ -64,7 +64,11 @@ class RunAssembly:
 
     # -- at creation ------------------------------------------------------------------------
 
-    async def check(self, request: RunRequest) -> CheckedRequest:
+    async def check(self, request: RunRequest, *, sized: bool = False) -> CheckedRequest:
+        if sized and not request.http_tools:
+            # nothing in proportion to the request's size is left: no hop to the worker
+            # thread, whose one-at-a-time queue every POST /runs would wait in under load
+            return self._check(request, [])
         # sizes first, then each HTTP tool's schema checked and its validator built, in a
         # worker thread: milliseconds a property, 64 KB of schemas would stall the loop
         schemas = await off_loop(self._sized_and_compiled, request)

@@ -5,33 +5,151 @@ the cost of going through the stdlib logging machinery); other libraries' stdlib
 (uvicorn, httpx) go through the same renderer via `ProcessorFormatter`. `run_id` and `step`
 are bound as context variables inside each run's task, so every line a run's engine, tools
 or store writes carries them.
+
+A run writes a line per thought, action and observation at INFO, so a line is kept cheap:
+in JSON, after `merge_contextvars` one processor adds level, logger name and timestamp and
+encodes the line with one reused encoder (the exception and stack renderers run only for a
+line that asks for them), and each logger name gets one writer per configuration instead of
+a new one (and a new lock) per call. Lines logged on the event loop's thread are written
+together once per turn of the loop (one write system call for all the lines of a turn, not
+one each), in the order they were logged; anywhere else (no running loop: start-up, worker
+threads, tests) at once, after whatever is pending.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import datetime
+import json
 import logging
 import sys
+import threading
 from typing import Any, Literal, TextIO
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 QUIET_LOGGERS = ("httpx", "httpcore", "uvicorn.access")
 
 
-class NamedWriteLogger(structlog.WriteLogger):
-    """A WriteLogger with the `name` structlog's `add_logger_name` reads."""
+class LineWriter:
+    """Whole lines to one file: on a running event loop, gathered and written at the end of
+    the loop's turn (`call_soon`); without one, at once. Thread-safe; flushed at exit."""
 
-    def __init__(self, name: str, file: TextIO) -> None:
-        super().__init__(file)
+    def __init__(self, file: TextIO) -> None:
+        self.file = file
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+        atexit.register(self.flush)
+
+    def line(self, text: str) -> None:
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            self._pending.append(text)
+            if loop is None:
+                self._write_pending()
+                return
+            if len(self._pending) > 1:
+                return  # a flush is scheduled already
+        try:
+            loop.call_soon(self.flush)
+        except RuntimeError:  # the loop is closing
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        text = "\n".join(self._pending) + "\n"
+        self._pending.clear()
+        try:
+            self.file.write(text)
+            self.file.flush()
+        except ValueError:  # closed (a test's captured stderr, at exit)
+            pass
+
+
+class NamedWriteLogger:
+    """structlog's logger: writes each rendered line through a `LineWriter`; carries the
+    `name` structlog's `add_logger_name` reads."""
+
+    def __init__(self, name: str, out: LineWriter) -> None:
         self.name = name
+        self._out = out
+
+    def msg(self, message: str) -> None:
+        self._out.line(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
 
 
 class NamedWriteLoggerFactory:
-    def __init__(self, file: TextIO) -> None:
-        self._file = file
+    """One `NamedWriteLogger` per name, all writing through one `LineWriter`."""
+
+    def __init__(self, out: LineWriter) -> None:
+        self._out = out
+        self._loggers: dict[str, NamedWriteLogger] = {}
 
     def __call__(self, *args: Any) -> NamedWriteLogger:
-        return NamedWriteLogger(str(args[0]) if args else "finishline", self._file)
+        name = str(args[0]) if args else "finishline"
+        logger = self._loggers.get(name)
+        if logger is None:
+            logger = self._loggers[name] = NamedWriteLogger(name, self._out)
+        return logger
+
+
+class LineHandler(logging.Handler):
+    """The stdlib root handler: other libraries' lines, in order with finishline's own."""
+
+    def __init__(self, out: LineWriter) -> None:
+        super().__init__()
+        self._out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._out.line(self.format(record))
+        except Exception:  # logging's contract: report it, never raise
+            self.handleError(record)
+
+
+_writer: LineWriter | None = None
+"""The current configuration's writer (a new configuration flushes the old one first)."""
+
+_LEVELS = {"exception": "error", "warn": "warning"}
+_UTC = datetime.UTC
+
+
+def _fallback(obj: Any) -> Any:
+    """What JSONRenderer does with a value JSON cannot hold: `__structlog__()`, else repr."""
+    method = getattr(obj, "__structlog__", None)
+    return method() if method is not None else repr(obj)
+
+
+_encode = json.JSONEncoder(default=_fallback).encode
+_exc_info = structlog.processors.format_exc_info
+_stack_info = structlog.processors.StackInfoRenderer()
+
+
+def _json_line(logger: WrappedLogger, method: str, event_dict: EventDict) -> str:
+    """add_log_level, add_logger_name, TimeStamper(iso, utc), StackInfoRenderer,
+    format_exc_info and JSONRenderer in one step, with the same output."""
+    event_dict["level"] = _LEVELS.get(method, method)
+    event_dict["logger"] = logger.name
+    now = datetime.datetime.now(_UTC).isoformat()
+    event_dict["timestamp"] = now.replace("+00:00", "Z")
+    if "stack_info" in event_dict:
+        event_dict = _stack_info(logger, method, event_dict)
+    if "exc_info" in event_dict:
+        event_dict = _exc_info(logger, method, event_dict)
+    return _encode(event_dict)
 
 
 def configure_logging(
@@ -39,6 +157,11 @@ def configure_logging(
 ) -> None:
     """Configure structlog and the stdlib root logger, for the whole process."""
     as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    global _writer
+    if _writer is not None:
+        _writer.flush()
+        atexit.unregister(_writer.flush)
+    out = _writer = LineWriter(sys.stderr)
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -46,9 +169,11 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.types.Processor
+    ours: list[structlog.types.Processor]
     if as_json:
         renderer = structlog.processors.JSONRenderer()
         shared_tail: list[structlog.types.Processor] = [structlog.processors.format_exc_info]
+        ours = [structlog.contextvars.merge_contextvars, _json_line]
     else:
         renderer = structlog.dev.ConsoleRenderer(
             colors=sys.stderr.isatty(),
@@ -56,15 +181,16 @@ def configure_logging(
             exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False),
         )
         shared_tail = []
+        ours = [*shared, structlog.processors.StackInfoRenderer(), renderer]
     structlog.configure(
-        processors=[*shared, structlog.processors.StackInfoRenderer(), *shared_tail, renderer],
-        logger_factory=NamedWriteLoggerFactory(sys.stderr),
+        processors=ours,
+        logger_factory=NamedWriteLoggerFactory(out),
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         # not cached: a module-level logger must follow a later configure_logging() (each
         # app, each test); hot paths bind a logger once per run instead
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LineHandler(out)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[*shared, *shared_tail],

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -63,3 +65,36 @@ def test_exceptions_are_rendered_into_the_line(capsys: pytest.CaptureFixture[str
         structlog.get_logger("finishline").exception("request_failed")
     (line,) = lines(capsys.readouterr().err)
     assert "ValueError: bad" in line["exception"]
+
+
+async def test_lines_of_one_loop_turn_are_written_together_in_order_at_its_end(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging("json", "INFO")
+    loop = asyncio.get_running_loop()
+    log = structlog.get_logger("finishline.engine")
+    log.info("first")
+    logging.getLogger("uvicorn.error").warning("second")
+    log.info("third")
+    assert capsys.readouterr().err == ""  # gathered: one write for the turn, not three
+
+    turn_over = loop.create_future()
+    loop.call_soon(turn_over.set_result, None)  # runs after the write the first line scheduled
+    await turn_over
+
+    assert [line["event"] for line in lines(capsys.readouterr().err)] == [
+        "first",
+        "second",
+        "third",
+    ]
+
+
+def test_a_line_logged_in_a_thread_without_a_loop_is_written_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging("json", "INFO")
+    thread = threading.Thread(target=structlog.get_logger("finishline").info, args=("row",))
+    thread.start()
+    thread.join()
+
+    assert [line["event"] for line in lines(capsys.readouterr().err)] == ["row"]

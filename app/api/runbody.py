@@ -5,7 +5,8 @@ body within the size cap can hold hundreds of thousands (`[[],[],…]`): done on
 loop, that stalled every other request for seconds. In a thread (one at a time:
 `app.offload`), the loop keeps answering (the interpreter switches threads every few
 milliseconds), and the size caps are checked there too, so an oversized request never
-reaches the loop's own work (hashing, storing).
+reaches the loop's own work (storing); a large request is hashed there too (its
+`request_hash`, for idempotency).
 JSON parsing and pydantic validation run in C and Rust without letting go of the interpreter,
 so a cheap count of the body's values bounds them first (FINISHLINE_MAX_BODY_JSON_VALUES)."""
 
@@ -21,6 +22,7 @@ from app.api.schemas import RunCreate
 from app.caps import check_sizes
 from app.offload import off_loop
 from app.runs.errors import InvalidRunError
+from app.runs.manager import request_hash
 from app.runs.spec import RunRequest
 from app.settings import Settings
 from app.tools.base import compiled_schema
@@ -79,10 +81,17 @@ INLINE_BODY_BYTES = 16_384
 schemas, if any, are still compiled off the loop."""
 
 
-async def read_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest]:
+def _parse_and_hash(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest, str]:
+    body, request = parse_run_body(raw, settings)
+    return body, request, request_hash(request)
+
+
+async def read_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest, str]:
+    """The request, its run and the run's `request_hash` (idempotency), computed where the
+    body is parsed: on the loop for a small body, in the worker thread for a large one."""
     if len(raw) > INLINE_BODY_BYTES:
-        return await off_loop(parse_run_body, raw, settings)
+        return await off_loop(_parse_and_hash, raw, settings)
     body, request = parse_run_body(raw, settings, compile_schemas=False)
     if request.http_tools:
         await off_loop(_compile_schemas, request)
-    return body, request
+    return body, request, request_hash(request)

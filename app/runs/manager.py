@@ -17,7 +17,6 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import anyio
@@ -61,6 +60,7 @@ from app.runs.records import (
 from app.runs.resume import recorded_results
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, LeaseLostError, RunStore
+from app.runs.view import settings_dict
 from app.runs.waiting import LocalWaitingRuns, WaitingRuns, wait_until_settled
 from app.runs.webhooks import WebhookSender
 
@@ -246,18 +246,24 @@ class RunManager(ClusterRuns, SharedInboxRuns):
         owner: str | None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
+        digest: str | None = None,
+        sized: bool = False,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False.
-        `traceparent`: the caller's W3C trace context, the parent of the run's trace."""
+        `traceparent`: the caller's W3C trace context, the parent of the run's trace.
+        `digest`: the request's `request_hash` when the caller has it already (computed
+        where the request was parsed); otherwise it is computed in a worker thread.
+        `sized`: the request's sizes are checked against the caps already (`RunAssembler`)."""
         if self.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
-        # in proportion to the request's size (64 KB of tool schemas: milliseconds)
-        digest = await anyio.to_thread.run_sync(request_hash, request)
+        if digest is None:
+            # in proportion to the request's size (64 KB of tool schemas: milliseconds)
+            digest = await anyio.to_thread.run_sync(request_hash, request)
         if idempotency_key is not None:
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
                 return self._replay(existing, digest), False
-        checked = await self.assembler.check(request)
+        checked = await self.assembler.check(request, sized=sized)
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
@@ -336,7 +342,7 @@ class RunManager(ClusterRuns, SharedInboxRuns):
                 "task": request.task,
                 "model": record.model,
                 "tools": checked.tool_names,
-                "settings": asdict(record.settings),
+                "settings": settings_dict(record.settings),
                 **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
             },
         )

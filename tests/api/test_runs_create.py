@@ -6,6 +6,7 @@ from __future__ import annotations
 import anyio
 import httpx
 
+from app.offload import HEAVY
 from tests.api.kit import (
     TERMINAL_EVENTS,
     app_with_state,
@@ -81,6 +82,17 @@ async def test_value_at_the_cap_is_accepted() -> None:
         assert run["settings"]["max_steps"] == 5
 
 
+async def test_a_small_run_is_created_without_waiting_for_the_busy_worker_thread() -> None:
+    """A body of at most 16 KiB without HTTP tools is parsed, hashed and checked on the loop:
+    POST /runs does not queue behind the one worker thread (app.offload) for it."""
+    async with api_client(settings()) as client:
+        async with HEAVY:  # the worker thread's one slot, taken for the whole request
+            with anyio.fail_after(10):
+                run = await create(client, finishing("42"))
+
+        assert run["status"] == "queued"
+
+
 # -- idempotency ------------------------------------------------------------------------------
 
 
@@ -110,6 +122,24 @@ async def test_same_idempotency_key_with_another_body_is_409() -> None:
 
         error = error_of(response, 409, "idempotency_conflict")
         assert error["details"]["run_id"] == first["id"]
+
+
+async def test_idempotency_holds_for_bodies_hashed_off_the_loop() -> None:
+    """A body over 16 KiB is parsed and hashed in a worker thread, a small one on the loop:
+    the replay and the conflict are the same either way."""
+    big = {"system_prompt": "x" * 20_000}
+    async with api_client(settings()) as client:
+        key = {"Idempotency-Key": "order-19"}
+        first = await create(client, finishing("once", **big), headers=key)
+
+        replay = await client.post("/runs", json=finishing("once", **big), headers=key)
+        other = await client.post("/runs", json=finishing("twice", **big), headers=key)
+        small = await client.post("/runs", json=finishing("once"), headers=key)
+
+        assert replay.status_code == 200
+        assert replay.json()["id"] == first["id"]
+        assert error_of(other, 409, "idempotency_conflict")["details"]["run_id"] == first["id"]
+        assert error_of(small, 409, "idempotency_conflict")["details"]["run_id"] == first["id"]
 
 
 async def test_concurrent_requests_with_one_idempotency_key_make_one_run() -> None:

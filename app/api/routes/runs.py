@@ -7,7 +7,6 @@ import contextlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep, TokensDep
@@ -37,10 +36,13 @@ async def require_json(request: Request) -> None:  # async: no worker thread (de
         )
 
 
-def _run(view: RunView, status: int) -> JSONResponse:
-    return JSONResponse(
-        view.model_dump(mode="json"),
+def _run(view: RunView, status: int) -> Response:
+    # pydantic's own encoder: the bytes JSONResponse(view.model_dump(mode="json")) gives,
+    # a third of the cost
+    return Response(
+        view.model_dump_json(),
         status_code=status,
+        media_type="application/json",
         headers={"Content-Location": view.links.self},
     )
 
@@ -97,12 +99,14 @@ async def create_run(
 ) -> Response:
     if traceparent is not None and len(traceparent) > TRACEPARENT_MAX_CHARS:
         traceparent = None  # not a W3C traceparent: start a trace of the run's own
-    body, run_request = await read_run_body(await http.body(), settings)
+    body, run_request, digest = await read_run_body(await http.body(), settings)
     record, created = await manager.create(
         run_request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
         traceparent=traceparent,
+        digest=digest,
+        sized=True,  # read_run_body checked the sizes
     )
     view = to_view(record)
     if body.stream:
@@ -189,7 +193,7 @@ async def get_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> RunVie
     "unless it takes more than a few seconds to stop).",
     responses={**ERRORS, 409: {"model": ErrorBody, "description": "The run has already ended."}},
 )
-async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> JSONResponse:
+async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> Response:
     record = await manager.cancel(run_id, caller.owner, any_owner=caller.any_owner)
     return _run(to_view(record), 202)
 
@@ -215,7 +219,7 @@ async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> JSO
 )
 async def post_message(
     run_id: str, body: MessageIn, manager: ManagerDep, caller: CallerDep
-) -> JSONResponse:
+) -> Response:
     record = await manager.post_message(
         run_id, caller.owner, body.content, any_owner=caller.any_owner
     )
@@ -245,7 +249,7 @@ async def post_message(
 )
 async def decide_approvals(
     run_id: str, body: ApprovalsIn, manager: ManagerDep, caller: CallerDep
-) -> JSONResponse:
+) -> Response:
     decisions = [
         ApprovalDecision(
             call_id=d.call_id, approved=d.approve, message=d.message, arguments=d.arguments
