@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from app.engine.events import EventType
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import DuplicateRunError, StoreError
@@ -18,7 +18,8 @@ class MemoryRunStore:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._events: dict[str, list[Event]] = {}
-        self._checkpoints: dict[str, dict[str, Any]] = {}
+        self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
+        self._deltas = CheckpointDeltas()
         self.fanout = Fanout()
         self._closed = False
 
@@ -80,6 +81,7 @@ class MemoryRunStore:
         self._runs.pop(run_id, None)
         self._events.pop(run_id, None)
         self._checkpoints.pop(run_id, None)
+        self._deltas.forget(run_id)
 
     async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
         log = self._events[run_id]
@@ -88,6 +90,8 @@ class MemoryRunStore:
         snapshot = json.loads(json.dumps(data))
         event = Event(run_id, len(log) + 1, type, time.time(), step, snapshot)
         log.append(event)
+        if type in TERMINAL_EVENT_TYPES:
+            self._deltas.forget(run_id)
         self.fanout.publish(event)
         return event
 
@@ -101,7 +105,18 @@ class MemoryRunStore:
         return self.fanout.follow_batches(run_id, after, self.read)
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        self._checkpoints[run_id] = {"step": step, "state": copy.deepcopy(state)}
+        # incremental, as the other stores (`app.runs.checkpoints`): JSON kept per message
+        write = self._deltas.plan(run_id, state)
+        _, _, chunks = self._checkpoints.get(run_id, (0, "", []))
+        if not write.start:
+            chunks = []
+        if write.chunk is not None:
+            chunks.append(write.chunk)
+        self._checkpoints[run_id] = (step, write.state, chunks)
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self._checkpoints.get(run_id))
+        stored = self._checkpoints.get(run_id)
+        if stored is None:
+            return None
+        step, saved, chunks = stored
+        return {"step": step, "state": assemble(json.loads(saved), chunks)}

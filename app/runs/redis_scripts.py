@@ -7,7 +7,9 @@ Keys (P is the store's prefix, `finishline:` by default):
     P run:{id}          hash: record (the RunRecord's JSON), status, tag (owner), idem (the
                         idempotency key's name or ""), seq (the last event's seq)
     P ev:{id}           stream: the run's events, entry id `0-{seq}`; fields t, ts, s, d
-    P cp:{id}           string: the checkpoint's JSON {"step", "state"}
+    P cp:{id}           string: the checkpoint's JSON {"step", "state"}; in an incremental
+                        checkpoint (`app.runs.checkpoints`) the state's `messages` is their count
+    P cpm:{id}          list: that checkpoint's messages in chunks, one JSON array each
     P owner:{id}        string: the fencing token of the replica holding the run's lease
                         (`redis_cluster`); the hash's `attempts` counts takeovers
     P idem:{tag}:{key}  string: the run id an (owner, idempotency key) names
@@ -85,8 +87,8 @@ if ARGV[9] == '1' and ttl > 0 and was_active then
 end
 redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
 if not old[1] then redis.call('HSET', run, 'seq', 0) end
-local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id}
-if idem ~= '' then keys[4] = idem end
+local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id}
+if idem ~= '' then keys[5] = idem end
 for _, key in ipairs(keys) do
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
 end
@@ -111,7 +113,9 @@ return seq
 """
 )
 
-# ARGV: prefix, id, checkpoint JSON, fence -> 1, nil for an unknown run, or "fenced"
+# ARGV: prefix, id, checkpoint JSON, fence, start ("0": drop the chunks first), chunk (a JSON
+# array of the messages from index `start` on; "" for none) -> 1, nil for an unknown run, or
+# "fenced"
 CHECKPOINT = (
     _PRELUDE
     + """
@@ -119,9 +123,12 @@ local id = ARGV[2]
 local run = P .. 'run:' .. id
 if redis.call('EXISTS', run) == 0 then return nil end
 if fenced(id, ARGV[4]) then return 'fenced' end
-local key = P .. 'cp:' .. id
+local key, list = P .. 'cp:' .. id, P .. 'cpm:' .. id
 redis.call('SET', key, ARGV[3])
+if ARGV[5] == '0' then redis.call('DEL', list) end
+if ARGV[6] ~= '' then redis.call('RPUSH', list, ARGV[6]) end
 expire_with_run(run, key)
+expire_with_run(run, list)
 return 1
 """
 )
@@ -133,8 +140,8 @@ DELETE = (
 local id = ARGV[2]
 local run = P .. 'run:' .. id
 local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
-redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'owner:' .. id,
-           P .. 'cancel:' .. id)
+redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id,
+           P .. 'owner:' .. id, P .. 'cancel:' .. id)
 if not old[1] then return 0 end
 for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
 if old[3] and old[3] ~= '' and redis.call('GET', old[3]) == id then

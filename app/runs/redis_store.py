@@ -23,7 +23,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from app.engine.events import EventType
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.redis_follow import StreamFollower, event_from_entry
@@ -66,6 +67,7 @@ class RedisRunStore:
         )
         self._closed = False
         self._fences: dict[str, str] = {}
+        self._deltas = CheckpointDeltas()
 
     # -- fencing ----------------------------------------------------------------------------
 
@@ -76,6 +78,7 @@ class RedisRunStore:
 
     def release(self, run_id: str) -> None:
         self._fences.pop(run_id, None)
+        self._deltas.forget(run_id)
 
     def fence_of(self, run_id: str) -> str:
         """The fencing token this process's writes of the run name ("" for none)."""
@@ -173,6 +176,7 @@ class RedisRunStore:
         return found
 
     async def delete(self, run_id: str) -> None:
+        self._deltas.forget(run_id)
         await self._delete(args=[self.prefix, run_id])
 
     # -- events -----------------------------------------------------------------------------
@@ -181,6 +185,8 @@ class RedisRunStore:
         payload = json.dumps(data, separators=(",", ":"))
         ts = time.time()
         fence = self._fences.get(run_id, "")
+        if type in TERMINAL_EVENT_TYPES:
+            self._deltas.forget(run_id)
         seq = await self._append(args=[self.prefix, run_id, type, repr(ts), step, payload, fence])
         self._fence(run_id, seq)
         if seq is None:
@@ -202,16 +208,30 @@ class RedisRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        payload = json.dumps({"step": step, "state": state}, separators=(",", ":"))
+        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
+        head = f'{{"step":{int(step)},"state":{write.state}}}'
         fence = self._fences.get(run_id, "")
-        outcome = await self._checkpoint(args=[self.prefix, run_id, payload, fence])
-        self._fence(run_id, outcome)
-        if outcome is None:
-            raise KeyError(run_id)
+        chunk = write.chunk if write.chunk is not None else ""
+        args: list[str | int] = [self.prefix, run_id, head, fence, write.start, chunk]
+        try:
+            outcome = await self._checkpoint(args=args)
+            self._fence(run_id, outcome)
+            if outcome is None:
+                raise KeyError(run_id)
+        except BaseException:  # not written, or not known to be: the next one is whole
+            self._deltas.forget(run_id)
+            raise
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        raw = await self.redis.get(self.prefix + "cp:" + run_id)
-        return json.loads(raw) if raw is not None else None
+        async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
+            pipe.get(self.prefix + "cp:" + run_id)
+            pipe.lrange(self.prefix + "cpm:" + run_id, 0, -1)
+            raw, chunks = await pipe.execute()
+        if raw is None:
+            return None
+        checkpoint: dict[str, Any] = json.loads(raw)
+        assemble(checkpoint["state"], chunks)
+        return checkpoint
 
     # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
 

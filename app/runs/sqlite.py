@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.checkpoints import CheckpointDeltas, assemble, stored_count
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
@@ -84,6 +85,7 @@ class SqliteRunStore:
         self.fanout = Fanout()
         self._state = "new"  # new -> open -> closed
         self._next_seq: dict[str, int] = {}  # the writer thread's alone
+        self._deltas = CheckpointDeltas()  # the loop thread's
         self._writer = GroupCommitWriter(
             partial(
                 prepare_writer, path, synchronous=self.synchronous, busy_timeout_s=busy_timeout_s
@@ -193,6 +195,8 @@ class SqliteRunStore:
         return [RunRecord.model_validate_json(row[0]) for row in rows]
 
     async def delete(self, run_id: str) -> None:
+        self._deltas.forget(run_id)
+
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))  # cascades
             self._next_seq.pop(run_id, None)
@@ -204,6 +208,8 @@ class SqliteRunStore:
     async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
         payload = json.dumps(data, separators=(",", ":"))  # now: the caller may mutate `data`
         ts = time.time()
+        if type in TERMINAL_EVENT_TYPES:
+            self._deltas.forget(run_id)
 
         def insert(conn: sqlite3.Connection) -> Event:
             seq = self._next_seq.get(run_id)
@@ -249,25 +255,53 @@ class SqliteRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        payload = json.dumps(state, separators=(",", ":"))
+        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
 
         def upsert(conn: sqlite3.Connection) -> None:
             try:
                 conn.execute(
                     "INSERT INTO checkpoints (run_id, step, state) VALUES (?, ?, ?) ON CONFLICT"
                     " (run_id) DO UPDATE SET step = excluded.step, state = excluded.state",
-                    (run_id, step, payload),
+                    (run_id, step, write.state),
                 )
             except sqlite3.IntegrityError as exc:
                 _raise_if_no_such_run(exc, run_id)
                 raise
+            if not write.start:  # a full snapshot; a delta follows this process's last write
+                conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = ?", (run_id,))
+            if write.chunk is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO checkpoint_chunks (run_id, start, messages)"
+                    " VALUES (?, ?, ?)",
+                    (run_id, write.start, write.chunk),
+                )
 
-        await self._write(upsert)
+        try:
+            await self._write(upsert)
+        except BaseException:  # not written, or not known to be: the next one is whole
+            self._deltas.forget(run_id)
+            raise
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        sql = "SELECT step, state FROM checkpoints WHERE run_id = ?"
-        rows = await self._read(_query(sql, (run_id,)))
-        return {"step": rows[0][0], "state": json.loads(rows[0][1])} if rows else None
+        def query(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            conn.execute("BEGIN")  # the head and its messages from one commit
+            try:
+                sql = "SELECT step, state FROM checkpoints WHERE run_id = ?"
+                found = conn.execute(sql, (run_id,)).fetchone()
+                if found is None:
+                    return None
+                state: dict[str, Any] = json.loads(found[1])
+                count = stored_count(state)
+                chunks: list[str] = []
+                if count is not None:
+                    sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = ? AND start < ?"
+                    rows = conn.execute(sql + " ORDER BY start", (run_id, count)).fetchall()
+                    chunks = [m for (m,) in rows]
+                return {"step": found[0], "state": assemble(state, chunks)}
+            finally:
+                conn.execute("COMMIT")
+
+        return await self._read(query)
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -82,10 +82,11 @@ async def test_a_terminal_run_expires_with_its_events_checkpoint_and_key(
     run = record(key="k")
     await store.create(run)
     await store.append(run.id, "run.queued", 0, {})
-    await store.save_checkpoint(run.id, 1, {"messages": []})
-    keys = [f"finishline:{k}" for k in (f"run:{run.id}", f"ev:{run.id}", f"cp:{run.id}")]
+    await store.save_checkpoint(run.id, 1, {"messages": [{"role": "user", "content": "hi"}]})
+    names = (f"run:{run.id}", f"ev:{run.id}", f"cp:{run.id}", f"cpm:{run.id}")
+    keys = [f"finishline:{k}" for k in names]
     keys.append("finishline:idem:n:k")
-    assert [await store.redis.ttl(k) for k in keys] == [-1, -1, -1, -1]  # kept while active
+    assert [await store.redis.ttl(k) for k in keys] == [-1] * 5  # kept while active
 
     run.status = RunStatus.COMPLETED
     await store.save(run)
