@@ -581,11 +581,11 @@ class RunManager(ClusterRuns, SharedInboxRuns):
                 state, decisions = await resumed_state(self.store, record)
                 record.status = RunStatus.RUNNING
                 record.started_at = record.started_at or utcnow()
-                await self.store.save(record)
                 started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
                 if state is not None:
                     started["resumed"] = True
-                await self.store.append(record.id, EventType.RUN_STARTED, 0, started)
+                # the record running and its event in one write
+                await self.store.append(record.id, EventType.RUN_STARTED, 0, started, record=record)
                 log.info("run_started", resumed=state is not None)
             else:  # taken over from a replica that stopped: from its last checkpoint
                 await self._recovered(active)

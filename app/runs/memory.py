@@ -83,8 +83,18 @@ class MemoryRunStore:
         self._checkpoints.pop(run_id, None)
         self._deltas.forget(run_id)
 
-    async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
+    async def append(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
         log = self._events[run_id]
+        if record is not None:
+            await self.save(record)
         # a JSON snapshot, as SQLite keeps it: the caller may change `data` later, and a live
         # event must equal its replay (enums as strings, tuples as lists)
         snapshot = json.loads(json.dumps(data))

@@ -55,61 +55,89 @@ return 'ok'
 """
 )
 
-# ARGV: prefix, id, record, status, tag, idem, ttl_ms (0: keep for good), fence ("" for none),
-# outbox ("1": the run has a webhook; when this save ends it, its id goes to the outbox
-# stream `P webhooks` in the same step, so the webhook is owed whatever crashes next)
+# save(id, record, status, tag, idem key name, ttl_ms (0: keep for good), fence ("" for
+# none), outbox ("1": the run has a webhook; when this save ends it, its id goes to the
+# outbox stream `P webhooks` in the same step, so the webhook is owed whatever crashes next))
 # -> "ok", "key" (the idempotency key names another run) or "fenced"
+_SAVE_FUNCTION = """
+local function save(id, record, status, tag, idem, ttl, fence, outbox)
+  if fenced(id, fence) then return 'fenced' end
+  local run = P .. 'run:' .. id
+  local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
+  local old_idem = old[3] or ''
+  if idem ~= old_idem and idem ~= '' then
+    local holder = redis.call('GET', idem)
+    if holder and holder ~= id then return 'key' end
+    redis.call('SET', idem, id)
+  end
+  if old_idem ~= '' and old_idem ~= idem and redis.call('GET', old_idem) == id then
+    redis.call('DEL', old_idem)
+  end
+  if old[1] then
+    for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
+  end
+  for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
+  local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
+    or old[1] == 'requires_action'
+  if outbox == '1' and ttl > 0 and was_active then
+    redis.call('XADD', P .. 'webhooks', '*', 'run', id)
+  end
+  redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
+  if not old[1] then redis.call('HSET', run, 'seq', 0) end
+  local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id}
+  if idem ~= '' then keys[5] = idem end
+  for _, key in ipairs(keys) do
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+  end
+  return 'ok'
+end
+"""
+
+# append(id, type, ts, step, data, fence) -> the new event's seq, nil for an unknown run, or
+# "fenced"
+_APPEND_FUNCTION = """
+local function append(id, kind, ts, step, data, fence)
+  local run = P .. 'run:' .. id
+  if redis.call('EXISTS', run) == 0 then return nil end
+  if fenced(id, fence) then return 'fenced' end
+  local seq = redis.call('HINCRBY', run, 'seq', 1)
+  local events = P .. 'ev:' .. id
+  redis.call('XADD', events, '0-' .. seq, 't', kind, 'ts', ts, 's', step, 'd', data)
+  expire_with_run(run, events)
+  return seq
+end
+"""
+
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox (as `save` above)
 SAVE = (
     _PRELUDE
+    + _SAVE_FUNCTION
     + """
-local id, record, status, tag, idem = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ttl = tonumber(ARGV[7])
-if fenced(id, ARGV[8]) then return 'fenced' end
-local run = P .. 'run:' .. id
-local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
-local old_idem = old[3] or ''
-if idem ~= old_idem and idem ~= '' then
-  local holder = redis.call('GET', idem)
-  if holder and holder ~= id then return 'key' end
-  redis.call('SET', idem, id)
-end
-if old_idem ~= '' and old_idem ~= idem and redis.call('GET', old_idem) == id then
-  redis.call('DEL', old_idem)
-end
-if old[1] then
-  for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
-end
-for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
-local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
-  or old[1] == 'requires_action'
-if ARGV[9] == '1' and ttl > 0 and was_active then
-  redis.call('XADD', P .. 'webhooks', '*', 'run', id)
-end
-redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
-if not old[1] then redis.call('HSET', run, 'seq', 0) end
-local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id}
-if idem ~= '' then keys[5] = idem end
-for _, key in ipairs(keys) do
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
-end
-return 'ok'
+return save(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9])
 """
 )
 
-# ARGV: prefix, id, type, ts, step, data, fence
-# -> the new event's seq, nil for an unknown run, or "fenced"
+# ARGV: prefix, id, type, ts, step, data, fence (as `append` above)
 APPEND = (
     _PRELUDE
+    + _APPEND_FUNCTION
     + """
-local id = ARGV[2]
-local run = P .. 'run:' .. id
-if redis.call('EXISTS', run) == 0 then return nil end
-if fenced(id, ARGV[7]) then return 'fenced' end
-local seq = redis.call('HINCRBY', run, 'seq', 1)
-local events = P .. 'ev:' .. id
-redis.call('XADD', events, '0-' .. seq, 't', ARGV[3], 'ts', ARGV[4], 's', ARGV[5], 'd', ARGV[6])
-expire_with_run(run, events)
-return seq
+return append(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+"""
+)
+
+# A save and then an append of the same run, both or neither.
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox, type, ts, step, data
+# -> save's outcome if it is not "ok" (nothing written), else append's
+SAVE_APPEND = (
+    _PRELUDE
+    + _SAVE_FUNCTION
+    + _APPEND_FUNCTION
+    + """
+local id, fence = ARGV[2], ARGV[8]
+local saved = save(id, ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), fence, ARGV[9])
+if saved ~= 'ok' then return saved end
+return append(id, ARGV[10], ARGV[11], ARGV[12], ARGV[13], fence)
 """
 )
 

@@ -28,7 +28,7 @@ from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.redis_follow import StreamFollower, event_from_entry
-from app.runs.redis_scripts import APPEND, CHECKPOINT, CREATE, DELETE, SAVE
+from app.runs.redis_scripts import APPEND, CHECKPOINT, CREATE, DELETE, SAVE, SAVE_APPEND
 from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
@@ -60,6 +60,7 @@ class RedisRunStore:
         self._create = self.redis.register_script(CREATE)
         self._save = self.redis.register_script(SAVE)
         self._append = self.redis.register_script(APPEND)
+        self._save_append = self.redis.register_script(SAVE_APPEND)
         self._checkpoint = self.redis.register_script(CHECKPOINT)
         self._delete = self.redis.register_script(DELETE)
         self._follower = StreamFollower(
@@ -181,13 +182,31 @@ class RedisRunStore:
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
+    async def append(
+        self,
+        run_id: str,
+        type: str,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
         payload = json.dumps(data, separators=(",", ":"))
         ts = time.time()
         fence = self._fences.get(run_id, "")
         if type in TERMINAL_EVENT_TYPES:
             self._deltas.forget(run_id)
-        seq = await self._append(args=[self.prefix, run_id, type, repr(ts), step, payload, fence])
+        args: list[str | int]
+        if record is None:
+            args = [self.prefix, run_id, type, repr(ts), step, payload, fence]
+            seq = await self._append(args=args)
+        else:  # one script: the save, then the append, or nothing
+            ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
+            outbox = "1" if record.webhook is not None else ""
+            args = [*self._record_args(record), ttl_ms, fence, outbox]
+            seq = await self._save_append(args=[*args, type, repr(ts), step, payload])
+            if seq == "key":
+                raise DuplicateRunError(record.idempotency_key)
         self._fence(run_id, seq)
         if seq is None:
             raise KeyError(run_id)

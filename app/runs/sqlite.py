@@ -144,15 +144,7 @@ class SqliteRunStore:
         await self._write(insert)
 
     async def save(self, record: RunRecord) -> None:
-        row = _run_row(record)
-
-        def upsert(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(_UPSERT_RUN + _ON_CONFLICT, row)
-            except sqlite3.IntegrityError as exc:
-                raise DuplicateRunError(record.idempotency_key) from exc
-
-        await self._write(upsert)
+        await self._write(_upsert(record))
 
     async def get(self, run_id: str) -> RunRecord | None:
         rows = await self._read(_query("SELECT record FROM runs WHERE id = ?", (run_id,)))
@@ -205,13 +197,24 @@ class SqliteRunStore:
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
+    async def append(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
         payload = json.dumps(data, separators=(",", ":"))  # now: the caller may mutate `data`
         ts = time.time()
+        save = _upsert(record) if record is not None else None
         if type in TERMINAL_EVENT_TYPES:
             self._deltas.forget(run_id)
 
         def insert(conn: sqlite3.Connection) -> Event:
+            if save is not None:  # in the same transaction, before the event
+                save(conn)
             seq = self._next_seq.get(run_id)
             if seq is None:
                 (last,) = conn.execute(
@@ -334,6 +337,19 @@ def _raise_if_no_such_run(exc: sqlite3.IntegrityError, run_id: str) -> None:
     """A foreign key failure means the run does not exist: KeyError, as `MemoryRunStore`."""
     if exc.sqlite_errorname == "SQLITE_CONSTRAINT_FOREIGNKEY":
         raise KeyError(run_id) from exc
+
+
+def _upsert(record: RunRecord) -> Callable[[sqlite3.Connection], None]:
+    """`save(record)` as a write (its row built now: the caller may change the record)."""
+    row = _run_row(record)
+
+    def upsert(conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(_UPSERT_RUN + _ON_CONFLICT, row)
+        except sqlite3.IntegrityError as exc:
+            raise DuplicateRunError(record.idempotency_key) from exc
+
+    return upsert
 
 
 def _run_row(record: RunRecord) -> tuple[str | None, ...]:

@@ -72,8 +72,16 @@ class RunStore(Protocol):
         """Remove a run, its events and its checkpoint."""
 
     async def append(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
-    ) -> Event: ...
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
+        """Append the run's next event. With `record` (the run's), save it too, as `save`
+        does and in the same write, before the event: both are stored, or neither."""
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 

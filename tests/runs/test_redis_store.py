@@ -15,7 +15,7 @@ import pytest
 from app.runs.backends import open_store
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
 from app.runs.redis_store import RedisRunStore, owner_tag
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
 from tests.fakes.redis_server import RedisServer
 
 BOUND_S = 10
@@ -224,3 +224,25 @@ async def test_acknowledged_events_survive_a_redis_crash_with_aof_on(tmp_path: P
             }
         finally:
             await second.close()
+
+
+async def test_an_append_with_a_record_writes_neither_when_fenced_or_the_key_is_taken(
+    store: RedisRunStore,
+) -> None:
+    first, second = record(owner="alice", key="k1"), record(owner="alice", key="k2")
+    await store.create(first)
+    await store.create(second)
+    await store.redis.set(store.prefix + "owner:" + second.id, "token-b")  # another replica's
+    store.hold(second.id, "token-a")
+    second.status = RunStatus.RUNNING
+    with pytest.raises(LeaseLostError):
+        await store.append(second.id, "run.started", 0, {}, record=second)
+
+    store.release(second.id)
+    second.idempotency_key = "k1"  # taken by the first run
+    with pytest.raises(DuplicateRunError):
+        await store.append(second.id, "run.started", 0, {}, record=second)
+    assert await store.read(second.id) == []
+    stored = await store.get(second.id)
+    assert stored is not None
+    assert (stored.status, stored.idempotency_key) == (RunStatus.QUEUED, "k2")

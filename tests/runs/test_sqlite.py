@@ -330,3 +330,27 @@ async def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(path:
         assert await store.list_runs(owner=None, previous_run_id=old.id) == [follow_up]
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+
+
+async def test_an_append_with_a_record_is_one_commit_and_writes_neither_if_the_save_fails(
+    path: str,
+) -> None:
+    first = record(owner="alice", idempotency_key="k1")
+    second = record(owner="alice", idempotency_key="k2")
+    async with opened(path) as store:
+        await store.create(first)
+        await store.create(second)
+        commits = store.commits
+        first.status = RunStatus.RUNNING
+        await store.append(first.id, "run.started", 0, {}, record=first)
+        assert store.commits == commits + 1
+        assert await store.get(first.id) == first
+
+        second.idempotency_key = "k1"  # taken: the save fails, and so does the append
+        with pytest.raises(DuplicateRunError):
+            await store.append(second.id, "run.started", 0, {}, record=second)
+        assert await store.read(second.id) == []
+        stored = await store.get(second.id)
+        assert stored is not None
+        assert stored.idempotency_key == "k2"
+        assert (await store.append(second.id, "thought", 0, {})).seq == 1

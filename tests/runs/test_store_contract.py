@@ -297,6 +297,21 @@ async def test_append_numbers_a_runs_events_from_one_without_gaps(store: Store) 
     assert await store.read(run.id) == appended
 
 
+async def test_append_with_the_record_saves_it_and_appends_the_event(store: Store) -> None:
+    run = await created(store)
+    await store.append(run.id, "run.queued", 0, {})
+    run.status = RunStatus.RUNNING
+    run.started_at = datetime.now(UTC)
+    started = await store.append(run.id, "run.started", 0, {"resumed": True}, record=run)
+    assert started.seq == 2
+    assert await store.get(run.id) == run
+    assert (await store.read(run.id, after=1)) == [started]
+    run.status = RunStatus.COMPLETED  # the caller's later changes are not the store's
+    stored = await store.get(run.id)
+    assert stored is not None
+    assert stored.status == RunStatus.RUNNING
+
+
 async def test_read_returns_the_events_after_a_seq_up_to_a_limit(store: Store) -> None:
     run = await created(store)
     for i in range(10):
