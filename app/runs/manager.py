@@ -317,8 +317,15 @@ class RunManager(ClusterRuns, SharedInboxRuns):
         trace = self.observer.open(record, traceparent) if self.observer is not None else None
         if trace is not None:
             record.trace_id = trace.trace_id
-        try:
-            await self.store.create(record)
+        queued: dict[str, Any] = {
+            "task": request.task,
+            "model": record.model,
+            "tools": checked.tool_names,
+            "settings": asdict(record.settings),
+            **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
+        }
+        try:  # the run and its run.queued event in one write
+            await self.store.create(record, first_event=(EventType.RUN_QUEUED, 0, queued))
         except DuplicateRunError:
             if idempotency_key is None:
                 raise
@@ -328,18 +335,6 @@ class RunManager(ClusterRuns, SharedInboxRuns):
             return self._replay(existing, digest), False
         if trace is not None:
             self._traces[record.id] = trace
-        await self.store.append(
-            record.id,
-            EventType.RUN_QUEUED,
-            0,
-            {
-                "task": request.task,
-                "model": record.model,
-                "tools": checked.tool_names,
-                "settings": asdict(record.settings),
-                **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
-            },
-        )
         self.metrics.run_queued()
         log.info("run_created", run_id=record.id, model=record.model)
         if self.coordinator is not None:

@@ -11,7 +11,7 @@ from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import DuplicateRunError, FirstEvent, StoreError
 
 
 class MemoryRunStore:
@@ -33,7 +33,9 @@ class MemoryRunStore:
         if self._closed:
             raise StoreError("the memory store is closed")
 
-    async def create(self, record: RunRecord) -> None:
+    async def create(
+        self, record: RunRecord, *, first_event: FirstEvent | None = None
+    ) -> Event | None:
         if record.id in self._runs:
             raise DuplicateRunError(record.id)
         if record.idempotency_key is not None and await self.find_by_idempotency_key(
@@ -42,6 +44,7 @@ class MemoryRunStore:
             raise DuplicateRunError(record.idempotency_key)
         self._runs[record.id] = record.model_copy(deep=True)
         self._events[record.id] = []
+        return await self.append(record.id, *first_event) if first_event is not None else None
 
     async def save(self, record: RunRecord) -> None:
         self._runs[record.id] = record.model_copy(deep=True)

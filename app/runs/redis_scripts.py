@@ -40,18 +40,25 @@ local function expire_with_run(run, key)
 end
 """
 
-# ARGV: prefix, id, record, status, tag, idem key name ("" for none)
+# create(id, record, status, tag, idem key name ("" for none))
 # -> "ok", "id" (the id exists) or "key" (the idempotency key is taken)
+_CREATE_FUNCTION = """
+local function create(id, record, status, tag, idem)
+  local run = P .. 'run:' .. id
+  if redis.call('EXISTS', run) == 1 then return 'id' end
+  if idem ~= '' and not redis.call('SET', idem, id, 'NX') then return 'key' end
+  redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem, 'seq', 0)
+  for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
+  return 'ok'
+end
+"""
+
+# ARGV: prefix, id, record, status, tag, idem (as `create` above)
 CREATE = (
     _PRELUDE
+    + _CREATE_FUNCTION
     + """
-local id, record, status, tag, idem = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local run = P .. 'run:' .. id
-if redis.call('EXISTS', run) == 1 then return 'id' end
-if idem ~= '' and not redis.call('SET', idem, id, 'NX') then return 'key' end
-redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem, 'seq', 0)
-for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
-return 'ok'
+return create(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 """
 )
 
@@ -234,3 +241,18 @@ if #pending == 0 or pending[1][2] ~= consumer then return 0 end
 redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
 return 1
 """
+
+# A create and then the new run's first append, both or neither.
+# ARGV: prefix, id, record, status, tag, idem, type, ts, step, data
+# -> create's outcome if it is not "ok" (nothing written), else append's (the seq, 1)
+CREATE_APPEND = (
+    _PRELUDE
+    + _CREATE_FUNCTION
+    + _APPEND_FUNCTION
+    + """
+local id = ARGV[2]
+local created = create(id, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+if created ~= 'ok' then return created end
+return append(id, ARGV[7], ARGV[8], ARGV[9], ARGV[10], '')
+"""
+)

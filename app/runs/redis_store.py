@@ -28,8 +28,16 @@ from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.redis_follow import StreamFollower, event_from_entry
-from app.runs.redis_scripts import APPEND, CHECKPOINT, CREATE, DELETE, SAVE, SAVE_APPEND
-from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
+from app.runs.redis_scripts import (
+    APPEND,
+    CHECKPOINT,
+    CREATE,
+    CREATE_APPEND,
+    DELETE,
+    SAVE,
+    SAVE_APPEND,
+)
+from app.runs.store import DuplicateRunError, FirstEvent, LeaseLostError, StoreError
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
@@ -58,6 +66,7 @@ class RedisRunStore:
         self.fanout = Fanout()
         self.redis: Redis = Redis.from_url(url, decode_responses=True)
         self._create = self.redis.register_script(CREATE)
+        self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
         self._append = self.redis.register_script(APPEND)
         self._save_append = self.redis.register_script(SAVE_APPEND)
@@ -110,14 +119,29 @@ class RedisRunStore:
 
     # -- runs -------------------------------------------------------------------------------
 
-    async def create(self, record: RunRecord) -> None:
-        outcome = await self._create(args=self._record_args(record))
+    async def create(
+        self, record: RunRecord, *, first_event: FirstEvent | None = None
+    ) -> Event | None:
+        args: list[str | int] = [*self._record_args(record)]
+        event: Event | None = None
+        if first_event is None:
+            outcome = await self._create(args=args)
+        else:  # one script: the run and its event 1, or nothing
+            type, step, data = first_event
+            payload = json.dumps(data, separators=(",", ":"))
+            ts = time.time()
+            outcome = await self._create_append(args=[*args, type, repr(ts), step, payload])
+            if outcome not in ("id", "key"):
+                event = Event(
+                    record.id, int(outcome), EventType(type), ts, step, json.loads(payload)
+                )
         if outcome == "id":
             raise DuplicateRunError(record.id)
         if outcome == "key":
             raise DuplicateRunError(record.idempotency_key)
         if record.previous_run_id is not None:  # GET /runs?previous_run_id= reads this index
             await self.redis.zadd(self._follow_ups_key(record.previous_run_id), {record.id: 0})
+        return event
 
     async def save(self, record: RunRecord) -> None:
         ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0

@@ -33,7 +33,7 @@ from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
 from app.runs.sqlite_threads import GroupCommitWriter, ReaderPool
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import DuplicateRunError, FirstEvent, StoreError
 
 T = TypeVar("T")
 
@@ -131,17 +131,26 @@ class SqliteRunStore:
 
     # -- runs -------------------------------------------------------------------------------
 
-    async def create(self, record: RunRecord) -> None:
+    async def create(
+        self, record: RunRecord, *, first_event: FirstEvent | None = None
+    ) -> Event | None:
         row = _run_row(record)
+        append = self._event_insert(record.id, *first_event) if first_event else None
 
-        def insert(conn: sqlite3.Connection) -> None:
+        def insert(conn: sqlite3.Connection) -> Event | None:
             try:
                 conn.execute(_UPSERT_RUN, row)
             except sqlite3.IntegrityError as exc:
                 primary = exc.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
                 raise DuplicateRunError(record.id if primary else record.idempotency_key) from exc
+            return append(conn) if append is not None else None  # the same transaction
 
-        await self._write(insert)
+        def publish(event: Event | None) -> None:
+            if event is not None:
+                self.fanout.publish(event)
+
+        event: Event | None = await self._write(insert, publish)
+        return event
 
     async def save(self, record: RunRecord) -> None:
         await self._write(_upsert(record))
@@ -206,15 +215,27 @@ class SqliteRunStore:
         *,
         record: RunRecord | None = None,
     ) -> Event:
-        payload = json.dumps(data, separators=(",", ":"))  # now: the caller may mutate `data`
-        ts = time.time()
         save = _upsert(record) if record is not None else None
+        insert = self._event_insert(run_id, type, step, data)
         if type in TERMINAL_EVENT_TYPES:
             self._deltas.forget(run_id)
 
-        def insert(conn: sqlite3.Connection) -> Event:
+        def write(conn: sqlite3.Connection) -> Event:
             if save is not None:  # in the same transaction, before the event
                 save(conn)
+            return insert(conn)
+
+        event: Event = await self._write(write, self.fanout.publish)
+        return event
+
+    def _event_insert(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Callable[[sqlite3.Connection], Event]:
+        """The write that appends an event (its JSON made now: the caller may change `data`)."""
+        payload = json.dumps(data, separators=(",", ":"))
+        ts = time.time()
+
+        def insert(conn: sqlite3.Connection) -> Event:
             seq = self._next_seq.get(run_id)
             if seq is None:
                 (last,) = conn.execute(
@@ -235,8 +256,7 @@ class SqliteRunStore:
                 self._next_seq[run_id] = seq + 1
             return Event(run_id, seq, type, ts, step, json.loads(payload))  # as replayed
 
-        event: Event = await self._write(insert, lambda e: self.fanout.publish(e))
-        return event
+        return insert
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         sql = (

@@ -297,6 +297,33 @@ async def test_append_numbers_a_runs_events_from_one_without_gaps(store: Store) 
     assert await store.read(run.id) == appended
 
 
+async def test_create_with_a_first_event_stores_the_run_and_its_event_1(store: Store) -> None:
+    run = record()
+    queued = await store.create(run, first_event=("run.queued", 0, {"task": "t"}))
+    assert queued is not None
+    assert (queued.run_id, queued.seq, queued.type, queued.data) == (
+        run.id,
+        1,
+        "run.queued",
+        {"task": "t"},
+    )
+    assert await store.get(run.id) == run
+    assert await store.read(run.id) == [queued]
+    assert (await store.append(run.id, "run.started", 0, {})).seq == 2
+
+
+async def test_a_refused_create_stores_neither_the_run_nor_its_first_event(store: Store) -> None:
+    taken = await created(store, owner="alice", key="k")
+    again = record(owner="alice", key="k")
+    with pytest.raises(DuplicateRunError):
+        await store.create(again, first_event=("run.queued", 0, {}))
+    with pytest.raises(DuplicateRunError):
+        await store.create(taken, first_event=("run.queued", 0, {}))
+    assert await store.get(again.id) is None
+    assert await store.read(again.id) == []
+    assert await store.read(taken.id) == []
+
+
 async def test_append_with_the_record_saves_it_and_appends_the_event(store: Store) -> None:
     run = await created(store)
     await store.append(run.id, "run.queued", 0, {})
