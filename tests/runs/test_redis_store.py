@@ -6,6 +6,7 @@ real redis-server."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -246,3 +247,11 @@ async def test_an_append_with_a_record_writes_neither_when_fenced_or_the_key_is_
     stored = await store.get(second.id)
     assert stored is not None
     assert (stored.status, stored.idempotency_key) == (RunStatus.QUEUED, "k2")
+
+
+async def test_a_checkpoint_stored_whole_by_an_older_version_loads(store: RedisRunStore) -> None:
+    run = record()
+    await store.create(run)
+    old = {"step": 4, "state": {"messages": [{"role": "user", "content": "hi"}], "step": 4}}
+    await store.redis.set(f"finishline:cp:{run.id}", json.dumps(old))  # one string, as before
+    assert await store.load_checkpoint(run.id) == old

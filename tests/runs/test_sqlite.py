@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -354,3 +355,28 @@ async def test_an_append_with_a_record_is_one_commit_and_writes_neither_if_the_s
         assert stored is not None
         assert stored.idempotency_key == "k2"
         assert (await store.append(second.id, "thought", 0, {})).seq == 1
+
+
+async def test_a_checkpoint_stored_whole_by_an_older_version_loads_and_is_replaced(
+    path: str,
+) -> None:
+    run = record()
+    old = {"messages": [{"role": "user", "content": "hi"}], "step": 2}
+    async with opened(path) as store:
+        await store.create(run)
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # as schema version 2 did
+        conn.execute(
+            "INSERT INTO checkpoints (run_id, step, state) VALUES (?, ?, ?)",
+            (run.id, 2, json.dumps(old)),
+        )
+    async with opened(path) as store:
+        loaded = await store.load_checkpoint(run.id)
+        assert loaded == {"step": 2, "state": old}
+        assert loaded is not None
+        messages = loaded["state"]["messages"]
+        messages.append({"role": "assistant", "content": "on"})
+        await store.save_checkpoint(run.id, 3, {"messages": list(messages), "step": 3})
+        assert await store.load_checkpoint(run.id) == {
+            "step": 3,
+            "state": {"messages": messages, "step": 3},
+        }
