@@ -323,8 +323,15 @@ class RunManager(ClusterRuns, SharedInboxRuns):
         trace = self.observer.open(record, traceparent) if self.observer is not None else None
         if trace is not None:
             record.trace_id = trace.trace_id
-        try:
-            await self.store.create(record)
+        queued: dict[str, Any] = {
+            "task": request.task,
+            "model": record.model,
+            "tools": checked.tool_names,
+            "settings": settings_dict(record.settings),
+            **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
+        }
+        try:  # the run and its run.queued event in one write
+            await self.store.create(record, first_event=(EventType.RUN_QUEUED, 0, queued))
         except DuplicateRunError:
             if idempotency_key is None:
                 raise
@@ -334,18 +341,6 @@ class RunManager(ClusterRuns, SharedInboxRuns):
             return self._replay(existing, digest), False
         if trace is not None:
             self._traces[record.id] = trace
-        await self.store.append(
-            record.id,
-            EventType.RUN_QUEUED,
-            0,
-            {
-                "task": request.task,
-                "model": record.model,
-                "tools": checked.tool_names,
-                "settings": settings_dict(record.settings),
-                **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
-            },
-        )
         self.metrics.run_queued()
         log.info("run_created", run_id=record.id, model=record.model)
         if self.coordinator is not None:
@@ -587,11 +582,11 @@ class RunManager(ClusterRuns, SharedInboxRuns):
                 state, decisions = await resumed_state(self.store, record)
                 record.status = RunStatus.RUNNING
                 record.started_at = record.started_at or utcnow()
-                await self.store.save(record)
                 started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
                 if state is not None:
                     started["resumed"] = True
-                await self.store.append(record.id, EventType.RUN_STARTED, 0, started)
+                # the record running and its event in one write
+                await self.store.append(record.id, EventType.RUN_STARTED, 0, started, record=record)
                 log.info("run_started", resumed=state is not None)
             else:  # taken over from a replica that stopped: from its last checkpoint
                 await self._recovered(active)

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from app.engine.events import EventType
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import DuplicateRunError, FirstEvent, StoreError
 
 
 class MemoryRunStore:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._events: dict[str, list[Event]] = {}
-        self._checkpoints: dict[str, dict[str, Any]] = {}
+        self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
+        self._deltas = CheckpointDeltas()
         self.fanout = Fanout()
         self._closed = False
 
@@ -32,7 +33,9 @@ class MemoryRunStore:
         if self._closed:
             raise StoreError("the memory store is closed")
 
-    async def create(self, record: RunRecord) -> None:
+    async def create(
+        self, record: RunRecord, *, first_event: FirstEvent | None = None
+    ) -> Event | None:
         if record.id in self._runs:
             raise DuplicateRunError(record.id)
         if record.idempotency_key is not None and await self.find_by_idempotency_key(
@@ -41,6 +44,7 @@ class MemoryRunStore:
             raise DuplicateRunError(record.idempotency_key)
         self._runs[record.id] = record.model_copy(deep=True)
         self._events[record.id] = []
+        return await self.append(record.id, *first_event) if first_event is not None else None
 
     async def save(self, record: RunRecord) -> None:
         self._runs[record.id] = record.model_copy(deep=True)
@@ -80,14 +84,27 @@ class MemoryRunStore:
         self._runs.pop(run_id, None)
         self._events.pop(run_id, None)
         self._checkpoints.pop(run_id, None)
+        self._deltas.forget(run_id)
 
-    async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
+    async def append(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
         log = self._events[run_id]
+        if record is not None:
+            await self.save(record)
         # a JSON snapshot, as SQLite keeps it: the caller may change `data` later, and a live
         # event must equal its replay (enums as strings, tuples as lists)
         snapshot = json.loads(json.dumps(data))
         event = Event(run_id, len(log) + 1, type, time.time(), step, snapshot)
         log.append(event)
+        if type in TERMINAL_EVENT_TYPES:
+            self._deltas.forget(run_id)
         self.fanout.publish(event)
         return event
 
@@ -101,7 +118,18 @@ class MemoryRunStore:
         return self.fanout.follow_batches(run_id, after, self.read)
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        self._checkpoints[run_id] = {"step": step, "state": copy.deepcopy(state)}
+        # incremental, as the other stores (`app.runs.checkpoints`): JSON kept per message
+        write = self._deltas.plan(run_id, state)
+        _, _, chunks = self._checkpoints.get(run_id, (0, "", []))
+        if not write.start:
+            chunks = []
+        if write.chunk is not None:
+            chunks.append(write.chunk)
+        self._checkpoints[run_id] = (step, write.state, chunks)
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self._checkpoints.get(run_id))
+        stored = self._checkpoints.get(run_id)
+        if stored is None:
+            return None
+        step, saved, chunks = stored
+        return {"step": step, "state": assemble(json.loads(saved), chunks)}

@@ -7,7 +7,9 @@ Keys (P is the store's prefix, `finishline:` by default):
     P run:{id}          hash: record (the RunRecord's JSON), status, tag (owner), idem (the
                         idempotency key's name or ""), seq (the last event's seq)
     P ev:{id}           stream: the run's events, entry id `0-{seq}`; fields t, ts, s, d
-    P cp:{id}           string: the checkpoint's JSON {"step", "state"}
+    P cp:{id}           string: the checkpoint's JSON {"step", "state"}; in an incremental
+                        checkpoint (`app.runs.checkpoints`) the state's `messages` is their count
+    P cpm:{id}          list: that checkpoint's messages in chunks, one JSON array each
     P owner:{id}        string: the fencing token of the replica holding the run's lease
                         (`redis_cluster`); the hash's `attempts` counts takeovers
     P idem:{tag}:{key}  string: the run id an (owner, idempotency key) names
@@ -38,80 +40,117 @@ local function expire_with_run(run, key)
 end
 """
 
-# ARGV: prefix, id, record, status, tag, idem key name ("" for none)
+# create(id, record, status, tag, idem key name ("" for none))
 # -> "ok", "id" (the id exists) or "key" (the idempotency key is taken)
+_CREATE_FUNCTION = """
+local function create(id, record, status, tag, idem)
+  local run = P .. 'run:' .. id
+  if redis.call('EXISTS', run) == 1 then return 'id' end
+  if idem ~= '' and not redis.call('SET', idem, id, 'NX') then return 'key' end
+  redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem, 'seq', 0)
+  for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
+  return 'ok'
+end
+"""
+
+# ARGV: prefix, id, record, status, tag, idem (as `create` above)
 CREATE = (
     _PRELUDE
+    + _CREATE_FUNCTION
     + """
-local id, record, status, tag, idem = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local run = P .. 'run:' .. id
-if redis.call('EXISTS', run) == 1 then return 'id' end
-if idem ~= '' and not redis.call('SET', idem, id, 'NX') then return 'key' end
-redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem, 'seq', 0)
-for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
-return 'ok'
+return create(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 """
 )
 
-# ARGV: prefix, id, record, status, tag, idem, ttl_ms (0: keep for good), fence ("" for none),
-# outbox ("1": the run has a webhook; when this save ends it, its id goes to the outbox
-# stream `P webhooks` in the same step, so the webhook is owed whatever crashes next)
+# save(id, record, status, tag, idem key name, ttl_ms (0: keep for good), fence ("" for
+# none), outbox ("1": the run has a webhook; when this save ends it, its id goes to the
+# outbox stream `P webhooks` in the same step, so the webhook is owed whatever crashes next))
 # -> "ok", "key" (the idempotency key names another run) or "fenced"
+_SAVE_FUNCTION = """
+local function save(id, record, status, tag, idem, ttl, fence, outbox)
+  if fenced(id, fence) then return 'fenced' end
+  local run = P .. 'run:' .. id
+  local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
+  local old_idem = old[3] or ''
+  if idem ~= old_idem and idem ~= '' then
+    local holder = redis.call('GET', idem)
+    if holder and holder ~= id then return 'key' end
+    redis.call('SET', idem, id)
+  end
+  if old_idem ~= '' and old_idem ~= idem and redis.call('GET', old_idem) == id then
+    redis.call('DEL', old_idem)
+  end
+  if old[1] then
+    for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
+  end
+  for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
+  local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
+    or old[1] == 'requires_action'
+  if outbox == '1' and ttl > 0 and was_active then
+    redis.call('XADD', P .. 'webhooks', '*', 'run', id)
+  end
+  redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
+  if not old[1] then redis.call('HSET', run, 'seq', 0) end
+  local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id}
+  if idem ~= '' then keys[5] = idem end
+  for _, key in ipairs(keys) do
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+  end
+  return 'ok'
+end
+"""
+
+# append(id, type, ts, step, data, fence) -> the new event's seq, nil for an unknown run, or
+# "fenced"
+_APPEND_FUNCTION = """
+local function append(id, kind, ts, step, data, fence)
+  local run = P .. 'run:' .. id
+  if redis.call('EXISTS', run) == 0 then return nil end
+  if fenced(id, fence) then return 'fenced' end
+  local seq = redis.call('HINCRBY', run, 'seq', 1)
+  local events = P .. 'ev:' .. id
+  redis.call('XADD', events, '0-' .. seq, 't', kind, 'ts', ts, 's', step, 'd', data)
+  expire_with_run(run, events)
+  return seq
+end
+"""
+
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox (as `save` above)
 SAVE = (
     _PRELUDE
+    + _SAVE_FUNCTION
     + """
-local id, record, status, tag, idem = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ttl = tonumber(ARGV[7])
-if fenced(id, ARGV[8]) then return 'fenced' end
-local run = P .. 'run:' .. id
-local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
-local old_idem = old[3] or ''
-if idem ~= old_idem and idem ~= '' then
-  local holder = redis.call('GET', idem)
-  if holder and holder ~= id then return 'key' end
-  redis.call('SET', idem, id)
-end
-if old_idem ~= '' and old_idem ~= idem and redis.call('GET', old_idem) == id then
-  redis.call('DEL', old_idem)
-end
-if old[1] then
-  for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
-end
-for _, index in ipairs(indexes(tag, status)) do redis.call('ZADD', index, 0, id) end
-local was_active = not old[1] or old[1] == 'queued' or old[1] == 'running'
-  or old[1] == 'requires_action'
-if ARGV[9] == '1' and ttl > 0 and was_active then
-  redis.call('XADD', P .. 'webhooks', '*', 'run', id)
-end
-redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
-if not old[1] then redis.call('HSET', run, 'seq', 0) end
-local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id}
-if idem ~= '' then keys[4] = idem end
-for _, key in ipairs(keys) do
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
-end
-return 'ok'
+return save(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9])
 """
 )
 
-# ARGV: prefix, id, type, ts, step, data, fence
-# -> the new event's seq, nil for an unknown run, or "fenced"
+# ARGV: prefix, id, type, ts, step, data, fence (as `append` above)
 APPEND = (
     _PRELUDE
+    + _APPEND_FUNCTION
     + """
-local id = ARGV[2]
-local run = P .. 'run:' .. id
-if redis.call('EXISTS', run) == 0 then return nil end
-if fenced(id, ARGV[7]) then return 'fenced' end
-local seq = redis.call('HINCRBY', run, 'seq', 1)
-local events = P .. 'ev:' .. id
-redis.call('XADD', events, '0-' .. seq, 't', ARGV[3], 'ts', ARGV[4], 's', ARGV[5], 'd', ARGV[6])
-expire_with_run(run, events)
-return seq
+return append(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 """
 )
 
-# ARGV: prefix, id, checkpoint JSON, fence -> 1, nil for an unknown run, or "fenced"
+# A save and then an append of the same run, both or neither.
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox, type, ts, step, data
+# -> save's outcome if it is not "ok" (nothing written), else append's
+SAVE_APPEND = (
+    _PRELUDE
+    + _SAVE_FUNCTION
+    + _APPEND_FUNCTION
+    + """
+local id, fence = ARGV[2], ARGV[8]
+local saved = save(id, ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), fence, ARGV[9])
+if saved ~= 'ok' then return saved end
+return append(id, ARGV[10], ARGV[11], ARGV[12], ARGV[13], fence)
+"""
+)
+
+# ARGV: prefix, id, checkpoint JSON, fence, start ("0": drop the chunks first), chunk (a JSON
+# array of the messages from index `start` on; "" for none) -> 1, nil for an unknown run, or
+# "fenced"
 CHECKPOINT = (
     _PRELUDE
     + """
@@ -119,9 +158,12 @@ local id = ARGV[2]
 local run = P .. 'run:' .. id
 if redis.call('EXISTS', run) == 0 then return nil end
 if fenced(id, ARGV[4]) then return 'fenced' end
-local key = P .. 'cp:' .. id
+local key, list = P .. 'cp:' .. id, P .. 'cpm:' .. id
 redis.call('SET', key, ARGV[3])
+if ARGV[5] == '0' then redis.call('DEL', list) end
+if ARGV[6] ~= '' then redis.call('RPUSH', list, ARGV[6]) end
 expire_with_run(run, key)
+expire_with_run(run, list)
 return 1
 """
 )
@@ -133,8 +175,8 @@ DELETE = (
 local id = ARGV[2]
 local run = P .. 'run:' .. id
 local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
-redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'owner:' .. id,
-           P .. 'cancel:' .. id)
+redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id,
+           P .. 'owner:' .. id, P .. 'cancel:' .. id)
 if not old[1] then return 0 end
 for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
 if old[3] and old[3] ~= '' and redis.call('GET', old[3]) == id then
@@ -199,3 +241,18 @@ if #pending == 0 or pending[1][2] ~= consumer then return 0 end
 redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
 return 1
 """
+
+# A create and then the new run's first append, both or neither.
+# ARGV: prefix, id, record, status, tag, idem, type, ts, step, data
+# -> create's outcome if it is not "ok" (nothing written), else append's (the seq, 1)
+CREATE_APPEND = (
+    _PRELUDE
+    + _CREATE_FUNCTION
+    + _APPEND_FUNCTION
+    + """
+local id = ARGV[2]
+local created = create(id, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+if created ~= 'ok' then return created end
+return append(id, ARGV[7], ARGV[8], ARGV[9], ARGV[10], '')
+"""
+)

@@ -23,12 +23,21 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from app.engine.events import EventType
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.redis_follow import StreamFollower, event_from_entry
-from app.runs.redis_scripts import APPEND, CHECKPOINT, CREATE, DELETE, SAVE
-from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
+from app.runs.redis_scripts import (
+    APPEND,
+    CHECKPOINT,
+    CREATE,
+    CREATE_APPEND,
+    DELETE,
+    SAVE,
+    SAVE_APPEND,
+)
+from app.runs.store import DuplicateRunError, FirstEvent, LeaseLostError, StoreError
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
@@ -57,8 +66,10 @@ class RedisRunStore:
         self.fanout = Fanout()
         self.redis: Redis = Redis.from_url(url, decode_responses=True)
         self._create = self.redis.register_script(CREATE)
+        self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
         self._append = self.redis.register_script(APPEND)
+        self._save_append = self.redis.register_script(SAVE_APPEND)
         self._checkpoint = self.redis.register_script(CHECKPOINT)
         self._delete = self.redis.register_script(DELETE)
         self._follower = StreamFollower(
@@ -66,6 +77,7 @@ class RedisRunStore:
         )
         self._closed = False
         self._fences: dict[str, str] = {}
+        self._deltas = CheckpointDeltas()
 
     # -- fencing ----------------------------------------------------------------------------
 
@@ -76,6 +88,7 @@ class RedisRunStore:
 
     def release(self, run_id: str) -> None:
         self._fences.pop(run_id, None)
+        self._deltas.forget(run_id)
 
     def fence_of(self, run_id: str) -> str:
         """The fencing token this process's writes of the run name ("" for none)."""
@@ -106,14 +119,29 @@ class RedisRunStore:
 
     # -- runs -------------------------------------------------------------------------------
 
-    async def create(self, record: RunRecord) -> None:
-        outcome = await self._create(args=self._record_args(record))
+    async def create(
+        self, record: RunRecord, *, first_event: FirstEvent | None = None
+    ) -> Event | None:
+        args: list[str | int] = [*self._record_args(record)]
+        event: Event | None = None
+        if first_event is None:
+            outcome = await self._create(args=args)
+        else:  # one script: the run and its event 1, or nothing
+            type, step, data = first_event
+            payload = json.dumps(data, separators=(",", ":"))
+            ts = time.time()
+            outcome = await self._create_append(args=[*args, type, repr(ts), step, payload])
+            if outcome not in ("id", "key"):
+                event = Event(
+                    record.id, int(outcome), EventType(type), ts, step, json.loads(payload)
+                )
         if outcome == "id":
             raise DuplicateRunError(record.id)
         if outcome == "key":
             raise DuplicateRunError(record.idempotency_key)
         if record.previous_run_id is not None:  # GET /runs?previous_run_id= reads this index
             await self.redis.zadd(self._follow_ups_key(record.previous_run_id), {record.id: 0})
+        return event
 
     async def save(self, record: RunRecord) -> None:
         ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
@@ -173,15 +201,36 @@ class RedisRunStore:
         return found
 
     async def delete(self, run_id: str) -> None:
+        self._deltas.forget(run_id)
         await self._delete(args=[self.prefix, run_id])
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Event:
+    async def append(
+        self,
+        run_id: str,
+        type: str,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
         payload = json.dumps(data, separators=(",", ":"))
         ts = time.time()
         fence = self._fences.get(run_id, "")
-        seq = await self._append(args=[self.prefix, run_id, type, repr(ts), step, payload, fence])
+        if type in TERMINAL_EVENT_TYPES:
+            self._deltas.forget(run_id)
+        args: list[str | int]
+        if record is None:
+            args = [self.prefix, run_id, type, repr(ts), step, payload, fence]
+            seq = await self._append(args=args)
+        else:  # one script: the save, then the append, or nothing
+            ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
+            outbox = "1" if record.webhook is not None else ""
+            args = [*self._record_args(record), ttl_ms, fence, outbox]
+            seq = await self._save_append(args=[*args, type, repr(ts), step, payload])
+            if seq == "key":
+                raise DuplicateRunError(record.idempotency_key)
         self._fence(run_id, seq)
         if seq is None:
             raise KeyError(run_id)
@@ -202,16 +251,30 @@ class RedisRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        payload = json.dumps({"step": step, "state": state}, separators=(",", ":"))
+        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
+        head = f'{{"step":{int(step)},"state":{write.state}}}'
         fence = self._fences.get(run_id, "")
-        outcome = await self._checkpoint(args=[self.prefix, run_id, payload, fence])
-        self._fence(run_id, outcome)
-        if outcome is None:
-            raise KeyError(run_id)
+        chunk = write.chunk if write.chunk is not None else ""
+        args: list[str | int] = [self.prefix, run_id, head, fence, write.start, chunk]
+        try:
+            outcome = await self._checkpoint(args=args)
+            self._fence(run_id, outcome)
+            if outcome is None:
+                raise KeyError(run_id)
+        except BaseException:  # not written, or not known to be: the next one is whole
+            self._deltas.forget(run_id)
+            raise
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        raw = await self.redis.get(self.prefix + "cp:" + run_id)
-        return json.loads(raw) if raw is not None else None
+        async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
+            pipe.get(self.prefix + "cp:" + run_id)
+            pipe.lrange(self.prefix + "cpm:" + run_id, 0, -1)
+            raw, chunks = await pipe.execute()
+        if raw is None:
+            return None
+        checkpoint: dict[str, Any] = json.loads(raw)
+        assemble(checkpoint["state"], chunks)
+        return checkpoint
 
     # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
 

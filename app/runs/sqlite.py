@@ -28,11 +28,12 @@ from functools import partial
 from typing import Any, TypeVar
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.checkpoints import CheckpointDeltas, assemble, stored_count
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
 from app.runs.sqlite_threads import GroupCommitWriter, ReaderPool
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import DuplicateRunError, FirstEvent, StoreError
 
 T = TypeVar("T")
 
@@ -84,6 +85,7 @@ class SqliteRunStore:
         self.fanout = Fanout()
         self._state = "new"  # new -> open -> closed
         self._next_seq: dict[str, int] = {}  # the writer thread's alone
+        self._deltas = CheckpointDeltas()  # the loop thread's
         self._writer = GroupCommitWriter(
             partial(
                 prepare_writer, path, synchronous=self.synchronous, busy_timeout_s=busy_timeout_s
@@ -129,28 +131,29 @@ class SqliteRunStore:
 
     # -- runs -------------------------------------------------------------------------------
 
-    async def create(self, record: RunRecord) -> None:
+    async def create(
+        self, record: RunRecord, *, first_event: FirstEvent | None = None
+    ) -> Event | None:
         row = _run_row(record)
+        append = self._event_insert(record.id, *first_event) if first_event else None
 
-        def insert(conn: sqlite3.Connection) -> None:
+        def insert(conn: sqlite3.Connection) -> Event | None:
             try:
                 conn.execute(_UPSERT_RUN, row)
             except sqlite3.IntegrityError as exc:
                 primary = exc.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
                 raise DuplicateRunError(record.id if primary else record.idempotency_key) from exc
+            return append(conn) if append is not None else None  # the same transaction
 
-        await self._write(insert)
+        def publish(event: Event | None) -> None:
+            if event is not None:
+                self.fanout.publish(event)
+
+        event: Event | None = await self._write(insert, publish)
+        return event
 
     async def save(self, record: RunRecord) -> None:
-        row = _run_row(record)
-
-        def upsert(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(_UPSERT_RUN + _ON_CONFLICT, row)
-            except sqlite3.IntegrityError as exc:
-                raise DuplicateRunError(record.idempotency_key) from exc
-
-        await self._write(upsert)
+        await self._write(_upsert(record))
 
     async def get(self, run_id: str) -> RunRecord | None:
         rows = await self._read(_query("SELECT record FROM runs WHERE id = ?", (run_id,)))
@@ -193,6 +196,8 @@ class SqliteRunStore:
         return [RunRecord.model_validate_json(row[0]) for row in rows]
 
     async def delete(self, run_id: str) -> None:
+        self._deltas.forget(run_id)
+
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))  # cascades
             self._next_seq.pop(run_id, None)
@@ -201,8 +206,33 @@ class SqliteRunStore:
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append(self, run_id: str, type: EventType, step: int, data: dict[str, Any]) -> Event:
-        payload = json.dumps(data, separators=(",", ":"))  # now: the caller may mutate `data`
+    async def append(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
+        save = _upsert(record) if record is not None else None
+        insert = self._event_insert(run_id, type, step, data)
+        if type in TERMINAL_EVENT_TYPES:
+            self._deltas.forget(run_id)
+
+        def write(conn: sqlite3.Connection) -> Event:
+            if save is not None:  # in the same transaction, before the event
+                save(conn)
+            return insert(conn)
+
+        event: Event = await self._write(write, self.fanout.publish)
+        return event
+
+    def _event_insert(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Callable[[sqlite3.Connection], Event]:
+        """The write that appends an event (its JSON made now: the caller may change `data`)."""
+        payload = json.dumps(data, separators=(",", ":"))
         ts = time.time()
 
         def insert(conn: sqlite3.Connection) -> Event:
@@ -226,8 +256,7 @@ class SqliteRunStore:
                 self._next_seq[run_id] = seq + 1
             return Event(run_id, seq, type, ts, step, json.loads(payload))  # as replayed
 
-        event: Event = await self._write(insert, lambda e: self.fanout.publish(e))
-        return event
+        return insert
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         sql = (
@@ -249,25 +278,53 @@ class SqliteRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        payload = json.dumps(state, separators=(",", ":"))
+        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
 
         def upsert(conn: sqlite3.Connection) -> None:
             try:
                 conn.execute(
                     "INSERT INTO checkpoints (run_id, step, state) VALUES (?, ?, ?) ON CONFLICT"
                     " (run_id) DO UPDATE SET step = excluded.step, state = excluded.state",
-                    (run_id, step, payload),
+                    (run_id, step, write.state),
                 )
             except sqlite3.IntegrityError as exc:
                 _raise_if_no_such_run(exc, run_id)
                 raise
+            if not write.start:  # a full snapshot; a delta follows this process's last write
+                conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = ?", (run_id,))
+            if write.chunk is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO checkpoint_chunks (run_id, start, messages)"
+                    " VALUES (?, ?, ?)",
+                    (run_id, write.start, write.chunk),
+                )
 
-        await self._write(upsert)
+        try:
+            await self._write(upsert)
+        except BaseException:  # not written, or not known to be: the next one is whole
+            self._deltas.forget(run_id)
+            raise
 
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        sql = "SELECT step, state FROM checkpoints WHERE run_id = ?"
-        rows = await self._read(_query(sql, (run_id,)))
-        return {"step": rows[0][0], "state": json.loads(rows[0][1])} if rows else None
+        def query(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            conn.execute("BEGIN")  # the head and its messages from one commit
+            try:
+                sql = "SELECT step, state FROM checkpoints WHERE run_id = ?"
+                found = conn.execute(sql, (run_id,)).fetchone()
+                if found is None:
+                    return None
+                state: dict[str, Any] = json.loads(found[1])
+                count = stored_count(state)
+                chunks: list[str] = []
+                if count is not None:
+                    sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = ? AND start < ?"
+                    rows = conn.execute(sql + " ORDER BY start", (run_id, count)).fetchall()
+                    chunks = [m for (m,) in rows]
+                return {"step": found[0], "state": assemble(state, chunks)}
+            finally:
+                conn.execute("COMMIT")
+
+        return await self._read(query)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -300,6 +357,19 @@ def _raise_if_no_such_run(exc: sqlite3.IntegrityError, run_id: str) -> None:
     """A foreign key failure means the run does not exist: KeyError, as `MemoryRunStore`."""
     if exc.sqlite_errorname == "SQLITE_CONSTRAINT_FOREIGNKEY":
         raise KeyError(run_id) from exc
+
+
+def _upsert(record: RunRecord) -> Callable[[sqlite3.Connection], None]:
+    """`save(record)` as a write (its row built now: the caller may change the record)."""
+    row = _run_row(record)
+
+    def upsert(conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(_UPSERT_RUN + _ON_CONFLICT, row)
+        except sqlite3.IntegrityError as exc:
+            raise DuplicateRunError(record.idempotency_key) from exc
+
+    return upsert
 
 
 def _run_row(record: RunRecord) -> tuple[str | None, ...]:

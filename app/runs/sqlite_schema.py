@@ -52,6 +52,17 @@ MIGRATIONS = (
     CREATE INDEX runs_by_previous ON runs (previous_run_id, id)
         WHERE previous_run_id IS NOT NULL;
     """,
+    # 3: incremental checkpoints (`app.runs.checkpoints`): a checkpoint's messages in chunks
+    # by the index of their first message, its `state` holding their count; older
+    # checkpoints keep theirs in `state`
+    """
+    CREATE TABLE checkpoint_chunks (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        start INTEGER NOT NULL,
+        messages TEXT NOT NULL,
+        PRIMARY KEY (run_id, start)
+    ) WITHOUT ROWID;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")

@@ -19,6 +19,9 @@ from app.engine.errors import FinishlineError
 from app.engine.events import EventType
 from app.runs.records import Event, RunRecord, RunStatus
 
+FirstEvent = tuple[EventType, int, dict[str, Any]]
+"""A new run's first event, stored with it by `RunStore.create`: type, step, data."""
+
 
 class StoreError(FinishlineError):
     """Base of storage errors."""
@@ -45,8 +48,12 @@ class RunStore(Protocol):
     async def ping(self) -> None:
         """Raise if the store cannot serve requests."""
 
-    async def create(self, record: RunRecord) -> None:
-        """Insert a new run; DuplicateRunError if its id or (owner, idempotency_key) exists."""
+    async def create(
+        self, record: RunRecord, *, first_event: FirstEvent | None = None
+    ) -> Event | None:
+        """Insert a new run; DuplicateRunError if its id or (owner, idempotency_key) exists.
+        With `first_event` (type, step, data), append it as the run's event 1 in the same
+        write (both stored, or neither) and return it."""
 
     async def save(self, record: RunRecord) -> None:
         """Replace a run's record."""
@@ -72,8 +79,16 @@ class RunStore(Protocol):
         """Remove a run, its events and its checkpoint."""
 
     async def append(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
-    ) -> Event: ...
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
+        """Append the run's next event. With `record` (the run's), save it too, as `save`
+        does and in the same write, before the event: both are stored, or neither."""
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 

@@ -6,6 +6,7 @@ real redis-server."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from app.runs.backends import open_store
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
 from app.runs.redis_store import RedisRunStore, owner_tag
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
 from tests.fakes.redis_server import RedisServer
 
 BOUND_S = 10
@@ -82,10 +83,11 @@ async def test_a_terminal_run_expires_with_its_events_checkpoint_and_key(
     run = record(key="k")
     await store.create(run)
     await store.append(run.id, "run.queued", 0, {})
-    await store.save_checkpoint(run.id, 1, {"messages": []})
-    keys = [f"finishline:{k}" for k in (f"run:{run.id}", f"ev:{run.id}", f"cp:{run.id}")]
+    await store.save_checkpoint(run.id, 1, {"messages": [{"role": "user", "content": "hi"}]})
+    names = (f"run:{run.id}", f"ev:{run.id}", f"cp:{run.id}", f"cpm:{run.id}")
+    keys = [f"finishline:{k}" for k in names]
     keys.append("finishline:idem:n:k")
-    assert [await store.redis.ttl(k) for k in keys] == [-1, -1, -1, -1]  # kept while active
+    assert [await store.redis.ttl(k) for k in keys] == [-1] * 5  # kept while active
 
     run.status = RunStatus.COMPLETED
     await store.save(run)
@@ -223,3 +225,33 @@ async def test_acknowledged_events_survive_a_redis_crash_with_aof_on(tmp_path: P
             }
         finally:
             await second.close()
+
+
+async def test_an_append_with_a_record_writes_neither_when_fenced_or_the_key_is_taken(
+    store: RedisRunStore,
+) -> None:
+    first, second = record(owner="alice", key="k1"), record(owner="alice", key="k2")
+    await store.create(first)
+    await store.create(second)
+    await store.redis.set(store.prefix + "owner:" + second.id, "token-b")  # another replica's
+    store.hold(second.id, "token-a")
+    second.status = RunStatus.RUNNING
+    with pytest.raises(LeaseLostError):
+        await store.append(second.id, "run.started", 0, {}, record=second)
+
+    store.release(second.id)
+    second.idempotency_key = "k1"  # taken by the first run
+    with pytest.raises(DuplicateRunError):
+        await store.append(second.id, "run.started", 0, {}, record=second)
+    assert await store.read(second.id) == []
+    stored = await store.get(second.id)
+    assert stored is not None
+    assert (stored.status, stored.idempotency_key) == (RunStatus.QUEUED, "k2")
+
+
+async def test_a_checkpoint_stored_whole_by_an_older_version_loads(store: RedisRunStore) -> None:
+    run = record()
+    await store.create(run)
+    old = {"step": 4, "state": {"messages": [{"role": "user", "content": "hi"}], "step": 4}}
+    await store.redis.set(f"finishline:cp:{run.id}", json.dumps(old))  # one string, as before
+    assert await store.load_checkpoint(run.id) == old

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -330,3 +331,52 @@ async def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(path:
         assert await store.list_runs(owner=None, previous_run_id=old.id) == [follow_up]
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+
+
+async def test_an_append_with_a_record_is_one_commit_and_writes_neither_if_the_save_fails(
+    path: str,
+) -> None:
+    first = record(owner="alice", idempotency_key="k1")
+    second = record(owner="alice", idempotency_key="k2")
+    async with opened(path) as store:
+        await store.create(first)
+        await store.create(second)
+        commits = store.commits
+        first.status = RunStatus.RUNNING
+        await store.append(first.id, "run.started", 0, {}, record=first)
+        assert store.commits == commits + 1
+        assert await store.get(first.id) == first
+
+        second.idempotency_key = "k1"  # taken: the save fails, and so does the append
+        with pytest.raises(DuplicateRunError):
+            await store.append(second.id, "run.started", 0, {}, record=second)
+        assert await store.read(second.id) == []
+        stored = await store.get(second.id)
+        assert stored is not None
+        assert stored.idempotency_key == "k2"
+        assert (await store.append(second.id, "thought", 0, {})).seq == 1
+
+
+async def test_a_checkpoint_stored_whole_by_an_older_version_loads_and_is_replaced(
+    path: str,
+) -> None:
+    run = record()
+    old = {"messages": [{"role": "user", "content": "hi"}], "step": 2}
+    async with opened(path) as store:
+        await store.create(run)
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # as schema version 2 did
+        conn.execute(
+            "INSERT INTO checkpoints (run_id, step, state) VALUES (?, ?, ?)",
+            (run.id, 2, json.dumps(old)),
+        )
+    async with opened(path) as store:
+        loaded = await store.load_checkpoint(run.id)
+        assert loaded == {"step": 2, "state": old}
+        assert loaded is not None
+        messages = loaded["state"]["messages"]
+        messages.append({"role": "assistant", "content": "on"})
+        await store.save_checkpoint(run.id, 3, {"messages": list(messages), "step": 3})
+        assert await store.load_checkpoint(run.id) == {
+            "step": 3,
+            "state": {"messages": messages, "step": 3},
+        }

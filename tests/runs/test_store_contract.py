@@ -4,7 +4,7 @@ rely on whichever store a deployment picks."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -297,6 +297,48 @@ async def test_append_numbers_a_runs_events_from_one_without_gaps(store: Store) 
     assert await store.read(run.id) == appended
 
 
+async def test_create_with_a_first_event_stores_the_run_and_its_event_1(store: Store) -> None:
+    run = record()
+    queued = await store.create(run, first_event=("run.queued", 0, {"task": "t"}))
+    assert queued is not None
+    assert (queued.run_id, queued.seq, queued.type, queued.data) == (
+        run.id,
+        1,
+        "run.queued",
+        {"task": "t"},
+    )
+    assert await store.get(run.id) == run
+    assert await store.read(run.id) == [queued]
+    assert (await store.append(run.id, "run.started", 0, {})).seq == 2
+
+
+async def test_a_refused_create_stores_neither_the_run_nor_its_first_event(store: Store) -> None:
+    taken = await created(store, owner="alice", key="k")
+    again = record(owner="alice", key="k")
+    with pytest.raises(DuplicateRunError):
+        await store.create(again, first_event=("run.queued", 0, {}))
+    with pytest.raises(DuplicateRunError):
+        await store.create(taken, first_event=("run.queued", 0, {}))
+    assert await store.get(again.id) is None
+    assert await store.read(again.id) == []
+    assert await store.read(taken.id) == []
+
+
+async def test_append_with_the_record_saves_it_and_appends_the_event(store: Store) -> None:
+    run = await created(store)
+    await store.append(run.id, "run.queued", 0, {})
+    run.status = RunStatus.RUNNING
+    run.started_at = datetime.now(UTC)
+    started = await store.append(run.id, "run.started", 0, {"resumed": True}, record=run)
+    assert started.seq == 2
+    assert await store.get(run.id) == run
+    assert (await store.read(run.id, after=1)) == [started]
+    run.status = RunStatus.COMPLETED  # the caller's later changes are not the store's
+    stored = await store.get(run.id)
+    assert stored is not None
+    assert stored.status == RunStatus.RUNNING
+
+
 async def test_read_returns_the_events_after_a_seq_up_to_a_limit(store: Store) -> None:
     run = await created(store)
     for i in range(10):
@@ -495,6 +537,102 @@ async def test_a_checkpoint_is_a_snapshot_of_the_state_when_saved(store: Store) 
     assert loaded == {"step": 1, "state": {"messages": [{"role": "user", "content": "hi"}]}}
     loaded["state"]["messages"].clear()
     assert await store.load_checkpoint(run.id) != loaded
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def reopenable(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[[], Store]]:
+    """Makes stores on one durable place: each a process that starts afresh (knows nothing
+    of what another wrote)."""
+    made: list[Store] = []
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+
+    def make() -> Store:
+        one = SqliteRunStore(str(tmp_path / "r.db")) if not url else RedisRunStore(url)
+        made.append(one)
+        return one
+
+    try:
+        yield make
+    finally:
+        for one in made:
+            await one.close()
+
+
+def conversation(count: int) -> list[dict[str, object]]:
+    return [{"role": "user", "content": f"message {i}", "n": i} for i in range(count)]
+
+
+async def test_checkpoints_of_a_growing_conversation_read_back_whole_at_every_step(
+    store: Store,
+) -> None:
+    # as the engine does: one live list it appends to, a fresh list per checkpoint
+    run = await created(store)
+    live = conversation(2)
+    for step in range(1, 6):
+        live += conversation(step)
+        state = {"messages": list(live), "step": step, "acting": step % 2 == 0}
+        await store.save_checkpoint(run.id, step, state)
+        assert await store.load_checkpoint(run.id) == {"step": step, "state": state}
+
+
+async def test_a_checkpoint_with_an_earlier_message_replaced_reads_back_the_new_one(
+    store: Store,
+) -> None:
+    run = await created(store)
+    live = conversation(4)
+    await store.save_checkpoint(run.id, 1, {"messages": list(live)})
+    live[1] = {**live[1], "content": "[elided]"}  # trimming replaces, never edits in place
+    live.append({"role": "assistant", "content": "next"})
+    await store.save_checkpoint(run.id, 2, {"messages": list(live)})
+    assert await store.load_checkpoint(run.id) == {"step": 2, "state": {"messages": live}}
+
+
+async def test_a_shorter_conversation_replaces_the_stored_one(store: Store) -> None:
+    run = await created(store)
+    await store.save_checkpoint(run.id, 1, {"messages": conversation(5)})
+    await store.save_checkpoint(run.id, 2, {"messages": conversation(2)})
+    loaded = await store.load_checkpoint(run.id)
+    assert loaded == {"step": 2, "state": {"messages": conversation(2)}}
+
+
+async def test_a_run_deleted_and_made_again_gets_a_whole_checkpoint(store: Store) -> None:
+    run = await created(store)
+    live = conversation(3)
+    await store.save_checkpoint(run.id, 1, {"messages": list(live)})
+    await store.delete(run.id)
+    await store.create(run)  # the same id again, without its checkpoint
+    live.append({"role": "assistant", "content": "after"})
+    await store.save_checkpoint(run.id, 2, {"messages": list(live)})
+    assert await store.load_checkpoint(run.id) == {"step": 2, "state": {"messages": live}}
+
+
+async def test_a_new_process_reads_back_exactly_the_conversation_and_carries_on(
+    reopenable: Callable[[], Store],
+) -> None:
+    first = reopenable()
+    await first.open()
+    run = await created(first)
+    live = conversation(3)
+    for step in range(1, 4):  # a run checkpointing as it goes, then its process dies
+        live.append({"role": "assistant", "content": f"step {step}"})
+        await first.save_checkpoint(run.id, step, {"messages": list(live), "acting": True})
+
+    second = reopenable()  # another process: resumes the run from what is stored
+    await second.open()
+    loaded = await second.load_checkpoint(run.id)
+    assert loaded == {"step": 3, "state": {"messages": live, "acting": True}}
+    assert loaded is not None
+    resumed = loaded["state"]["messages"]
+    resumed.append({"role": "tool", "content": "redone"})
+    await second.save_checkpoint(run.id, 4, {"messages": list(resumed)})
+    resumed.append({"role": "assistant", "content": "step 5"})
+    await second.save_checkpoint(run.id, 5, {"messages": list(resumed)})
+
+    third = reopenable()
+    await third.open()
+    assert await third.load_checkpoint(run.id) == {"step": 5, "state": {"messages": resumed}}
 
 
 async def test_an_events_stored_data_is_fixed_when_appended(store: Store) -> None:

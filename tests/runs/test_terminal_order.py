@@ -23,12 +23,14 @@ class CheckingStore(MemoryRunStore):
         super().__init__()
         self.terminal_appends: list[tuple[str, str, bool]] = []
 
-    async def append(self, run_id: str, type: str, step: int, data: dict[str, Any]) -> Any:
-        if type in TERMINAL_EVENT_TYPES:
-            stored = await self.get(run_id)
+    async def append(
+        self, run_id: str, type: Any, step: int, data: dict[str, Any], *, record: Any = None
+    ) -> Any:
+        if type in TERMINAL_EVENT_TYPES:  # a record given is saved first, in the same write
+            stored = record if record is not None else await self.get(run_id)
             ended = stored is not None and stored.status.terminal
             self.terminal_appends.append((run_id, type, ended))
-        return await super().append(run_id, type, step, data)
+        return await super().append(run_id, type, step, data, record=record)
 
 
 async def test_every_terminal_event_follows_a_terminal_record(
