@@ -20,7 +20,7 @@ from app.engine.asking import ask
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
-from app.engine.history import PreviousRun, follow_up_messages
+from app.engine.history import PreviousRun, opening_messages
 from app.engine.pending import Decision
 from app.engine.policies import (
     LIMIT_INTERVENTIONS,
@@ -177,15 +177,10 @@ class ReactRun:
     async def steps(self) -> AsyncIterator[Step]:
         st = self.state
         if not st.messages:
-            system = self.system_prompt or ""
-            if self.limits.stop_tool:
-                system = f"{system}\n\n{self.prompts.stop_tool_prompt}".strip()
-            if system:
-                st.append({"role": "system", "content": system})
-            if self.previous is not None:
-                for message in follow_up_messages(self.previous, self.prompts):
-                    st.append(message)
-            st.append({"role": "user", "content": self.task})
+            limits, previous = self.limits, self.previous
+            first = opening_messages(self.system_prompt, self.task, self.prompts, limits, previous)
+            for message in first:
+                st.append(message)
         if self.ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
         self.started = self.clock() - st.elapsed_s
@@ -222,10 +217,12 @@ class ReactRun:
                 if ended:
                     return
 
-            async for item in self._guarded(self._turn(redo)):
+            ended = False
+            async for item in self._guarded(self._turn(redo)):  # run out: no finalizer task
                 yield item
-                if isinstance(item, Finished):
-                    return
+                ended = isinstance(item, Finished)
+            if ended:
+                return
             redo = False
             if self.suspended is not None:
                 yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
