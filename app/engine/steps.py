@@ -1,7 +1,12 @@
-"""What a run produces, step by step: one frozen value per fact, one union type.
+"""What a run produces, step by step: one value per fact, one union type.
 
 Each step knows its event type (`type`) and renders its own payload; `Checkpoint` is not an
 event but the state a run could resume from.
+
+The values made every step (events, `Checkpoint`) are immutable by contract but not
+`frozen=True`: a frozen dataclass sets each field through `object.__setattr__`, which made a
+13-field `Observation` cost 1.1 µs to build instead of 0.4 (bench/README.md, "Engine, round
+2"). Nothing may assign to them after construction; the per-run values stay frozen.
 """
 
 from __future__ import annotations
@@ -69,28 +74,28 @@ class _Event:
         return {name: getattr(self, name) for name in names}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepStarted(_Event):
     type: ClassVar[EventType] = EventType.STEP_STARTED
     step: int
     max_steps: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Thought(_Event):
     type: ClassVar[EventType] = EventType.THOUGHT
     step: int
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TokenDelta(_Event):
     type: ClassVar[EventType] = EventType.TOKEN
     step: int
     delta: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LLMCalled(_Event):
     """One model call that returned. `final` marks the degraded final-answer call."""
 
@@ -105,7 +110,7 @@ class LLMCalled(_Event):
     final: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LLMRetry(_Event):
     type: ClassVar[EventType] = EventType.LLM_RETRY
     step: int
@@ -114,7 +119,7 @@ class LLMRetry(_Event):
     delay_s: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Action(_Event):
     """A tool call. `arguments` is the parsed JSON object, or the raw text if it did not parse."""
 
@@ -125,7 +130,7 @@ class Action(_Event):
     arguments: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Observation(_Event):
     """A tool result. `content` is the whole result (what a person sees); `model_content` is
     what the model was shown when that differs (truncated, with the note)."""
@@ -145,7 +150,7 @@ class Observation(_Event):
     model_content: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Intervention(_Event):
     type: ClassVar[EventType] = EventType.INTERVENTION
     step: int
@@ -153,7 +158,7 @@ class Intervention(_Event):
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UserMessage(_Event):
     """A person's message (steering) joined the conversation, right before an LLM call.
     `delivered` is False for one that came after the run's last LLM call (logged, not seen)."""
@@ -164,7 +169,7 @@ class UserMessage(_Event):
     delivered: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ApprovalRequested(_Event):
     """A call of a tool that needs a person's approval: not executed; the run will wait."""
 
@@ -185,7 +190,7 @@ class Suspended:
     pending: tuple[PendingCall, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Checkpoint:
     """The run's resumable state after a step (messages, usage, counters). Not an event."""
 
