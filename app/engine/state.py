@@ -47,20 +47,29 @@ class RunState:
     acting: bool = False
     """True between the model's reply with tool calls (the last message) and their results:
     a run resumed from a checkpoint taken then redoes those calls (`acting.ToolStep`, redo)."""
-    prompt_estimate: int = field(init=False, default=0)
-    """Estimated tokens of `messages`, kept current by `append` and `replace`."""
+    _estimate: int = field(init=False, default=0)
+    _estimated: int = field(init=False, default=0)
+    """How many leading messages `_estimate` counts: the rest are estimated when asked."""
 
-    def __post_init__(self) -> None:
-        self.prompt_estimate = estimate_tokens(self.messages)
+    @property
+    def prompt_estimate(self) -> int:
+        """Estimated tokens of `messages`. Each message is estimated once, when first asked
+        for after it was appended: a run with no context cap and a provider that reports
+        usage never pays for it."""
+        messages = self.messages
+        if self._estimated < len(messages):
+            self._estimate += estimate_tokens(messages[self._estimated :])
+            self._estimated = len(messages)
+        return self._estimate
 
     def append(self, message: Message) -> None:
         self.messages.append(message)
-        self.prompt_estimate += estimate_message(message)
 
     def replace(self, index: int, message: Message) -> None:
         old = self.messages[index]
         self.messages[index] = message
-        self.prompt_estimate += estimate_message(message) - estimate_message(old)
+        if index < self._estimated:
+            self._estimate += estimate_message(message) - estimate_message(old)
 
     def usage(self) -> RunUsage:
         return RunUsage(

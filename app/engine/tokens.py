@@ -14,7 +14,10 @@ MESSAGE_OVERHEAD = 4
 
 
 def estimate_text(text: str | None) -> int:
-    return len(text.encode("utf-8")) // 4 if text else 0
+    if not text:
+        return 0
+    # isascii() is O(1) in CPython: ASCII text is as many UTF-8 bytes as characters
+    return (len(text) if text.isascii() else len(text.encode("utf-8"))) // 4
 
 
 def estimate_message(message: Message) -> int:
