@@ -48,7 +48,7 @@ from app.engine.steps import (
 )
 from app.engine.tokens import estimate_tokens
 from app.engine.toolcalls import CallResult
-from app.engine.trim import trim_context
+from app.engine.trim import trim_notice
 
 log = structlog.get_logger("finishline.engine")
 
@@ -200,10 +200,15 @@ class ReactRun:
     async def _loop(self) -> AsyncIterator[Step]:
         st, limits = self.state, self.limits
         if st.pending:  # resumed after a person decided: settle the waiting calls first
-            async for item in self._guarded(settle_pending(self.run, self.decisions)):
-                yield item
-                if isinstance(item, Finished):
-                    return
+            try:
+                async for item in settle_pending(self.run, self.decisions):
+                    yield item
+                    if isinstance(item, Finished):
+                        return
+            except (CancelRequestedError, DeadlineError, LLMError) as exc:
+                async for item in self._stopped(exc):
+                    yield item
+                return
             yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
         redo = st.acting  # resumed while its last reply's calls were in flight: redo them
         while True:
@@ -218,9 +223,14 @@ class ReactRun:
                     return
 
             ended = False
-            async for item in self._guarded(self._turn(redo)):  # run out: no finalizer task
-                yield item
-                ended = isinstance(item, Finished)
+            try:  # no wrapping generator: one fewer per step
+                async for item in self._turn(redo):  # run out: no finalizer task
+                    yield item
+                    ended = isinstance(item, Finished)
+            except (CancelRequestedError, DeadlineError, LLMError) as exc:
+                async for item in self._stopped(exc):
+                    yield item
+                return
             if ended:
                 return
             redo = False
@@ -280,11 +290,8 @@ class ReactRun:
             text = progress_text(st, limits, self.prompts, self.clock() - self.started)
             yield self._inject(InterventionKind.PROGRESS, text)
         if limits.max_context_tokens is not None:
-            trimmed = trim_context(st, limits.max_context_tokens - self.spec_tokens, self.prompts)
-            if trimmed:
-                notice = self.prompts.context_trim_notice.format(
-                    limit=limits.max_context_tokens, count=trimmed
-                )
+            notice = trim_notice(st, limits.max_context_tokens, self.spec_tokens, self.prompts)
+            if notice is not None:
                 yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
 
     async def _turn(self, redo: bool = False) -> AsyncIterator[Step]:
@@ -331,19 +338,15 @@ class ReactRun:
         elif acting.pending:
             self.suspended = Suspended(st.step, tuple(acting.pending))
 
-    async def _guarded(self, source: AsyncIterator[Step]) -> AsyncIterator[Step]:
-        """`source`'s steps; cancel, the deadline and a failing model, raised by it, end the
-        run here (with a `Finished`)."""
-        try:
-            async for item in source:
-                yield item
-        except CancelRequestedError:
-            yield self._end(StopReason.CANCELLED)
-        except DeadlineError:
+    async def _stopped(self, exc: Exception) -> AsyncIterator[Step]:
+        """The end of a run that cancel, the deadline or a failing model interrupted."""
+        if isinstance(exc, DeadlineError):
             async for step in self._final_answer(StopReason.TIMEOUT):
                 yield step
-        except LLMError as exc:
+        elif isinstance(exc, LLMError):
             yield self._end(StopReason.ERROR, error=RunError(exc.kind, exc.message))
+        else:
+            yield self._end(StopReason.CANCELLED)
 
     # -- endings ------------------------------------------------------------------------
 
