@@ -89,6 +89,8 @@ class RunState:
         return self.prompt_tokens + self.completion_tokens
 
     def to_checkpoint(self, elapsed_s: float) -> dict[str, Any]:
+        # taken twice a step: the empty collections (the usual case) skip their comprehension
+        plan, pending = self.plan.items, self.pending
         return {
             "version": CHECKPOINT_VERSION,
             "messages": list(self.messages),
@@ -99,11 +101,11 @@ class RunState:
             "completion_tokens": self.completion_tokens,
             "nudges_in_row": self.nudges_in_row,
             "elapsed_s": elapsed_s,
-            "call_counts": dict(self.call_counts),
-            "earlier_results": dict(self.earlier_results),
-            "elided": sorted(self.elided),
-            "plan": [{"step": i.step, "status": i.status} for i in self.plan.items],
-            "pending": [call.to_dict() for call in self.pending],
+            "call_counts": self.call_counts.copy(),
+            "earlier_results": self.earlier_results.copy(),
+            "elided": sorted(self.elided) if self.elided else [],
+            "plan": [{"step": i.step, "status": i.status} for i in plan] if plan else [],
+            "pending": [call.to_dict() for call in pending] if pending else [],
             "acting": self.acting,
         }
 
