@@ -51,6 +51,17 @@ def task_finished_spec(prompts: Prompts) -> ToolSpec:
     )
 
 
+_NONE: frozenset[str] = frozenset()
+
+
+def only_finish(calls: tuple[ToolCall, ...]) -> bool:
+    """Whether every call is of task_finished (`all(...)` without a generator: per step)."""
+    for call in calls:  # noqa: SIM110 (a generator per step costs more than this loop)
+        if call.name != TASK_FINISHED:
+            return False
+    return True
+
+
 def assistant_message(reply: Reply) -> Message:
     return {
         "role": "assistant",
@@ -93,9 +104,11 @@ class ToolStep:
     async def _steps(self) -> AsyncIterator[Step]:
         run, st = self.run, self.run.state
         calls = self.reply.tool_calls
-        finishing = run.limits.stop_tool and all(c.name == TASK_FINISHED for c in calls)
+        finishing = run.limits.stop_tool and only_finish(calls)
         prepared: list[PreparedCall] = []
+        counted = 0
         for call in calls:
+            counted += call.name != TASK_FINISHED
             item = self._prepare(call, finishing)
             prepared.append(item)
             self.run.log.info("tool_called", tool=call.name, call_id=call.id)
@@ -106,9 +119,9 @@ class ToolStep:
                 yield ApprovalRequested(st.step, call.id, call.name, item.arguments)
         if self.finished is not None:
             return
-        waiting = {p.call_id for p in self.pending}
+        waiting = {p.call_id for p in self.pending} if self.pending else _NONE
         st.pending = list(self.pending)
-        st.tool_calls += sum(1 for c in calls if c.name != TASK_FINISHED)
+        st.tool_calls += counted
 
         try:
             for index, item in enumerate(prepared):

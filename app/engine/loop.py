@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 
 import structlog
 
-from app.engine.acting import ToolStep, assistant_message, reply_of, task_finished_spec
+from app.engine.acting import ToolStep, assistant_message, only_finish, reply_of, task_finished_spec
 from app.engine.approving import settle_pending
 from app.engine.asking import ask
 from app.engine.context import RunContext
@@ -321,9 +321,7 @@ class ReactRun:
                 return
             st.nudges_in_row = 0
             st.append(assistant_message(reply))
-            finishing = self.limits.stop_tool and all(
-                c.name == TASK_FINISHED for c in reply.tool_calls
-            )
+            finishing = self.limits.stop_tool and only_finish(reply.tool_calls)
             if not finishing:
                 st.acting = True
                 yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
