@@ -18,7 +18,8 @@ from app.engine.tokens import estimate_message, estimate_tokens
 CHECKPOINT_VERSION = 1
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+"""Arguments come from JSON text, so they cannot be circular: no check (~0.1 µs a call)."""
 
 
 def canonical_call(tool: str, arguments: dict[str, Any]) -> str:
