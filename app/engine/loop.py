@@ -199,12 +199,11 @@ class ReactRun:
 
     async def _loop(self) -> AsyncIterator[Step]:
         st, limits = self.state, self.limits
+        item: Step
         if st.pending:  # resumed after a person decided: settle the waiting calls first
             try:
                 async for item in settle_pending(self.run, self.decisions):
                     yield item
-                    if isinstance(item, Finished):
-                        return
             except (CancelRequestedError, DeadlineError, LLMError) as exc:
                 async for item in self._stopped(exc):
                     yield item
@@ -215,11 +214,14 @@ class ReactRun:
             if redo:  # that step again, under its own number, from its calls
                 yield StepStarted(st.step, limits.max_steps)
             else:
-                ended = False
-                async for item in self._begin_step():
+                begun = self._begin_step()
+                if isinstance(begun, StopReason):
+                    async for item in self._final_answer(begun):
+                        yield item
+                    return
+                for item in begun:
                     yield item
-                    ended = isinstance(item, Finished)
-                if ended:
+                if isinstance(begun[-1], Finished):
                     return
 
             ended = False
@@ -247,20 +249,18 @@ class ReactRun:
                 return
             yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
 
-    async def _begin_step(self) -> AsyncIterator[Step]:
-        """The top of a step: the checks that may end the run (then its last item is a
-        `Finished`), then the step's start and the messages injected before its LLM call."""
+    def _begin_step(self) -> list[Step] | StopReason:
+        """The top of a step (a plain call: nothing here awaits): the limit that ends the run
+        with a final answer, or the steps: a `Finished` alone, or the step's start and the
+        messages injected before its LLM call."""
         st, limits = self.state, self.limits
         if self.guard.cancelled:
-            yield self._end(StopReason.CANCELLED)
-            return
+            return [self._end(StopReason.CANCELLED)]
         limit = past_deadline(self.clock(), self.run.deadline) or (
             StopReason.MAX_STEPS if st.step >= limits.max_steps else None
         )
         if limit is not None:
-            async for step in self._final_answer(limit):
-                yield step
-            return
+            return limit
         said = self.inbox() if self.inbox is not None else []
         last = st.messages[-1]
         nudge = (
@@ -270,29 +270,29 @@ class ReactRun:
             and not last.get("tool_calls")
         )
         if nudge and nudges_exhausted(st.nudges_in_row, limits):
-            yield self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
-            return
+            return [self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)]
 
         st.step += 1
         self.ctx.step = st.step
         structlog.contextvars.bind_contextvars(step=st.step)
-        yield StepStarted(st.step, limits.max_steps)
+        steps: list[Step] = [StepStarted(st.step, limits.max_steps)]
         if said:  # a person spoke: that replaces the stop prompt of this step
             st.nudges_in_row = 0
             for content in said:
                 st.append({"role": "user", "content": content})
                 self.log.info("user_message_added", chars=len(content))
-                yield UserMessage(st.step, content)
+                steps.append(UserMessage(st.step, content))
         elif nudge:
             st.nudges_in_row += 1
-            yield self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt)
+            steps.append(self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt))
         if limits.progress and st.step > 1:
             text = progress_text(st, limits, self.prompts, self.clock() - self.started)
-            yield self._inject(InterventionKind.PROGRESS, text)
+            steps.append(self._inject(InterventionKind.PROGRESS, text))
         if limits.max_context_tokens is not None:
             notice = trim_notice(st, limits.max_context_tokens, self.spec_tokens, self.prompts)
             if notice is not None:
-                yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
+                steps.append(self._intervention(InterventionKind.CONTEXT_TRIM, notice))
+        return steps
 
     async def _turn(self, redo: bool = False) -> AsyncIterator[Step]:
         """One LLM call and what follows from it; yields `Finished` when the model finished
