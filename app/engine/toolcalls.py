@@ -105,8 +105,11 @@ def prepare(
     return prepared
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallResult:
+    """What a call gave. Immutable by contract, not frozen: one per tool call (see
+    `app.engine.steps`)."""
+
     text: str
     is_error: bool
     duration_ms: int
