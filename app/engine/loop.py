@@ -188,9 +188,10 @@ class ReactRun:
         checkpointed = (st.step, len(st.messages))
         try:
             async for step in self._loop():
-                if isinstance(step, Checkpoint):
+                kind = type(step)  # one call per item, not two isinstance calls
+                if kind is Checkpoint:
                     checkpointed = (st.step, len(st.messages))
-                elif isinstance(step, Finished) and checkpointed != (st.step, len(st.messages)):
+                elif kind is Finished and checkpointed != (st.step, len(st.messages)):
                     # the final conversation, for a follow-up to start from
                     yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
                 yield step

@@ -22,14 +22,16 @@ def estimate_text(text: str | None) -> int:
 
 def estimate_message(message: Message) -> int:
     tokens = MESSAGE_OVERHEAD + estimate_text(message.get("content"))
-    for call in message.get("tool_calls") or ():
-        function = call["function"]
-        tokens += estimate_text(function["name"]) + estimate_text(function["arguments"])
+    calls = message.get("tool_calls")
+    if calls:
+        for call in calls:
+            function = call["function"]
+            tokens += estimate_text(function["name"]) + estimate_text(function["arguments"])
     return tokens
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    return sum(estimate_message(m) for m in messages)
+    return sum(map(estimate_message, messages))
 
 
 def estimate_reply_tokens(prompt_tokens: int, reply: Reply) -> TokenUsage:
