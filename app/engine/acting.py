@@ -123,6 +123,7 @@ class ToolStep:
         st.pending = list(self.pending)
         st.tool_calls += counted
 
+        runnable: list[int] = []
         try:
             for index, item in enumerate(prepared):
                 if not item.runnable:
@@ -130,15 +131,15 @@ class ToolStep:
                         self.run.log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
-                elif self.redo is not None and item.call.id not in waiting:
+                    continue
+                if item.call.id in waiting:
+                    continue
+                if self.redo is not None:
                     observation = self._redone(index, item, self.redo)
                     if observation is not None:
                         yield observation
-            runnable = [
-                index
-                for index, item in enumerate(prepared)
-                if item.runnable and item.call.id not in waiting and index not in self._shown
-            ]
+                if index not in self._shown:
+                    runnable.append(index)
             try:
                 if len(runnable) == 1:  # the common case: no task needed
                     index = runnable[0]
