@@ -52,12 +52,14 @@ def abandon(task: asyncio.Future[Any]) -> None:
 class _Scope:
     __slots__ = ("_cancelling", "_fired", "_guard", "_task", "deadline")
 
+    _task: asyncio.Task[object]
+    _cancelling: int
+
     def __init__(self, guard: Guard, deadline: float) -> None:
         self._guard = guard
         self.deadline = deadline
         self._fired: type[Exception] | None = None
-        self._task: asyncio.Task[object] | None = None
-        self._cancelling = 0
+        # _task and _cancelling are set on entering: only entered scopes are watched (fire)
 
     async def __aenter__(self) -> _Scope:
         return self.__enter__()
@@ -90,7 +92,7 @@ class _Scope:
         return self
 
     def fire(self, error: type[Exception]) -> None:
-        if self._fired is None and self._task is not None:
+        if self._fired is None:
             self._fired = error
             self._task.cancel()
 
@@ -100,7 +102,6 @@ class _Scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._task is not None
         self._guard._scopes.discard(self)
         if self._fired is not None:
             uncancelled = self._task.uncancel()
