@@ -14,16 +14,18 @@ outcome is unknown, and the model decides what to do.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import functools
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from app.engine.context import RunContext
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
-from app.engine.ports import Message, Reply, ToolCall, ToolSpec
+from app.engine.ports import Message, Reply, Tool, ToolCall, ToolSpec
 from app.engine.prompts import TASK_FINISHED, Prompts
 from app.engine.replycap import restored_call
 from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
+from app.engine.tokens import estimate_tokens
 from app.engine.toolcalls import (
     CallResult,
     PreparedCall,
@@ -36,7 +38,9 @@ from app.engine.toolcalls import (
 from app.engine.truncate import truncate
 
 
+@functools.cache
 def task_finished_spec(prompts: Prompts) -> ToolSpec:
+    """The stop tool's spec in `prompts`' language: made once per prompt set, shared."""
     return ToolSpec(
         name=TASK_FINISHED,
         description=prompts.task_finished_description,
@@ -49,6 +53,28 @@ def task_finished_spec(prompts: Prompts) -> ToolSpec:
             "additionalProperties": False,
         },
     )
+
+
+@functools.cache
+def _finish_spec_tokens(prompts: Prompts) -> int:
+    return _estimate_specs([task_finished_spec(prompts)])
+
+
+def _estimate_specs(specs: Sequence[ToolSpec]) -> int:
+    return estimate_tokens([{"content": str(s.to_openai())} for s in specs])
+
+
+def tool_specs(
+    tools: Sequence[Tool], stop_tool: bool, prompts: Prompts
+) -> tuple[list[ToolSpec], int]:
+    """The specs sent with each LLM call (the tools', then task_finished's when the stop
+    tool is on) and their estimated tokens; task_finished's estimate is made once."""
+    specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
+    tokens = _estimate_specs(specs)
+    if stop_tool:
+        specs.append(task_finished_spec(prompts))
+        tokens += _finish_spec_tokens(prompts)
+    return specs, tokens
 
 
 _NONE: frozenset[str] = frozenset()

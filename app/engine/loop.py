@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 
 import structlog
 
-from app.engine.acting import ToolStep, assistant_message, only_finish, reply_of, task_finished_spec
+from app.engine.acting import ToolStep, assistant_message, only_finish, reply_of, tool_specs
+from app.engine.acting import task_finished_spec as task_finished_spec  # re-exported
 from app.engine.approving import settle_pending
 from app.engine.asking import ask
 from app.engine.context import RunContext
@@ -31,7 +32,7 @@ from app.engine.policies import (
     over_token_budget,
     past_deadline,
 )
-from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext, ToolSpec
+from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
@@ -46,7 +47,6 @@ from app.engine.steps import (
     Suspended,
     UserMessage,
 )
-from app.engine.tokens import estimate_tokens
 from app.engine.toolcalls import CallResult
 from app.engine.trim import trim_notice
 
@@ -147,11 +147,8 @@ class ReactRun:
         self.tools = {t.name: t for t in tools}
         if len(self.tools) != len(tools) or (limits.stop_tool and TASK_FINISHED in self.tools):
             raise ValueError("tool names must be unique and must not shadow task_finished")
-        self.specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
-        if limits.stop_tool:
-            self.specs.append(task_finished_spec(prompts))
+        self.specs, self.spec_tokens = tool_specs(tools, limits.stop_tool, prompts)
         self.available_tools = ", ".join(spec.name for spec in self.specs) or "none"
-        self.spec_tokens = estimate_tokens([{"content": str(s.to_openai())} for s in self.specs])
         self.guard = Guard(cancel, clock)
         self.log = log.bind()  # resolved once per run, with the logging config of the moment
         self.ctx = ToolContext(run_id=run_id, plan=state.plan)
