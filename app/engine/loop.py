@@ -172,80 +172,75 @@ class ReactRun:
     # -- the loop -----------------------------------------------------------------------
 
     async def steps(self) -> AsyncIterator[Step]:
-        st = self.state
+        """The run, in one generator: no wrapper for every item of every step to pass."""
+        st, limits = self.state, self.limits
         if not st.messages:
-            limits, previous = self.limits, self.previous
+            previous = self.previous
             first = opening_messages(self.system_prompt, self.task, self.prompts, limits, previous)
             for message in first:
                 st.append(message)
         if self.ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
         self.started = self.clock() - st.elapsed_s
-        self.run.deadline = self.started + self.limits.max_time_s
-        checkpointed = (st.step, len(st.messages))
+        self.run.deadline = self.started + limits.max_time_s
+        self.checkpointed = (st.step, len(st.messages))
+        item: Step
         try:
-            async for step in self._loop():
-                kind = type(step)  # one call per item, not two isinstance calls
-                if kind is Checkpoint:
-                    checkpointed = (st.step, len(st.messages))
-                elif kind is Finished and checkpointed != (st.step, len(st.messages)):
-                    # the final conversation, for a follow-up to start from
-                    yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
-                yield step
+            if st.pending:  # resumed after a person decided: settle the waiting calls first
+                try:
+                    async for item in settle_pending(self.run, self.decisions):
+                        yield item
+                except (CancelRequestedError, DeadlineError, LLMError) as exc:
+                    async for item in self._stopped(exc):
+                        yield item
+                    return
+                yield self._checkpoint()
+            redo = st.acting  # resumed while its last reply's calls were in flight: redo them
+            while True:
+                if redo:  # that step again, under its own number, from its calls
+                    yield StepStarted(st.step, limits.max_steps)
+                else:
+                    begun = self._begin_step()
+                    if isinstance(begun, StopReason):
+                        async for item in self._final_answer(begun):
+                            yield item
+                        return
+                    for item in begun:
+                        yield item
+                    if isinstance(begun[-1], Finished):
+                        return
+
+                ended = False
+                try:  # no wrapping generator: one fewer per step
+                    async for item in self._turn(redo):  # run out: no finalizer task
+                        yield item
+                        ended = isinstance(item, Finished)
+                except (CancelRequestedError, DeadlineError, LLMError) as exc:
+                    async for item in self._stopped(exc):
+                        yield item
+                    return
+                if ended:
+                    return
+                redo = False
+                if self.suspended is not None:
+                    yield self._checkpoint()
+                    self.log.info("run_suspended", pending=len(self.suspended.pending))
+                    yield self.suspended
+                    return
+
+                budget = over_token_budget(st.total_tokens, limits)
+                if budget is not None:
+                    async for item in self._final_answer(budget):
+                        yield item
+                    return
+                yield self._checkpoint()
         finally:
             self.guard.close()
 
-    async def _loop(self) -> AsyncIterator[Step]:
-        st, limits = self.state, self.limits
-        item: Step
-        if st.pending:  # resumed after a person decided: settle the waiting calls first
-            try:
-                async for item in settle_pending(self.run, self.decisions):
-                    yield item
-            except (CancelRequestedError, DeadlineError, LLMError) as exc:
-                async for item in self._stopped(exc):
-                    yield item
-                return
-            yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
-        redo = st.acting  # resumed while its last reply's calls were in flight: redo them
-        while True:
-            if redo:  # that step again, under its own number, from its calls
-                yield StepStarted(st.step, limits.max_steps)
-            else:
-                begun = self._begin_step()
-                if isinstance(begun, StopReason):
-                    async for item in self._final_answer(begun):
-                        yield item
-                    return
-                for item in begun:
-                    yield item
-                if isinstance(begun[-1], Finished):
-                    return
-
-            ended = False
-            try:  # no wrapping generator: one fewer per step
-                async for item in self._turn(redo):  # run out: no finalizer task
-                    yield item
-                    ended = isinstance(item, Finished)
-            except (CancelRequestedError, DeadlineError, LLMError) as exc:
-                async for item in self._stopped(exc):
-                    yield item
-                return
-            if ended:
-                return
-            redo = False
-            if self.suspended is not None:
-                yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
-                self.log.info("run_suspended", pending=len(self.suspended.pending))
-                yield self.suspended
-                return
-
-            budget = over_token_budget(st.total_tokens, limits)
-            if budget is not None:
-                async for step in self._final_answer(budget):
-                    yield step
-                return
-            yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+    def _checkpoint(self) -> Checkpoint:
+        st = self.state
+        self.checkpointed = (st.step, len(st.messages))
+        return Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
 
     def _begin_step(self) -> list[Step] | StopReason:
         """The top of a step (a plain call: nothing here awaits): the limit that ends the run
@@ -253,7 +248,7 @@ class ReactRun:
         messages injected before its LLM call."""
         st, limits = self.state, self.limits
         if self.guard.cancelled:
-            return [self._end(StopReason.CANCELLED)]
+            return self._end(StopReason.CANCELLED)
         limit = past_deadline(self.clock(), self.run.deadline) or (
             StopReason.MAX_STEPS if st.step >= limits.max_steps else None
         )
@@ -268,7 +263,7 @@ class ReactRun:
             and not last.get("tool_calls")
         )
         if nudge and nudges_exhausted(st.nudges_in_row, limits):
-            return [self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)]
+            return self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
 
         st.step += 1
         self.ctx.step = st.step
@@ -315,14 +310,15 @@ class ReactRun:
             if not reply.tool_calls:
                 st.append({"role": "assistant", "content": reply.content or ""})
                 if not self.limits.stop_tool:
-                    yield self._end(StopReason.ANSWERED, reply.content or "")
+                    for ending in self._end(StopReason.ANSWERED, reply.content or ""):
+                        yield ending
                 return
             st.nudges_in_row = 0
             st.append(assistant_message(reply))
             finishing = self.limits.stop_tool and only_finish(reply.tool_calls)
             if not finishing:
                 st.acting = True
-                yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+                yield self._checkpoint()
         acting = ToolStep(self.run, reply, self.recorded if redo else None)
         try:
             async for item in acting:
@@ -330,7 +326,8 @@ class ReactRun:
         finally:
             st.acting = False
         if acting.finished is not None:
-            yield self._end(StopReason.FINISHED, acting.finished)
+            for ending in self._end(StopReason.FINISHED, acting.finished):
+                yield ending
         elif acting.pending:
             self.suspended = Suspended(st.step, tuple(acting.pending))
 
@@ -339,17 +336,17 @@ class ReactRun:
         if isinstance(exc, DeadlineError):
             async for step in self._final_answer(StopReason.TIMEOUT):
                 yield step
-        elif isinstance(exc, LLMError):
-            yield self._end(StopReason.ERROR, error=RunError(exc.kind, exc.message))
-        else:
-            yield self._end(StopReason.CANCELLED)
-
-    # -- endings ------------------------------------------------------------------------
+        else:  # a failing model ends it with error, a cancel with cancelled
+            error = RunError(exc.kind, exc.message) if isinstance(exc, LLMError) else None
+            reason = StopReason.ERROR if error else StopReason.CANCELLED
+            for ending in self._end(reason, error=error):
+                yield ending
 
     async def _final_answer(self, reason: StopReason) -> AsyncIterator[Step]:
         """Graceful degradation at a limit: one more call, without tools, for a best answer."""
         if not self.limits.final_answer_on_limit:
-            yield self._end(reason)
+            for ending in self._end(reason):
+                yield ending
             return
         prompt = self.prompts.limit_prompt.format(reason=reason.value)
         yield self._inject(LIMIT_INTERVENTIONS[reason], prompt)
@@ -362,7 +359,8 @@ class ReactRun:
                 else:
                     yield item
         except CancelRequestedError:
-            yield self._end(StopReason.CANCELLED)
+            for ending in self._end(StopReason.CANCELLED):
+                yield ending
             return
         except (DeadlineError, LLMError) as exc:
             self.log.warning(
@@ -371,7 +369,8 @@ class ReactRun:
         answer = reply.content if reply is not None and reply.content else None
         if answer is not None:
             self.state.append({"role": "assistant", "content": answer})
-        yield self._end(reason, answer, degraded=answer is not None)
+        for ending in self._end(reason, answer, degraded=answer is not None):
+            yield ending
 
     def _end(
         self,
@@ -380,12 +379,17 @@ class ReactRun:
         *,
         degraded: bool = False,
         error: RunError | None = None,
-    ) -> Finished:
-        usage = self.state.usage()
+    ) -> list[Step]:
+        """The run's last steps: its final conversation, for a follow-up to start from (when
+        not checkpointed as it is already), then the one `Finished`."""
+        st = self.state
+        usage = st.usage()
         self.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
-        return Finished(self.state.step, reason, answer, degraded, usage, error)
-
-    # -- injected messages --------------------------------------------------------------
+        last: list[Step] = []
+        if self.checkpointed != (st.step, len(st.messages)):
+            last.append(self._checkpoint())
+        last.append(Finished(st.step, reason, answer, degraded, usage, error))
+        return last
 
     def _inject(self, kind: InterventionKind, text: str) -> Intervention:
         self.state.append({"role": "user", "content": text})
