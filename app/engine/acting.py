@@ -286,17 +286,17 @@ class ToolStep:
             truncated=shown.truncated,
             repeated=item.repeated,
         )
-        return Observation(
-            step=run.state.step,
-            call_id=item.call.id,
-            tool=item.call.name,
-            content=result.text,
-            is_error=result.is_error,
-            truncated=shown.truncated,
-            original_chars=shown.original_chars,
-            shown_chars=shown.shown_chars,
-            duration_ms=result.duration_ms,
-            repeated=item.repeated,
-            timed_out=result.timed_out,
-            model_content=shown.text if shown.truncated else None,
+        return Observation(  # positional, in field order: 12 keywords cost 0.35 us to match
+            run.state.step,
+            item.call.id,
+            item.call.name,
+            result.text,  # content
+            result.is_error,
+            shown.truncated,
+            shown.original_chars,
+            shown.shown_chars,
+            result.duration_ms,
+            item.repeated,
+            result.timed_out,
+            shown.text if shown.truncated else None,  # model_content
         )
