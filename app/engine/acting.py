@@ -38,7 +38,7 @@ from app.engine.toolcalls import (
 from app.engine.truncate import truncate
 
 
-@functools.cache
+@functools.lru_cache(maxsize=32)  # prompt sets are made at start-up: a handful
 def task_finished_spec(prompts: Prompts) -> ToolSpec:
     """The stop tool's spec in `prompts`' language: made once per prompt set, shared."""
     return ToolSpec(
@@ -55,7 +55,7 @@ def task_finished_spec(prompts: Prompts) -> ToolSpec:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=32)  # prompt sets are made at start-up: a handful
 def _finish_spec_tokens(prompts: Prompts) -> int:
     return _estimate_specs([task_finished_spec(prompts)])
 
