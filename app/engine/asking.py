@@ -87,13 +87,13 @@ def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCa
         usage = estimate_reply_tokens(st.prompt_estimate + run.spec_tokens, reply)
     st.llm_calls += 1
     st.add_tokens(usage)
-    return LLMCalled(
-        step=st.step,
-        model=run.model.name,
-        duration_ms=int((time.perf_counter() - started) * 1000),
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        estimated=usage.estimated,
-        tool_calls=len(reply.tool_calls),
-        final=final,
+    return LLMCalled(  # positional, in field order: keywords cost more to match
+        st.step,
+        run.model.name,
+        int((time.perf_counter() - started) * 1000),  # duration_ms
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.estimated,
+        len(reply.tool_calls),
+        final,
     )

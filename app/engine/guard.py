@@ -52,12 +52,14 @@ def abandon(task: asyncio.Future[Any]) -> None:
 class _Scope:
     __slots__ = ("_cancelling", "_fired", "_guard", "_task", "deadline")
 
+    _task: asyncio.Task[object]
+    _cancelling: int
+
     def __init__(self, guard: Guard, deadline: float) -> None:
         self._guard = guard
         self.deadline = deadline
         self._fired: type[Exception] | None = None
-        self._task: asyncio.Task[object] | None = None
-        self._cancelling = 0
+        # _task and _cancelling are set on entering: only entered scopes are watched (fire)
 
     async def __aenter__(self) -> _Scope:
         return self.__enter__()
@@ -72,19 +74,25 @@ class _Scope:
 
     def __enter__(self) -> _Scope:
         guard = self._guard
-        if guard.cancelled:
+        if guard._cancel.is_set():
             raise CancelRequestedError
-        if self.deadline <= guard.clock():
+        deadline = self.deadline
+        if deadline <= guard.clock():
             raise DeadlineError
         task = asyncio.current_task()
         assert task is not None
         self._task = task
         self._cancelling = task.cancelling()
-        guard.watch(self)
+        # Guard.watch, inlined: this runs twice a step
+        guard._scopes.add(self)
+        if guard._waiter is None:
+            guard.start_waiter()
+        if guard._timer is None or guard._armed_for > deadline:
+            guard._arm(deadline)
         return self
 
     def fire(self, error: type[Exception]) -> None:
-        if self._fired is None and self._task is not None:
+        if self._fired is None:
             self._fired = error
             self._task.cancel()
 
@@ -94,8 +102,7 @@ class _Scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._task is not None
-        self._guard.unwatch(self)
+        self._guard._scopes.discard(self)
         if self._fired is not None:
             uncancelled = self._task.uncancel()
             if uncancelled <= self._cancelling and exc_type is asyncio.CancelledError:
@@ -122,16 +129,11 @@ class Guard:
         the plain `with` saves two coroutines per guarded await."""
         return _Scope(self, deadline)
 
-    def watch(self, scope: _Scope) -> None:
-        self._scopes.add(scope)
-        if self._waiter is None:
-            waiter: asyncio.Task[bool] = asyncio.ensure_future(self._cancel.wait())
-            waiter.add_done_callback(self._on_cancel)
-            self._waiter = waiter
-        self._arm(scope.deadline)
-
-    def unwatch(self, scope: _Scope) -> None:
-        self._scopes.discard(scope)
+    def start_waiter(self) -> None:
+        """Watch the cancel event, from the first scope on (a scope enters `_scopes`)."""
+        waiter: asyncio.Task[bool] = asyncio.ensure_future(self._cancel.wait())
+        waiter.add_done_callback(self._on_cancel)
+        self._waiter = waiter
 
     def _arm(self, deadline: float) -> None:
         """Make sure the one timer fires no later than `deadline`. It is re-armed only when a

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.engine.policies import Limits
 from app.engine.ports import Message
 from app.engine.prompts import Prompts
 
@@ -73,3 +74,24 @@ def _last_assistant_text(messages: Sequence[Message]) -> str | None:
         if message.get("role") == "assistant" and message.get("content"):
             return str(message["content"])
     return None
+
+
+def opening_messages(
+    system_prompt: str | None,
+    task: str,
+    prompts: Prompts,
+    limits: Limits,
+    previous: PreviousRun | None,
+) -> list[Message]:
+    """A fresh run's first messages: the system prompt (with the stop-tool prompt when the
+    stop tool is on), a follow-up's inherited conversation, then the task."""
+    messages: list[Message] = []
+    system = system_prompt or ""
+    if limits.stop_tool:
+        system = f"{system}\n\n{prompts.stop_tool_prompt}".strip()
+    if system:
+        messages.append({"role": "system", "content": system})
+    if previous is not None:
+        messages.extend(follow_up_messages(previous, prompts))
+    messages.append({"role": "user", "content": task})
+    return messages

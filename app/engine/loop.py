@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 
 import structlog
 
-from app.engine.acting import ToolStep, assistant_message, reply_of, task_finished_spec
+from app.engine.acting import ToolStep, assistant_message, only_finish, reply_of, tool_specs
+from app.engine.acting import task_finished_spec as task_finished_spec  # re-exported
 from app.engine.approving import settle_pending
 from app.engine.asking import ask
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
-from app.engine.history import PreviousRun, follow_up_messages
+from app.engine.history import PreviousRun, opening_messages
 from app.engine.pending import Decision
 from app.engine.policies import (
     LIMIT_INTERVENTIONS,
@@ -31,7 +32,7 @@ from app.engine.policies import (
     over_token_budget,
     past_deadline,
 )
-from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext, ToolSpec
+from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
@@ -46,9 +47,8 @@ from app.engine.steps import (
     Suspended,
     UserMessage,
 )
-from app.engine.tokens import estimate_tokens
 from app.engine.toolcalls import CallResult
-from app.engine.trim import trim_context
+from app.engine.trim import trim_notice
 
 log = structlog.get_logger("finishline.engine")
 
@@ -147,11 +147,8 @@ class ReactRun:
         self.tools = {t.name: t for t in tools}
         if len(self.tools) != len(tools) or (limits.stop_tool and TASK_FINISHED in self.tools):
             raise ValueError("tool names must be unique and must not shadow task_finished")
-        self.specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
-        if limits.stop_tool:
-            self.specs.append(task_finished_spec(prompts))
+        self.specs, self.spec_tokens = tool_specs(tools, limits.stop_tool, prompts)
         self.available_tools = ", ".join(spec.name for spec in self.specs) or "none"
-        self.spec_tokens = estimate_tokens([{"content": str(s.to_openai())} for s in self.specs])
         self.guard = Guard(cancel, clock)
         self.log = log.bind()  # resolved once per run, with the logging config of the moment
         self.ctx = ToolContext(run_id=run_id, plan=state.plan)
@@ -175,85 +172,88 @@ class ReactRun:
     # -- the loop -----------------------------------------------------------------------
 
     async def steps(self) -> AsyncIterator[Step]:
-        st = self.state
+        """The run, in one generator: no wrapper for every item of every step to pass."""
+        st, limits = self.state, self.limits
         if not st.messages:
-            system = self.system_prompt or ""
-            if self.limits.stop_tool:
-                system = f"{system}\n\n{self.prompts.stop_tool_prompt}".strip()
-            if system:
-                st.append({"role": "system", "content": system})
-            if self.previous is not None:
-                for message in follow_up_messages(self.previous, self.prompts):
-                    st.append(message)
-            st.append({"role": "user", "content": self.task})
+            previous = self.previous
+            first = opening_messages(self.system_prompt, self.task, self.prompts, limits, previous)
+            for message in first:
+                st.append(message)
         if self.ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
         self.started = self.clock() - st.elapsed_s
-        self.run.deadline = self.started + self.limits.max_time_s
-        checkpointed = (st.step, len(st.messages))
+        self.run.deadline = self.started + limits.max_time_s
+        self.checkpointed = (st.step, len(st.messages))
+        item: Step
         try:
-            async for step in self._loop():
-                if isinstance(step, Checkpoint):
-                    checkpointed = (st.step, len(st.messages))
-                elif isinstance(step, Finished) and checkpointed != (st.step, len(st.messages)):
-                    # the final conversation, for a follow-up to start from
-                    yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
-                yield step
+            if st.pending:  # resumed after a person decided: settle the waiting calls first
+                try:
+                    async for item in settle_pending(self.run, self.decisions):
+                        yield item
+                except (CancelRequestedError, DeadlineError, LLMError) as exc:
+                    async for item in self._stopped(exc):
+                        yield item
+                    return
+                yield self._checkpoint()
+            redo = st.acting  # resumed while its last reply's calls were in flight: redo them
+            while True:
+                if redo:  # that step again, under its own number, from its calls
+                    yield StepStarted(st.step, limits.max_steps)
+                else:
+                    begun = self._begin_step()
+                    if isinstance(begun, StopReason):
+                        async for item in self._final_answer(begun):
+                            yield item
+                        return
+                    for item in begun:
+                        yield item
+                    if isinstance(begun[-1], Finished):
+                        return
+
+                ended = False
+                try:  # no wrapping generator: one fewer per step
+                    async for item in self._turn(redo):  # run out: no finalizer task
+                        yield item
+                        ended = isinstance(item, Finished)
+                except (CancelRequestedError, DeadlineError, LLMError) as exc:
+                    async for item in self._stopped(exc):
+                        yield item
+                    return
+                if ended:
+                    return
+                redo = False
+                if self.suspended is not None:
+                    yield self._checkpoint()
+                    self.log.info("run_suspended", pending=len(self.suspended.pending))
+                    yield self.suspended
+                    return
+
+                budget = over_token_budget(st.total_tokens, limits)
+                if budget is not None:
+                    async for item in self._final_answer(budget):
+                        yield item
+                    return
+                yield self._checkpoint()
         finally:
             self.guard.close()
 
-    async def _loop(self) -> AsyncIterator[Step]:
-        st, limits = self.state, self.limits
-        if st.pending:  # resumed after a person decided: settle the waiting calls first
-            async for item in self._guarded(settle_pending(self.run, self.decisions)):
-                yield item
-                if isinstance(item, Finished):
-                    return
-            yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
-        redo = st.acting  # resumed while its last reply's calls were in flight: redo them
-        while True:
-            if redo:  # that step again, under its own number, from its calls
-                yield StepStarted(st.step, limits.max_steps)
-            else:
-                ended = False
-                async for item in self._begin_step():
-                    yield item
-                    ended = isinstance(item, Finished)
-                if ended:
-                    return
+    def _checkpoint(self) -> Checkpoint:
+        st = self.state
+        self.checkpointed = (st.step, len(st.messages))
+        return Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
 
-            async for item in self._guarded(self._turn(redo)):
-                yield item
-                if isinstance(item, Finished):
-                    return
-            redo = False
-            if self.suspended is not None:
-                yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
-                self.log.info("run_suspended", pending=len(self.suspended.pending))
-                yield self.suspended
-                return
-
-            budget = over_token_budget(st.total_tokens, limits)
-            if budget is not None:
-                async for step in self._final_answer(budget):
-                    yield step
-                return
-            yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
-
-    async def _begin_step(self) -> AsyncIterator[Step]:
-        """The top of a step: the checks that may end the run (then its last item is a
-        `Finished`), then the step's start and the messages injected before its LLM call."""
+    def _begin_step(self) -> list[Step] | StopReason:
+        """The top of a step (a plain call: nothing here awaits): the limit that ends the run
+        with a final answer, or the steps: a `Finished` alone, or the step's start and the
+        messages injected before its LLM call."""
         st, limits = self.state, self.limits
         if self.guard.cancelled:
-            yield self._end(StopReason.CANCELLED)
-            return
+            return self._end(StopReason.CANCELLED)
         limit = past_deadline(self.clock(), self.run.deadline) or (
             StopReason.MAX_STEPS if st.step >= limits.max_steps else None
         )
         if limit is not None:
-            async for step in self._final_answer(limit):
-                yield step
-            return
+            return limit
         said = self.inbox() if self.inbox is not None else []
         last = st.messages[-1]
         nudge = (
@@ -263,32 +263,29 @@ class ReactRun:
             and not last.get("tool_calls")
         )
         if nudge and nudges_exhausted(st.nudges_in_row, limits):
-            yield self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
-            return
+            return self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
 
         st.step += 1
         self.ctx.step = st.step
         structlog.contextvars.bind_contextvars(step=st.step)
-        yield StepStarted(st.step, limits.max_steps)
+        steps: list[Step] = [StepStarted(st.step, limits.max_steps)]
         if said:  # a person spoke: that replaces the stop prompt of this step
             st.nudges_in_row = 0
             for content in said:
                 st.append({"role": "user", "content": content})
                 self.log.info("user_message_added", chars=len(content))
-                yield UserMessage(st.step, content)
+                steps.append(UserMessage(st.step, content))
         elif nudge:
             st.nudges_in_row += 1
-            yield self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt)
+            steps.append(self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt))
         if limits.progress and st.step > 1:
             text = progress_text(st, limits, self.prompts, self.clock() - self.started)
-            yield self._inject(InterventionKind.PROGRESS, text)
+            steps.append(self._inject(InterventionKind.PROGRESS, text))
         if limits.max_context_tokens is not None:
-            trimmed = trim_context(st, limits.max_context_tokens - self.spec_tokens, self.prompts)
-            if trimmed:
-                notice = self.prompts.context_trim_notice.format(
-                    limit=limits.max_context_tokens, count=trimmed
-                )
-                yield self._intervention(InterventionKind.CONTEXT_TRIM, notice)
+            notice = trim_notice(st, limits.max_context_tokens, self.spec_tokens, self.prompts)
+            if notice is not None:
+                steps.append(self._intervention(InterventionKind.CONTEXT_TRIM, notice))
+        return steps
 
     async def _turn(self, redo: bool = False) -> AsyncIterator[Step]:
         """One LLM call and what follows from it; yields `Finished` when the model finished
@@ -313,16 +310,15 @@ class ReactRun:
             if not reply.tool_calls:
                 st.append({"role": "assistant", "content": reply.content or ""})
                 if not self.limits.stop_tool:
-                    yield self._end(StopReason.ANSWERED, reply.content or "")
+                    for ending in self._end(StopReason.ANSWERED, reply.content or ""):
+                        yield ending
                 return
             st.nudges_in_row = 0
             st.append(assistant_message(reply))
-            finishing = self.limits.stop_tool and all(
-                c.name == TASK_FINISHED for c in reply.tool_calls
-            )
+            finishing = self.limits.stop_tool and only_finish(reply.tool_calls)
             if not finishing:
                 st.acting = True
-                yield Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+                yield self._checkpoint()
         acting = ToolStep(self.run, reply, self.recorded if redo else None)
         try:
             async for item in acting:
@@ -330,30 +326,27 @@ class ReactRun:
         finally:
             st.acting = False
         if acting.finished is not None:
-            yield self._end(StopReason.FINISHED, acting.finished)
+            for ending in self._end(StopReason.FINISHED, acting.finished):
+                yield ending
         elif acting.pending:
             self.suspended = Suspended(st.step, tuple(acting.pending))
 
-    async def _guarded(self, source: AsyncIterator[Step]) -> AsyncIterator[Step]:
-        """`source`'s steps; cancel, the deadline and a failing model, raised by it, end the
-        run here (with a `Finished`)."""
-        try:
-            async for item in source:
-                yield item
-        except CancelRequestedError:
-            yield self._end(StopReason.CANCELLED)
-        except DeadlineError:
+    async def _stopped(self, exc: Exception) -> AsyncIterator[Step]:
+        """The end of a run that cancel, the deadline or a failing model interrupted."""
+        if isinstance(exc, DeadlineError):
             async for step in self._final_answer(StopReason.TIMEOUT):
                 yield step
-        except LLMError as exc:
-            yield self._end(StopReason.ERROR, error=RunError(exc.kind, exc.message))
-
-    # -- endings ------------------------------------------------------------------------
+        else:  # a failing model ends it with error, a cancel with cancelled
+            error = RunError(exc.kind, exc.message) if isinstance(exc, LLMError) else None
+            reason = StopReason.ERROR if error else StopReason.CANCELLED
+            for ending in self._end(reason, error=error):
+                yield ending
 
     async def _final_answer(self, reason: StopReason) -> AsyncIterator[Step]:
         """Graceful degradation at a limit: one more call, without tools, for a best answer."""
         if not self.limits.final_answer_on_limit:
-            yield self._end(reason)
+            for ending in self._end(reason):
+                yield ending
             return
         prompt = self.prompts.limit_prompt.format(reason=reason.value)
         yield self._inject(LIMIT_INTERVENTIONS[reason], prompt)
@@ -366,7 +359,8 @@ class ReactRun:
                 else:
                     yield item
         except CancelRequestedError:
-            yield self._end(StopReason.CANCELLED)
+            for ending in self._end(StopReason.CANCELLED):
+                yield ending
             return
         except (DeadlineError, LLMError) as exc:
             self.log.warning(
@@ -375,7 +369,8 @@ class ReactRun:
         answer = reply.content if reply is not None and reply.content else None
         if answer is not None:
             self.state.append({"role": "assistant", "content": answer})
-        yield self._end(reason, answer, degraded=answer is not None)
+        for ending in self._end(reason, answer, degraded=answer is not None):
+            yield ending
 
     def _end(
         self,
@@ -384,12 +379,17 @@ class ReactRun:
         *,
         degraded: bool = False,
         error: RunError | None = None,
-    ) -> Finished:
-        usage = self.state.usage()
+    ) -> list[Step]:
+        """The run's last steps: its final conversation, for a follow-up to start from (when
+        not checkpointed as it is already), then the one `Finished`."""
+        st = self.state
+        usage = st.usage()
         self.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
-        return Finished(self.state.step, reason, answer, degraded, usage, error)
-
-    # -- injected messages --------------------------------------------------------------
+        last: list[Step] = []
+        if self.checkpointed != (st.step, len(st.messages)):
+            last.append(self._checkpoint())
+        last.append(Finished(st.step, reason, answer, degraded, usage, error))
+        return last
 
     def _inject(self, kind: InterventionKind, text: str) -> Intervention:
         self.state.append({"role": "user", "content": text})

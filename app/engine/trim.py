@@ -29,3 +29,12 @@ def trim_context(state: RunState, budget: int, prompts: Prompts) -> int:
         state.elided.add(index)
         count += 1
     return count
+
+
+def trim_notice(state: RunState, limit: int, spec_tokens: int, prompts: Prompts) -> str | None:
+    """Fit the prompt under `limit` tokens (the tool specs take `spec_tokens` of it): the
+    notice for the model when tool results were elided, else None."""
+    trimmed = trim_context(state, limit - spec_tokens, prompts)
+    if not trimmed:
+        return None
+    return prompts.context_trim_notice.format(limit=limit, count=trimmed)

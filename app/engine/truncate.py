@@ -53,9 +53,10 @@ _BOUNDARIES: tuple[tuple[re.Pattern[str], bool], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Truncation:
-    """A result as the model sees it, and what was kept of it."""
+    """A result as the model sees it, and what was kept of it. Immutable by contract, not
+    frozen: one is made per tool result (see `app.engine.steps`)."""
 
     text: str
     """What the model sees: `kept` and the note when truncated, else the whole result."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import anyio
 import pytest
@@ -11,6 +12,7 @@ from app.engine.loop import run_react
 from app.engine.policies import InterventionKind, Limits, StopReason
 from app.engine.ports import ToolContext
 from app.engine.steps import Action, Intervention, Observation
+from app.engine.toolcalls import parse_arguments
 from app.llm.scripted import ScriptedModel
 from tests.engine.kit import FnTool, call, collect, echo_tool, ending, finish, of_type, says
 
@@ -62,6 +64,18 @@ async def test_bad_json_arguments_are_shown_to_the_model_and_the_run_goes_on() -
     (observation,) = of_type(steps, Observation)
     assert observation.is_error
     assert "not a valid JSON object" in observation.content
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['{"text": "a"} x', '{"text": "a"}\n\t {}', "nul", '{"text":', "\ufeff{}", '{"a": 1,}', "1 2"],
+)
+def test_bad_json_errors_name_the_problem_and_position_as_json_loads_does(raw: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(raw.strip())
+    arguments, shown, error = parse_arguments(raw)
+    assert (arguments, shown) == (None, raw)
+    assert error == f"{expected.value.msg} at position {expected.value.pos}"
 
 
 async def test_non_object_json_arguments_are_refused() -> None:
