@@ -310,9 +310,9 @@ def main() -> None:
         f"worker after a warm-up, log level INFO; {rounds} round(s) over every server, each "
         "server first in turn; medians over the rounds, each ratio against the floor of its "
         f"own round. The machine has {info['cores']} cores, shared by the server, "
-        "redis-server and the clients, and, while these figures were taken, by other jobs: "
-        "they are noisy (runs/s moves by ±30% between rounds, see min–max); no number of "
-        "workers can use more cores than the machine has."
+        "redis-server and the clients (and by anything else running: see min–max for how "
+        "much runs/s moved between rounds); no number of workers can use more cores than "
+        "the machine has."
     )
     markdown = report(rows, info, note)
     name = "workers-quick" if args.quick else "workers"
