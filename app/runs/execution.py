@@ -172,6 +172,7 @@ class ExecutingRuns:
                         error=RunError("internal", f"internal error: {type(exc).__name__}"),
                     )
         finally:
+            self.recorder.forget(record.id)  # a run given up (lease lost) left some queued
             if self.coordinator is not None:
                 self.coordinator.release(record.id)
             self._running.discard(record.id)

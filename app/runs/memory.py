@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.checkpoints import CheckpointDeltas, assemble
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.store import DuplicateRunError, FirstEvent, StoreError
+from app.runs.store import DuplicateRunError, FirstEvent, StoreError, settled
 
 
 class MemoryRunStore:
@@ -107,6 +107,11 @@ class MemoryRunStore:
             self._deltas.forget(run_id)
         self.fanout.publish(event)
         return event
+
+    async def append_soon(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Awaitable[Event]:
+        return settled(await self.append(run_id, type, step, data))
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         return self._events.get(run_id, [])[after : after + limit]

@@ -1,16 +1,30 @@
 """Writing a run down as it goes: each engine step becomes an event in the run's log (or its
-checkpoint), and the run's end makes the record terminal before its terminal event."""
+checkpoint), and the run's end makes the record terminal with its terminal event.
+
+Events are queued to the store (`append_soon`) and the run goes on while they are made
+durable, many in one commit; a subscriber sees each only once it is durable. The run waits
+for everything it queued (and fails if a write failed) where it matters: before a tool call
+can run (at its `action`), at a checkpoint, before it waits for a person, at its end, and
+when `MAX_UNSETTLED` writes are in flight."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
 from app.engine.events import EventType
 from app.engine.policies import StopReason
-from app.engine.steps import Checkpoint, Finished, Observation, RunError, Step, Suspended
+from app.engine.steps import (
+    Action,
+    Checkpoint,
+    Finished,
+    Observation,
+    RunError,
+    Step,
+    Suspended,
+)
 from app.runs.metrics import RunMetrics
 from app.runs.records import (
     TERMINAL_EVENTS,
@@ -25,6 +39,10 @@ from app.runs.records import (
 from app.runs.store import RunStore
 
 log = structlog.get_logger("finishline.runs")
+
+MAX_UNSETTLED = 256
+"""Queued appends of one run at most before it waits for them (a model streaming tokens
+faster than the disk takes them slows down instead of queueing without bound)."""
 
 
 class RunRecorder:
@@ -47,6 +65,19 @@ class RunRecorder:
         self.max_event_content_chars = max_event_content_chars
         self.on_ended = on_ended
         self.max_answer_chars = max_answer_chars
+        self._unsettled: dict[str, list[Awaitable[Any]]] = {}
+        """Per run, the appends queued and not yet known stored (see the module's doc)."""
+
+    async def settle(self, run_id: str) -> None:
+        """Wait until every append queued for the run is stored; raise the first error."""
+        queued = self._unsettled.pop(run_id, None)
+        if queued is not None:
+            for outcome in queued:
+                await outcome
+
+    def forget(self, run_id: str) -> None:
+        """The run is no longer this process's (ended, or taken over): drop what it queued."""
+        self._unsettled.pop(run_id, None)
 
     async def record(self, record: RunRecord, step: Step) -> None:
         """Store one step of the engine: an event, the checkpoint, or the run's end."""
@@ -62,9 +93,11 @@ class RunRecorder:
                 completion_tokens=state["completion_tokens"],
                 total_tokens=state["prompt_tokens"] + state["completion_tokens"],
             )
-            await self.store.save_checkpoint(record.id, step.step, state)
+            await self.store.save_checkpoint(record.id, step.step, state)  # after the queued
+            await self.settle(record.id)
             return
         if isinstance(step, Suspended):  # the manager's (app.runs.approvals); not an event
+            await self.settle(record.id)
             return
         if isinstance(step, Finished):
             usage = step.usage.to_dict()
@@ -78,7 +111,10 @@ class RunRecorder:
                 data["content_capped"] = True
         elif step.type == EventType.LLM_CALL:
             self.metrics.llm_call(data["duration_ms"])
-        await self.store.append(record.id, step.type, step.step, data)
+        queued = self._unsettled.setdefault(record.id, [])
+        queued.append(await self.store.append_soon(record.id, step.type, step.step, data))
+        if isinstance(step, Action) or len(queued) >= MAX_UNSETTLED:
+            await self.settle(record.id)  # an action is stored before its call can run
 
     async def end(
         self,
@@ -89,10 +125,11 @@ class RunRecorder:
         usage: dict[str, int] | None = None,
         error: RunError | None = None,
     ) -> None:
-        """Make the record terminal, then append the terminal event; then `on_ended`."""
+        """Store the record terminal and the terminal event in one write, after everything
+        queued before; then `on_ended`."""
+        await self.settle(record.id)  # raises a failed write's error: the caller fails the run
         terminal = self.ending(record, reason, answer, degraded, usage, error)
-        await self.store.save(record)
-        await self.store.append(record.id, *terminal)
+        await self.store.append(record.id, *terminal, record=record)
         self.ended(record)
 
     def ending(

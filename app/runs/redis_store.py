@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -37,7 +37,13 @@ from app.runs.redis_scripts import (
     SAVE,
     SAVE_APPEND,
 )
-from app.runs.store import DuplicateRunError, FirstEvent, LeaseLostError, StoreError
+from app.runs.store import (
+    DuplicateRunError,
+    FirstEvent,
+    LeaseLostError,
+    StoreError,
+    settled,
+)
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
@@ -235,6 +241,12 @@ class RedisRunStore:
         if seq is None:
             raise KeyError(run_id)
         return Event(run_id, int(seq), EventType(type), ts, step, json.loads(payload))
+
+    async def append_soon(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Awaitable[Event]:
+        # each append is one script, fenced by the lease: made at once, not queued
+        return settled(await self.append(run_id, type, step, data))
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         entries: Any = await self.redis.xrange(

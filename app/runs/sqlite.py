@@ -20,10 +20,11 @@ One process per file: the writer keeps each run's next `seq` in memory (read fro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -227,6 +228,17 @@ class SqliteRunStore:
 
         event: Event = await self._write(write, self.fanout.publish)
         return event
+
+    async def append_soon(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Awaitable[Event]:
+        """Queued to the writer: it commits with whatever else is queued (group commit)."""
+        self._check_open()
+        if type in TERMINAL_EVENT_TYPES:
+            self._deltas.forget(run_id)
+        insert = self._event_insert(run_id, type, step, data)
+        future: asyncio.Future[Event] = self._writer.submit(insert, self.fanout.publish)
+        return future
 
     def _event_insert(
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]

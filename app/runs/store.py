@@ -5,14 +5,17 @@ checkpoints. Implementations: `MemoryRunStore` (memory://), `SqliteRunStore` (sq
 
 Ordering contract: `append` assigns the next `seq` of the run (1, 2, 3 … no gaps) and returns
 only once the event is durable; events are appended, and published to subscribers, in the
-order `append` was called for that run. `subscribe` replays everything after `after`, then
-follows live, without loss or duplicates, and ends after the terminal event;
+order `append` (or `append_soon`) was called for that run. `append_soon` queues the append
+and hands back what to await for its outcome, so a caller can go on while it is made durable;
+no event is published before it is durable either way. `subscribe` replays everything after
+`after`, then follows live, without loss or duplicates, and ends after the terminal event;
 `subscribe_batches` does the same, handing over everything it has ready at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, Protocol
 
 from app.engine.errors import FinishlineError
@@ -38,6 +41,13 @@ class LeaseLostError(StoreError):
 
 class UnsupportedStoreError(StoreError):
     """The store URL names no known backend."""
+
+
+def settled(event: Event) -> Awaitable[Event]:
+    """What `append_soon` returns from a store that appended at once: the event, known."""
+    future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+    future.set_result(event)
+    return future
 
 
 class RunStore(Protocol):
@@ -89,6 +99,13 @@ class RunStore(Protocol):
     ) -> Event:
         """Append the run's next event. With `record` (the run's), save it too, as `save`
         does and in the same write, before the event: both are stored, or neither."""
+
+    async def append_soon(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Awaitable[Event]:
+        """Queue the run's next event, as `append` would store it, behind every write asked
+        of this store before; return what to await for the stored event (or the error). A
+        store whose writes are not queued makes the append before it returns."""
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 

@@ -382,6 +382,38 @@ async def test_concurrent_appends_keep_every_runs_seq_contiguous(store: Store) -
             assert mine == list(range(10))
 
 
+async def test_append_soon_keeps_the_order_of_appends_and_gives_each_stored_event(
+    store: Store,
+) -> None:
+    run = await created(store)
+    data = {"text": "as asked"}
+    queued = [await store.append_soon(run.id, "thought", 1, data)]
+    data["text"] = "changed after"  # the event is what was asked, whenever it is written
+    queued.append(await store.append_soon(run.id, "action", 1, {"n": 2}))
+    last = await store.append(run.id, "observation", 1, {"n": 3})  # behind the queued ones
+    with anyio.fail_after(BOUND_S):
+        stored = [await outcome for outcome in queued]
+    assert [e.seq for e in stored] == [1, 2]
+    assert stored[0].data == {"text": "as asked"}
+    assert await store.read(run.id) == [*stored, last]
+
+
+async def test_append_soon_to_an_unknown_run_fails_with_key_error(store: Store) -> None:
+    with pytest.raises(KeyError), anyio.fail_after(BOUND_S):
+        await (await store.append_soon(new_run_id(), "thought", 1, {}))
+
+
+async def test_a_subscriber_sees_an_event_appended_soon_only_once_it_is_stored(
+    store: Store,
+) -> None:
+    run = await created(store)
+    outcome = await store.append_soon(run.id, "thought", 1, {})
+    with anyio.fail_after(BOUND_S):
+        first = await anext(aiter(store.subscribe(run.id)))
+        assert first == await outcome
+        assert await store.read(run.id) == [first]
+
+
 # -- subscribe ----------------------------------------------------------------------------
 
 

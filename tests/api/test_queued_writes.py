@@ -1,0 +1,98 @@
+"""A run's events are queued to the SQLite writer and committed many at once (app.runs.recorder):
+an action is committed before its tool is called, and a write that fails fails the run
+with a clear error instead of being lost in silence."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from app.engine.events import EventType
+from app.runs.sqlite import SqliteRunStore
+from tests.api.kit import create, finish, scripted, settings, wait_ended
+from tests.fakes.service import api_client
+from tests.fakes.serving import Served
+
+
+def committed_actions(path: Path) -> list[str]:
+    """The call ids of the (one) run's action events another connection sees: committed."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        sql = "SELECT data FROM events WHERE type = 'action' ORDER BY seq"
+        rows = conn.execute(sql).fetchall()
+    return [json.loads(data)["call_id"] for (data,) in rows]
+
+
+async def test_each_action_is_committed_before_its_tool_is_called(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    seen: list[tuple[str, list[str]]] = []
+
+    async def tool(request: Request) -> JSONResponse:
+        body = await request.json()
+        seen.append((body["n"], committed_actions(db)))
+        return JSONResponse({"ok": True})
+
+    async with Served(Starlette(routes=[Route("/t", tool, methods=["POST"])])) as server:
+        http_tool = {
+            "name": "record",
+            "description": "Record a number.",
+            "parameters": {"type": "object", "properties": {"n": {"type": "string"}}},
+            "url": server.url("/t"),
+        }
+        calls = [
+            {"tool_calls": [{"name": "record", "arguments": {"n": f"{i}"}, "id": f"c{i}"}]}
+            for i in range(3)
+        ]
+        body = scripted(*calls, finish(), http_tools=[http_tool])
+        config = settings(store_url=f"sqlite:///{db}", http_tool_allow_hosts=["127.0.0.1"])
+        async with api_client(config) as client:
+            run = await create(client, body)
+            assert (await wait_ended(client, run["id"]))["status"] == "completed"
+    assert seen == [
+        ("0", ["c0"]),
+        ("1", ["c0", "c1"]),
+        ("2", ["c0", "c1", "c2"]),
+    ]
+
+
+async def test_a_queued_write_that_fails_fails_the_run_and_leaves_no_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    insert = SqliteRunStore._event_insert
+
+    def failing_once(
+        self: SqliteRunStore, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Callable[[sqlite3.Connection], Any]:
+        if type != EventType.OBSERVATION or failed:
+            return insert(self, run_id, type, step, data)
+        failed.append(type)
+
+        def fail(conn: sqlite3.Connection) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        return fail
+
+    failed: list[str] = []
+    monkeypatch.setattr(SqliteRunStore, "_event_insert", failing_once)
+    calc = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}
+    body = scripted(calc, finish(), tools=["calculator"])
+    async with api_client(settings(store_url=f"sqlite:///{tmp_path / 'runs.db'}")) as client:
+        run = await create(client, body)
+        ended = await wait_ended(client, run["id"])
+        page = await client.get(f"/runs/{run['id']}/events", headers={"Accept": "application/json"})
+        events = page.json()["events"]
+    assert failed == ["observation"]
+    assert ended["status"] == "failed"
+    assert ended["error"]["type"] == "internal"
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert "observation" not in [e["type"] for e in events]
+    assert events[-1]["type"] == "run.failed"

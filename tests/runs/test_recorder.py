@@ -1,0 +1,181 @@
+"""The recorder queues a run's events and goes on while the store makes them durable; it
+waits for them where it matters: before a tool call can run (its action), at a checkpoint,
+before the run waits for a person, at the end, and when too many are in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Generator
+from typing import Any
+
+import anyio
+import pytest
+from prometheus_client import CollectorRegistry
+
+from app.engine.events import EventType
+from app.engine.policies import StopReason
+from app.engine.steps import Action, Checkpoint, Suspended, Thought, TokenDelta
+from app.runs.metrics import RunMetrics
+from app.runs.recorder import MAX_UNSETTLED, RunRecorder
+from app.runs.records import Event, RunRecord, RunStatus, new_run_id
+
+BOUND_S = 10  # a failure bound, not a wait
+
+
+class HeldWrite:
+    """A queued append's outcome that tells the store when somebody waits for it."""
+
+    def __init__(self, future: asyncio.Future[Event], awaited: asyncio.Event) -> None:
+        self.future, self.awaited = future, awaited
+
+    def __await__(self) -> Generator[Any, None, Event]:
+        self.awaited.set()
+        return self.future.__await__()
+
+
+class HeldStore:
+    """A store whose queued appends stay pending until the test settles them."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[str, asyncio.Future[Event]]] = []
+        self.written: list[str] = []  # what was written at once (append, save_checkpoint)
+        self.awaited = asyncio.Event()  # set when a queued append is waited for
+
+    async def append_soon(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Awaitable[Event]:
+        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self.queued.append((type, future))
+        return HeldWrite(future, self.awaited)
+
+    async def waited_on(self) -> None:
+        """Until the recorder waits for a queued append (then clear, for the next one)."""
+        with anyio.fail_after(BOUND_S):
+            await self.awaited.wait()
+        self.awaited.clear()
+
+    async def append(
+        self, run_id: str, type: EventType, step: int, data: dict[str, Any], **_: Any
+    ) -> Event:
+        self.written.append(type)
+        return Event(run_id, 0, type, 0.0, step, data)
+
+    async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
+        self.written.append("checkpoint")
+
+    def settle_all(self) -> None:
+        for type, future in self.queued:
+            if not future.done():
+                future.set_result(Event("r", 0, EventType(type), 0.0, 1, {}))
+
+
+def recorder(store: HeldStore) -> RunRecorder:
+    return RunRecorder(
+        store=store,  # type: ignore[arg-type]  # the part of the protocol the recorder uses
+        metrics=RunMetrics(CollectorRegistry()),
+        max_event_content_chars=1000,
+        on_ended=lambda record: None,
+    )
+
+
+def run_record() -> RunRecord:
+    return RunRecord.model_validate(
+        {
+            "id": new_run_id(),
+            "request": {"task": "t"},
+            "model": "scripted",
+            "settings": {"max_steps": 10},
+            "status": RunStatus.RUNNING,
+        }
+    )
+
+
+STATE = {
+    "step": 1,
+    "llm_calls": 1,
+    "tool_calls": 0,
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+}
+
+
+async def test_an_event_is_queued_and_the_run_goes_on_before_it_is_stored() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    with anyio.fail_after(BOUND_S):  # returns with its write still pending
+        await rec.record(run, Thought(1, "thinking"))
+        await rec.record(run, TokenDelta(1, "tok"))
+    assert [(t, f.done()) for t, f in store.queued] == [("thought", False), ("token", False)]
+
+
+async def test_an_action_returns_only_once_everything_queued_before_it_is_stored() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    acting = asyncio.create_task(rec.record(run, Action(1, "c1", "calculator", {})))
+    await store.waited_on()  # the thought's write
+    thought, _ = (f for _, f in store.queued)
+    thought.set_result(Event(run.id, 1, EventType.THOUGHT, 0.0, 1, {}))
+    await store.waited_on()  # the action's own write: the call may not run yet
+    assert not acting.done()
+    store.settle_all()
+    with anyio.fail_after(BOUND_S):
+        await acting
+
+
+@pytest.mark.parametrize(
+    "step", [Checkpoint(1, STATE), Suspended(1, ())], ids=["checkpoint", "suspended"]
+)
+async def test_a_checkpoint_and_a_suspension_wait_for_the_queued_writes(step: Any) -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    waiting = asyncio.create_task(rec.record(run, step))
+    await store.waited_on()
+    assert not waiting.done()
+    store.settle_all()
+    with anyio.fail_after(BOUND_S):
+        await waiting
+
+
+async def test_a_failed_queued_write_fails_the_next_wait_once() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    store.queued[0][1].set_exception(OSError("disk I/O error"))
+    with pytest.raises(OSError, match="disk I/O error"), anyio.fail_after(BOUND_S):
+        await rec.record(run, Action(1, "c1", "calculator", {}))
+    # the failure was reported: ending the run (failed, by the manager) is not refused again
+    store.settle_all()
+    with anyio.fail_after(BOUND_S):
+        await rec.end(run, StopReason.ERROR)
+    assert run.status is RunStatus.FAILED
+    assert store.written == ["run.failed"]
+
+
+async def test_the_end_stores_the_terminal_record_and_event_in_one_write_after_the_queue() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
+    await store.waited_on()
+    assert store.written == []  # not before the thought is stored
+    store.settle_all()
+    with anyio.fail_after(BOUND_S):
+        await ending
+    assert store.written == ["run.completed"]
+    assert run.status is RunStatus.COMPLETED
+
+
+async def test_a_run_waits_once_it_has_max_unsettled_writes_in_flight() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    with anyio.fail_after(BOUND_S):
+        for _ in range(MAX_UNSETTLED - 1):
+            await rec.record(run, TokenDelta(1, "t"))
+    full = asyncio.create_task(rec.record(run, TokenDelta(1, "t")))
+    await store.waited_on()
+    assert not full.done()
+    store.settle_all()
+    with anyio.fail_after(BOUND_S):
+        await full
