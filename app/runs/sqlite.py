@@ -4,7 +4,8 @@ Durability: the database is in WAL mode and, by default, `synchronous=FULL`, so 
 on disk (the WAL fsynced) before it returns. Every write goes through one writer thread
 (`sqlite_threads.GroupCommitWriter`) that batches whatever is queued into one transaction;
 `create`, `save`, `delete`, `append` and `save_checkpoint` return only after their batch
-committed, and an appended event reaches subscribers only after that commit. A crash (of the
+committed (`append_soon` hands back a future of it), and an appended event reaches
+subscribers only after that commit. A crash (of the
 process, the OS or the power) can therefore lose only writes that were never acknowledged,
 and nobody has seen them. With `synchronous="NORMAL"` the WAL is fsynced at checkpoints only:
 a process crash still loses nothing acknowledged, a power cut or OS crash may lose the last
@@ -15,7 +16,7 @@ read the last commit while the writer writes.
 
 One process per file: the writer keeps each run's next `seq` in memory (read from
 `MAX(seq)` on first use) and live fan-out is in-process. The schema and its migrations are in
-`sqlite_schema`; `open()` brings the file up to date.
+`sqlite_schema`; `open()` brings the file up to date; a run's row is `sqlite_rows`.
 """
 
 from __future__ import annotations
@@ -32,22 +33,22 @@ from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.checkpoints import CheckpointDeltas, assemble, stored_count
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.sqlite_rows import (
+    UPSERT_RUN,
+    raise_if_no_such_run,
+    run_row,
+    upsert_run,
+)
 from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
 from app.runs.sqlite_threads import GroupCommitWriter, ReaderPool
 from app.runs.store import DuplicateRunError, FirstEvent, StoreError
 
 T = TypeVar("T")
 
-# Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
-_UPSERT_RUN = """
-    INSERT INTO runs (id, owner, status, idempotency_key, created_at, previous_run_id, record)
-    VALUES (?, ?, ?, ?, ?, ?, ?)
-"""
-_ON_CONFLICT = """
-    ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,
-        idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,
-        previous_run_id = excluded.previous_run_id, record = excluded.record
-"""
+QUEUE_LIMIT = 128
+"""Writes the writer may be behind before `append_soon` waits for its own: under a load
+the disk or the loop cannot keep up with, a run waits for each event again instead of
+queueing events that would each wait longer to be seen."""
 
 _EVENT_TYPES = {t.value: t for t in EventType}
 """A stored type back to its member: a dict lookup, cheaper than EventType(t) per row."""
@@ -135,12 +136,12 @@ class SqliteRunStore:
     async def create(
         self, record: RunRecord, *, first_event: FirstEvent | None = None
     ) -> Event | None:
-        row = _run_row(record)
+        row = run_row(record)
         append = self._event_insert(record.id, *first_event) if first_event else None
 
         def insert(conn: sqlite3.Connection) -> Event | None:
             try:
-                conn.execute(_UPSERT_RUN, row)
+                conn.execute(UPSERT_RUN, row)
             except sqlite3.IntegrityError as exc:
                 primary = exc.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
                 raise DuplicateRunError(record.id if primary else record.idempotency_key) from exc
@@ -154,7 +155,7 @@ class SqliteRunStore:
         return event
 
     async def save(self, record: RunRecord) -> None:
-        await self._write(_upsert(record))
+        await self._write(upsert_run(record))
 
     async def get(self, run_id: str) -> RunRecord | None:
         rows = await self._read(_query("SELECT record FROM runs WHERE id = ?", (run_id,)))
@@ -216,7 +217,7 @@ class SqliteRunStore:
         *,
         record: RunRecord | None = None,
     ) -> Event:
-        save = _upsert(record) if record is not None else None
+        save = upsert_run(record) if record is not None else None
         insert = self._event_insert(run_id, type, step, data)
         if type in TERMINAL_EVENT_TYPES:
             self._deltas.forget(run_id)
@@ -232,12 +233,15 @@ class SqliteRunStore:
     async def append_soon(
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]
     ) -> Awaitable[Event]:
-        """Queued to the writer: it commits with whatever else is queued (group commit)."""
+        """Queued to the writer: it commits with whatever else is queued (group commit).
+        While the writer is `QUEUE_LIMIT` writes behind, made before returning, as `append`."""
         self._check_open()
         if type in TERMINAL_EVENT_TYPES:
             self._deltas.forget(run_id)
         insert = self._event_insert(run_id, type, step, data)
         future: asyncio.Future[Event] = self._writer.submit(insert, self.fanout.publish)
+        if self._writer.pending > QUEUE_LIMIT:
+            await future
         return future
 
     def _event_insert(
@@ -260,7 +264,7 @@ class SqliteRunStore:
                     (run_id, seq, type, ts, step, payload),
                 )
             except sqlite3.IntegrityError as exc:
-                _raise_if_no_such_run(exc, run_id)
+                raise_if_no_such_run(exc, run_id)
                 raise
             if type in TERMINAL_EVENT_TYPES:  # the run is over: free its cache entry
                 self._next_seq.pop(run_id, None)
@@ -300,7 +304,7 @@ class SqliteRunStore:
                     (run_id, step, write.state),
                 )
             except sqlite3.IntegrityError as exc:
-                _raise_if_no_such_run(exc, run_id)
+                raise_if_no_such_run(exc, run_id)
                 raise
             if not write.start:  # a full snapshot; a delta follows this process's last write
                 conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = ?", (run_id,))
@@ -363,37 +367,6 @@ class SqliteRunStore:
         conn = connect(self.path, busy_timeout_s=self.busy_timeout_s, check_same_thread=False)
         conn.execute("PRAGMA query_only = ON")
         return conn
-
-
-def _raise_if_no_such_run(exc: sqlite3.IntegrityError, run_id: str) -> None:
-    """A foreign key failure means the run does not exist: KeyError, as `MemoryRunStore`."""
-    if exc.sqlite_errorname == "SQLITE_CONSTRAINT_FOREIGNKEY":
-        raise KeyError(run_id) from exc
-
-
-def _upsert(record: RunRecord) -> Callable[[sqlite3.Connection], None]:
-    """`save(record)` as a write (its row built now: the caller may change the record)."""
-    row = _run_row(record)
-
-    def upsert(conn: sqlite3.Connection) -> None:
-        try:
-            conn.execute(_UPSERT_RUN + _ON_CONFLICT, row)
-        except sqlite3.IntegrityError as exc:
-            raise DuplicateRunError(record.idempotency_key) from exc
-
-    return upsert
-
-
-def _run_row(record: RunRecord) -> tuple[str | None, ...]:
-    return (
-        record.id,
-        record.owner,
-        record.status.value,
-        record.idempotency_key,
-        record.created_at.isoformat(),
-        record.previous_run_id,
-        record.model_dump_json(),
-    )
 
 
 def _query(sql: str, params: Sequence[Any]) -> Callable[[sqlite3.Connection], list[Any]]:

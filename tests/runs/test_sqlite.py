@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -16,7 +17,7 @@ from anyio.lowlevel import checkpoint
 from app.runs.backends import open_store
 from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
-from app.runs.sqlite import SqliteRunStore, StoreClosedError
+from app.runs.sqlite import QUEUE_LIMIT, SqliteRunStore, StoreClosedError
 from app.runs.sqlite_schema import SCHEMA_VERSION
 from app.runs.store import DuplicateRunError, StoreError
 
@@ -132,6 +133,23 @@ async def test_writes_queued_together_share_one_commit(path: str) -> None:
         assert store.commits - before <= 2  # the writer took one, or all, before it waited
         for run in runs:
             assert [e.seq for e in await store.read(run.id)] == list(range(1, 21))
+
+
+async def test_append_soon_queues_until_the_writer_is_queue_limit_behind_then_waits(
+    path: str,
+) -> None:
+    run = record()
+    async with opened(path) as store:
+        await store.create(run)
+        with anyio.fail_after(BOUND_S), write_lock(path) as release:
+            queued = [
+                await store.append_soon(run.id, "thought", 1, {"i": i}) for i in range(QUEUE_LIMIT)
+            ]
+            assert not any(cast(asyncio.Future[Event], f).done() for f in queued)
+            asyncio.get_running_loop().call_soon(release)  # runs once the next call waits
+            last = await store.append_soon(run.id, "thought", 1, {"i": QUEUE_LIMIT})
+            assert cast(asyncio.Future[Event], last).done()  # it waited for its commit
+        assert [e.seq for e in await store.read(run.id)] == list(range(1, QUEUE_LIMIT + 2))
 
 
 async def test_a_failing_write_fails_alone_and_its_batch_commits(path: str) -> None:

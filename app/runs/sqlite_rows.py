@@ -1,0 +1,52 @@
+"""A run's record as a row of the `runs` table (`SqliteRunStore`'s writes of it), and what a
+failed foreign key on a write means."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from app.runs.records import RunRecord
+from app.runs.store import DuplicateRunError
+
+# Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
+UPSERT_RUN = """
+    INSERT INTO runs (id, owner, status, idempotency_key, created_at, previous_run_id, record)
+    VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+ON_CONFLICT = """
+    ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,
+        idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,
+        previous_run_id = excluded.previous_run_id, record = excluded.record
+"""
+
+
+def raise_if_no_such_run(exc: sqlite3.IntegrityError, run_id: str) -> None:
+    """A foreign key failure means the run does not exist: KeyError, as `MemoryRunStore`."""
+    if exc.sqlite_errorname == "SQLITE_CONSTRAINT_FOREIGNKEY":
+        raise KeyError(run_id) from exc
+
+
+def upsert_run(record: RunRecord) -> Callable[[sqlite3.Connection], None]:
+    """`save(record)` as a write (its row built now: the caller may change the record)."""
+    row = run_row(record)
+
+    def upsert(conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(UPSERT_RUN + ON_CONFLICT, row)
+        except sqlite3.IntegrityError as exc:
+            raise DuplicateRunError(record.idempotency_key) from exc
+
+    return upsert
+
+
+def run_row(record: RunRecord) -> tuple[str | None, ...]:
+    return (
+        record.id,
+        record.owner,
+        record.status.value,
+        record.idempotency_key,
+        record.created_at.isoformat(),
+        record.previous_run_id,
+        record.model_dump_json(),
+    )
