@@ -5,11 +5,11 @@ on disk (the WAL fsynced) before it returns. Every write goes through one writer
 (`sqlite_threads.GroupCommitWriter`) that batches whatever is queued into one transaction;
 `create`, `save`, `delete`, `append` and `save_checkpoint` return only after their batch
 committed (`append_soon` hands back a future of it), and an appended event reaches
-subscribers only after that commit. A crash (of the
-process, the OS or the power) can therefore lose only writes that were never acknowledged,
-and nobody has seen them. With `synchronous="NORMAL"` the WAL is fsynced at checkpoints only:
-a process crash still loses nothing acknowledged, a power cut or OS crash may lose the last
-commits. Group commit keeps FULL affordable: under load, many writes share one fsync.
+subscribers only after that commit. A crash (of the process, the OS or the power) can
+therefore lose only writes that were never acknowledged, and nobody has seen them. With
+`synchronous="NORMAL"` the WAL is fsynced at checkpoints only: a process crash still loses
+nothing acknowledged, a power cut or OS crash may lose the last commits. Group commit keeps
+FULL affordable: under load, many writes share one fsync.
 
 Reads run on a small pool of reader threads, each with its own connection; WAL lets them
 read the last commit while the writer writes.
