@@ -166,7 +166,7 @@ class RunAssembly:
                     f"settings.{name}", "must not be null; omit it for the default"
                 )
             cap = server.cap(name)
-            if cap is not None:
+            if cap is not None and not (value is None and item.spec.null_is_off):
                 unbounded = value is None or (item.spec.zero_is_unbounded and value == 0)
                 if unbounded or value > cap:
                     shown = (

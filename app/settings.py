@@ -235,6 +235,8 @@ class ServerSettings(BaseSettings):
             if limit is None:
                 continue
             if default is None:
+                if RUN_SETTINGS[setting].spec.null_is_off:
+                    continue  # off by default: the cap bounds the values a request asks for
                 raise ValueError(
                     f"FINISHLINE_{setting.upper()} must be set when FINISHLINE_{cap.upper()} is"
                 )
