@@ -43,6 +43,14 @@ def _plan(done: int) -> dict[str, object]:
     return {"plan": [{"step": s, "status": t} for s, t in zip(PLAN, statuses, strict=False)]}
 
 
+def _just_planned(messages: Sequence[Message]) -> bool:
+    """Whether the last reply with tool calls only planned (a planning call's)."""
+    for m in reversed(messages):
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            return all(c["function"]["name"] == UPDATE_PLAN for c in m["tool_calls"])
+    return False
+
+
 def _work_turns(messages: Sequence[Message]) -> int:
     """The replies with tool calls so far, leaving out those that only planned."""
     return sum(
@@ -102,7 +110,7 @@ class DemoModel:
         expression = _expression(str(task))
         if turns == 0 and "calculator" in tools:
             calls = [_call(1, "calculator", {"expression": expression})]
-            if UPDATE_PLAN in tools:
+            if UPDATE_PLAN in tools and not _just_planned(messages):
                 calls.insert(0, _call(1, UPDATE_PLAN, _plan(0)))
             text = f"{DEMO_NOTICE} First I will compute {expression} with the calculator."
             return Reply(content=text, tool_calls=tuple(calls), finish_reason="tool_calls")
