@@ -23,11 +23,11 @@ The adapter never retries and never enforces a per-call deadline: the engine doe
 client it creates has a generous timeout only as a backstop against a silent peer.
 
 Forcing a tool (`force_tool`, a planning call's `update_plan`) sends OpenAI's
-`tool_choice: {"type": "function", "function": {"name": …}}`, which OpenAI, vLLM, LiteLLM,
-LM Studio and llama.cpp's server accept. An endpoint that refuses it (a 400 or 422 whose
-message names tool_choice) is asked again at once without it, within the same call, and the
-refusal is remembered for that model (`unforced`, shared by the adapters of one factory), so
-later calls do not send it: the engine asks for the tool in the prompt as well.
+`tool_choice: {"type": "function", "function": {"name": …}}`, the form OpenAI's API (and
+servers that follow it closely, such as vLLM) take. An endpoint that refuses it (a 400 or 422
+whose message names tool_choice) is asked again at once without it, within the same call, and
+the refusal is remembered for that model (`unforced`, shared by the adapters of one factory),
+so later calls do not send it: the engine asks for the tool in the prompt as well.
 """
 
 from __future__ import annotations

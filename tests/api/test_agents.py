@@ -16,6 +16,9 @@ from tests.api.kit import create, error_of, finish, json_events, run_to_end, scr
 from tests.api.test_mcp_tools import FAKE, servers_until
 from tests.fakes.service import api_client
 
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "agents.example.json"
+
 RESEARCHER = {
     "description": "Researches a question step by step, planning first.",
     "system_prompt": "You are a careful researcher.",
@@ -383,3 +386,25 @@ async def test_a_profile_may_name_tools_of_an_mcp_server_that_is_not_up_yet() ->
     ]
     # until it lists its tools, a run naming them is refused, as without a profile
     assert error_of(response, 422)["details"]["field"] == "tools"
+
+
+async def test_the_example_profiles_start_and_the_researcher_plans_the_quick_one_not() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Agents a deployment offers") :]
+    shown = section[section.index("```json") + len("```json") : section.index("```\n", 10)]
+    assert json.loads(shown) == json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    async with api_client(settings(agents=f"@{EXAMPLE}")) as client:
+        agents = {a["name"]: a for a in (await client.get("/agents")).json()["agents"]}
+        researcher = await run_to_end(client, {"task": "What is 17 * 23?", "agent": "researcher"})
+        quick = await run_to_end(client, {"task": "What is 17 * 23?", "agent": "quick"})
+        events = (await json_events(client, researcher["id"]))["events"]
+    assert agents["researcher"]["settings"]["planning_interval"] == 2
+    assert agents["quick"]["settings"]["planning_interval"] is None
+    planning = [
+        e["step"] for e in events if e["type"] == "intervention" and e["kind"] == "planning"
+    ]
+    assert planning == [1, 3]  # the demo model plans when asked
+    assert researcher["result"]["reason"] == "finished"
+    assert (researcher["usage"]["steps"], researcher["usage"]["llm_calls"]) == (3, 5)
+    assert quick["result"]["reason"] == "answered"
+    assert quick["usage"]["llm_calls"] == quick["usage"]["steps"]
