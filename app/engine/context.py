@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.guard import Guard
-from app.engine.policies import Limits
+from app.engine.policies import InterventionKind, Limits
 from app.engine.ports import ChatModel, Clock, Tool, ToolContext
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
+from app.engine.steps import Intervention
 
 
 @dataclass(slots=True, eq=False)
@@ -35,3 +36,12 @@ class RunContext:
     """Names of the tools whose calls wait for a person's approval (DESIGN §9)."""
     deadline: float = 0.0
     """The whole-run deadline by `clock`, set when the run starts."""
+
+    def inject(self, kind: InterventionKind, text: str) -> Intervention:
+        """`text` joins the conversation as a user message the runtime sent, logged."""
+        self.state.append({"role": "user", "content": text})
+        return self.intervention(kind, text)
+
+    def intervention(self, kind: InterventionKind, text: str) -> Intervention:
+        self.log.info("intervened", kind=kind.value)
+        return Intervention(self.state.step, kind, text)
