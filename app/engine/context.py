@@ -4,12 +4,12 @@ run: a small view the loop (`loop.ReactRun`) builds once, so neither reaches int
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.guard import Guard
 from app.engine.policies import InterventionKind, Limits
-from app.engine.ports import ChatModel, Clock, Tool, ToolContext
+from app.engine.ports import ChatModel, Clock, ResumableModel, Tool, ToolContext
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.steps import Intervention
@@ -36,6 +36,11 @@ class RunContext:
     """Names of the tools whose calls wait for a person's approval (DESIGN §9)."""
     deadline: float = 0.0
     """The whole-run deadline by `clock`, set when the run starts."""
+    resumable: ResumableModel | None = field(init=False, default=None)
+    """`model`, when it has state of its own for the checkpoints to carry (else None)."""
+
+    def __post_init__(self) -> None:
+        self.resumable = self.model if isinstance(self.model, ResumableModel) else None
 
     def inject(self, kind: InterventionKind, text: str) -> Intervention:
         """`text` joins the conversation as a user message the runtime sent, logged."""

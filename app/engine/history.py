@@ -3,7 +3,8 @@
 A run's final conversation may end mid-exchange: its `task_finished` call has no tool result,
 a cancel can leave calls unanswered, and a run that hit a limit may have no answer at all.
 `follow_up_messages` turns it into a conversation any chat model accepts, ending with one
-assistant message that says how the previous run ended; the new task follows it.
+assistant message that says how the previous run ended; the new task follows it
+(`open_conversation`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from app.engine.policies import Limits
 from app.engine.ports import Message
 from app.engine.prompts import Prompts
+from app.engine.state import RunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,22 +78,25 @@ def _last_assistant_text(messages: Sequence[Message]) -> str | None:
     return None
 
 
-def opening_messages(
+def open_conversation(
+    state: RunState,
     system_prompt: str | None,
     task: str,
     prompts: Prompts,
     limits: Limits,
     previous: PreviousRun | None,
-) -> list[Message]:
-    """A fresh run's first messages: the system prompt (with the stop-tool prompt when the
-    stop tool is on), a follow-up's inherited conversation, then the task."""
-    messages: list[Message] = []
+) -> None:
+    """A fresh run's first messages, into `state`: the system prompt (with the stop-tool
+    prompt when the stop tool is on), a follow-up's inherited conversation (`state.inherited`
+    counts it: the part whose oldest turns `trim` may drop whole), then the task."""
     system = system_prompt or ""
     if limits.stop_tool:
         system = f"{system}\n\n{prompts.stop_tool_prompt}".strip()
     if system:
-        messages.append({"role": "system", "content": system})
+        state.append({"role": "system", "content": system})
     if previous is not None:
-        messages.extend(follow_up_messages(previous, prompts))
-    messages.append({"role": "user", "content": task})
-    return messages
+        inherited = follow_up_messages(previous, prompts)
+        for message in inherited:
+            state.append(message)
+        state.inherited = len(inherited)
+    state.append({"role": "user", "content": task})

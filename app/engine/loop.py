@@ -21,7 +21,7 @@ from app.engine.asking import ask
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
-from app.engine.history import PreviousRun, opening_messages
+from app.engine.history import PreviousRun, open_conversation
 from app.engine.pending import Decision
 from app.engine.planning import planning_turns
 from app.engine.policies import (
@@ -178,11 +178,10 @@ class ReactRun:
     async def steps(self) -> AsyncIterator[Step]:
         """The run, in one generator: no wrapper for every item of every step to pass."""
         st, limits = self.state, self.limits
-        if not st.messages:
-            previous = self.previous
-            first = opening_messages(self.system_prompt, self.task, self.prompts, limits, previous)
-            for message in first:
-                st.append(message)
+        if not st.messages:  # a fresh run; else a resumed one, whose model goes on where it was
+            previous, prompts = self.previous, self.prompts
+            open_conversation(st, self.system_prompt, self.task, prompts, limits, previous)
+        st.resume_model(self.run.resumable)
         if self.ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
         self.started = self.clock() - st.elapsed_s
@@ -199,7 +198,7 @@ class ReactRun:
                         yield item
                     return
                 yield self._checkpoint()
-            redo = st.acting  # resumed while its last reply's calls were in flight: redo them
+            redo = st.mid_step(limits.stop_tool)  # resumed before its last reply's calls ended
             while True:
                 if redo:  # that step again, under its own number, from its calls
                     yield StepStarted(st.step, limits.max_steps)
@@ -244,9 +243,9 @@ class ReactRun:
             self.guard.close()
 
     def _checkpoint(self) -> Checkpoint:
-        st = self.state
+        st, run = self.state, self.run
         self.checkpointed = (st.step, len(st.messages))
-        return Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started))
+        return Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started, run.resumable))
 
     def _begin_step(self) -> list[Step] | StopReason:
         """The top of a step (a plain call: nothing here awaits): the limit that ends the run

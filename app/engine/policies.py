@@ -107,7 +107,8 @@ class Limits:
     )
     max_context_tokens: int | None = setting(
         None,
-        "Cap on one LLM call's prompt; over it the oldest tool results are elided.",
+        "Cap on one LLM call's prompt; over it the oldest tool results are elided, then a "
+        "follow-up's oldest inherited turns dropped.",
         ge=1,
         cap=None,
     )

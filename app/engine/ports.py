@@ -96,6 +96,20 @@ class ChatModel(Protocol):
     ) -> Reply: ...
 
 
+@runtime_checkable
+class ResumableModel(Protocol):
+    """A chat model with state of its own that a resumed run must continue from (the scripted
+    model: its place in its script); a model whose replies depend only on what it is sent
+    needs none. The run's checkpoint carries `saved_state()` (JSON-ready; None: nothing to
+    keep), and a run resumed from that checkpoint (after an approval, or taken over by another
+    replica) hands it to its new model's `restore` before its first call, so a step redone
+    gets the reply it got the first time."""
+
+    def saved_state(self) -> dict[str, Any] | None: ...
+
+    def restore(self, saved: Mapping[str, Any]) -> None: ...
+
+
 PlanStatus = Literal["pending", "in_progress", "completed"]
 
 

@@ -33,6 +33,7 @@ class Prompts:
     truncation_note: str
     context_trim_stub: str
     context_trim_notice: str
+    context_drop_notice: str
     unknown_tool: str
     bad_json: str
     bad_arguments: str
@@ -109,6 +110,10 @@ EN = Prompts(
     context_trim_notice=(
         "The prompt was over {limit:,} tokens: the {count} oldest tool results were elided."
     ),
+    context_drop_notice=(
+        "The prompt was over {limit:,} tokens: the {turns} oldest turns of the conversation "
+        "this run inherited ({messages} messages) were dropped."
+    ),
     unknown_tool="Unknown tool {tool!r}. Available tools: {available}.",
     bad_json=(
         "The arguments of {tool} are not a valid JSON object ({error}). Call it again with a "
@@ -176,6 +181,10 @@ ZH = Prompts(
     ),
     context_trim_stub="[为控制上下文长度，已省略 {tool} 的早期结果（{chars:,} 字符）。]",
     context_trim_notice="提示词超过 {limit:,} tokens：已省略最早的 {count} 条工具结果。",
+    context_drop_notice=(
+        "提示词超过 {limit:,} tokens：已删除本次运行继承的对话中最早的 {turns} 轮"
+        "（{messages} 条消息）。"
+    ),
     unknown_tool="未知工具 {tool!r}。可用工具：{available}。",
     bad_json="{tool} 的参数不是合法的 JSON 对象（{error}）。请用符合参数定义的 JSON 对象重新调用。",
     bad_arguments="{tool} 的参数无效：{error}。请用正确的参数重新调用。",

@@ -24,10 +24,19 @@ from what was kept. What the endpoint may send at all is bounded before this, by
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
-from app.engine.ports import ChatModel, DeltaSink, Message, Reply, ToolCall, ToolSpec
+from app.engine.ports import (
+    ChatModel,
+    DeltaSink,
+    Message,
+    Reply,
+    ResumableModel,
+    ToolCall,
+    ToolSpec,
+)
 from app.engine.prompts import Prompts
 from app.engine.truncate import truncate
 
@@ -75,13 +84,22 @@ def cap_reply(reply: Reply, max_chars: int, prompts: Prompts) -> Reply:
 
 
 class CappedModel:
-    """`model`, its replies capped (`cap_reply`) and its streamed text stopped at the cap."""
+    """`model`, its replies capped (`cap_reply`) and its streamed text stopped at the cap;
+    resumable as `model` is (`ResumableModel`)."""
 
     def __init__(self, model: ChatModel, max_chars: int, prompts: Prompts) -> None:
         self.model = model
         self.name = model.name
         self.max_chars = max_chars
         self.prompts = prompts
+        self._resumable = model if isinstance(model, ResumableModel) else None
+
+    def saved_state(self) -> dict[str, Any] | None:
+        return self._resumable.saved_state() if self._resumable is not None else None
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        if self._resumable is not None:
+            self._resumable.restore(saved)
 
     async def complete(
         self,

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.pending import PendingCall
-from app.engine.ports import Message, Plan, PlanItem, TokenUsage
+from app.engine.ports import Message, Plan, PlanItem, ResumableModel, TokenUsage
+from app.engine.prompts import TASK_FINISHED
 from app.engine.steps import RunUsage
 from app.engine.tokens import estimate_message, estimate_tokens
 
@@ -42,12 +43,18 @@ class RunState:
     earlier_results: dict[str, str] = field(default_factory=dict)
     elided: set[int] = field(default_factory=set)
     """Indexes of tool messages whose content was elided to fit the context."""
+    inherited: int = 0
+    """How many messages after the system prompt a follow-up inherited from its previous runs
+    (before its own task): the part whose oldest turns may be dropped to fit the context."""
     plan: Plan = field(default_factory=Plan)
     pending: list[PendingCall] = field(default_factory=list)
     """Calls waiting for a person's decision: their tool messages are not in `messages` yet."""
     acting: bool = False
     """True between the model's reply with tool calls (the last message) and their results:
     a run resumed from a checkpoint taken then redoes those calls (`acting.ToolStep`, redo)."""
+    model_state: dict[str, Any] | None = None
+    """What the run's model saved of itself at the last checkpoint (`ResumableModel`: the
+    scripted model's place in its script), handed back to it when the run resumes."""
     _estimate: int = field(init=False, default=0)
     _estimated: int = field(init=False, default=0)
     """How many leading messages `_estimate` counts: the rest are estimated when asked."""
@@ -72,6 +79,19 @@ class RunState:
         if index < self._estimated:
             self._estimate += estimate_message(message) - estimate_message(old)
 
+    def drop_inherited(self, count: int) -> None:
+        """Drop the `count` oldest inherited messages (whole turns, `app.engine.trim`)."""
+        start = 1 if self.messages and self.messages[0]["role"] == "system" else 0
+        stop = start + count
+        counted = self.messages[start : max(start, min(stop, self._estimated))]
+        del self.messages[start:stop]
+        self._estimate -= estimate_tokens(counted)
+        self._estimated -= len(counted)
+        if self.elided:
+            kept = (i for i in self.elided if not start <= i < stop)
+            self.elided = {i - count if i >= stop else i for i in kept}
+        self.inherited -= count
+
     def usage(self) -> RunUsage:
         return RunUsage(
             steps=self.step,
@@ -89,7 +109,30 @@ class RunState:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def to_checkpoint(self, elapsed_s: float) -> dict[str, Any]:
+    def mid_step(self, stop_tool: bool) -> bool:
+        """Whether a run resumed from this state redoes its last step from the reply it holds:
+        its calls were in flight (`acting`), or the reply was a lone `task_finished` call whose
+        run stored its final conversation and stopped before its end was stored (redone, the
+        run ends with that answer again instead of asking the model on past its end)."""
+        if self.acting:
+            return True
+        last = self.messages[-1] if self.messages else None
+        if not stop_tool or last is None or last["role"] != "assistant":
+            return False
+        calls = last.get("tool_calls") or ()
+        return bool(calls) and all(c["function"]["name"] == TASK_FINISHED for c in calls)
+
+    def resume_model(self, model: ResumableModel | None) -> None:
+        """Give a resumed run's model the state it saved (nothing for a fresh run)."""
+        if model is not None and self.model_state is not None:
+            model.restore(self.model_state)
+
+    def to_checkpoint(
+        self, elapsed_s: float, model: ResumableModel | None = None
+    ) -> dict[str, Any]:
+        """The snapshot, with what `model` (the run's, if it is resumable) saves of itself."""
+        if model is not None:
+            self.model_state = model.saved_state()
         # taken twice a step: the empty collections (the usual case) skip their comprehension
         plan, pending = self.plan.items, self.pending
         return {
@@ -105,9 +148,11 @@ class RunState:
             "call_counts": self.call_counts.copy(),
             "earlier_results": self.earlier_results.copy(),
             "elided": sorted(self.elided) if self.elided else [],
+            "inherited": self.inherited,
             "plan": [{"step": i.step, "status": i.status} for i in plan] if plan else [],
             "pending": [call.to_dict() for call in pending] if pending else [],
             "acting": self.acting,
+            "model": self.model_state,
         }
 
     @classmethod
@@ -126,7 +171,9 @@ class RunState:
             call_counts=dict(data["call_counts"]),
             earlier_results=dict(data["earlier_results"]),
             elided=set(data["elided"]),
+            inherited=int(data.get("inherited", 0)),
             plan=Plan([PlanItem(i["step"], i["status"]) for i in data["plan"]]),
             pending=[PendingCall.from_dict(c) for c in data.get("pending", ())],
             acting=bool(data.get("acting", False)),
+            model_state=data.get("model"),
         )

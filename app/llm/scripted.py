@@ -61,6 +61,11 @@ class ScriptedModel:
 
     A script entry may be a `Reply` or a `model_script` mapping, which may also hold
     `delay_s` (latency before answering, to script a slow model).
+
+    Its place in the script is state of its own (`ResumableModel`): a run's checkpoint saves
+    it, and a run resumed from that checkpoint (another process, another replica) goes on
+    from the same reply, so a step redone after a takeover is answered as it was the first
+    time. A call that was interrupted (a timeout, a cancel) used its reply all the same.
     """
 
     name = "scripted"
@@ -70,6 +75,12 @@ class ScriptedModel:
         self._start = start
         """Replies a run already used before it resumed from a checkpoint."""
         self.calls: list[ModelCall] = []
+
+    def saved_state(self) -> dict[str, Any]:
+        return {"next_reply": self._start + len(self.calls)}
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        self._start = int(saved["next_reply"]) - len(self.calls)
 
     async def complete(
         self,

@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+from app.engine.acting import tool_specs
+from app.engine.prompts import EN
+from app.engine.tokens import estimate_tokens
 from tests.e2e.kit import e2e_settings, start_run, stored_events
 from tests.fakes.llm_server import FakeLLMServer, FakeReply
 from tests.fakes.service import api_client
@@ -143,3 +146,58 @@ async def test_a_follow_up_of_a_run_that_hit_a_limit_without_an_answer_gets_a_no
             ("user", "go on"),
         ]
         assert sent[-3]["role"] == "tool"
+
+
+async def test_a_long_chain_of_follow_ups_keeps_each_prompt_under_max_context_tokens() -> None:
+    """Each follow-up inherits its whole chain; past `max_context_tokens` its oldest
+    inherited turns are dropped whole (here, a turn is a run's task and answer), the newest
+    kept, and the run's `context_trim` intervention says how many."""
+    cap = 1000
+    spec_tokens = tool_specs([], True, EN)[1]  # task_finished's, as the engine estimates it
+
+    def answer(request: dict[str, Any]) -> FakeReply:
+        task = request["messages"][-1]["content"]
+        return FakeReply.finish(f"the answer to {task[:12]}: " + "a" * 300)
+
+    async with (
+        FakeLLMServer(handler=answer) as llm,
+        api_client(e2e_settings(llm)) as client,
+    ):
+        run_id: str | None = None
+        tasks: list[str] = []
+        kept_before = 0  # inherited turns the previous run kept
+        for index in range(30):
+            tasks.append(f"task {index:02}: " + "t" * 300)
+            body: dict[str, Any] = {
+                "task": tasks[-1],
+                "system_prompt": "You are terse.",
+                "settings": {"max_context_tokens": cap},
+            }
+            if run_id is not None:
+                body["previous_run_id"] = run_id
+            run_id = await start_run(client, body)
+            run = await ended(client, run_id)
+            assert run["status"] == "completed", run
+
+            sent = llm.requests[-1]["messages"]
+            assert estimate_tokens(sent) + spec_tokens <= cap
+            assert sent[0]["role"] == "system"
+            assert sent[0]["content"].startswith("You are terse.")
+            assert sent[-1] == {"role": "user", "content": tasks[-1]}
+            history = sent[1:-1]
+            kept = len(history) // 2
+            assert [m["role"] for m in history] == ["user", "assistant"] * kept
+            assert [m["content"] for m in history[::2]] == tasks[index - kept : index]
+
+            dropped = (kept_before + 1 if index else 0) - kept
+            events = await stored_events(client, run_id)
+            trims = [e["message"] for e in events if e.get("kind") == "context_trim"]
+            if dropped:
+                notice = EN.context_drop_notice.format(
+                    limit=cap, turns=dropped, messages=2 * dropped
+                )
+                assert trims == [notice]
+            else:
+                assert trims == []
+            kept_before = kept
+        assert kept_before < index  # the chain outgrew the cap: turns were dropped

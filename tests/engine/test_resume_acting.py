@@ -43,12 +43,9 @@ async def test_a_step_resumed_mid_calls_reruns_idempotent_calls_and_reports_the_
         call("send", {"text": "b"}, "c_send"),
         call("note", {"text": "c"}, "c_note"),
     )
+    script = [says(None, *calls), finish("after the redo")]
     first = await collect(
-        run_react(
-            task="t",
-            model=ScriptedModel([says(None, *calls), finish()]),
-            tools=[read, send, noted],
-        )
+        run_react(task="t", model=ScriptedModel(script), tools=[read, send, noted])
     )
     state = RunState.from_checkpoint(in_flight_checkpoint(first))
     assert state.acting
@@ -56,7 +53,7 @@ async def test_a_step_resumed_mid_calls_reruns_idempotent_calls_and_reports_the_
     for tool in (read, send, noted):
         tool.calls.clear()
 
-    resumed_model = ScriptedModel([finish("after the redo")])
+    resumed_model = ScriptedModel(script)  # made anew: it goes on from the saved reply
     recorded = {"c_note": CallResult("echo: c (recorded)", False, 3)}
     steps = await collect(
         run_react(
@@ -122,3 +119,70 @@ async def test_a_checkpoint_after_the_step_does_not_redo_its_calls() -> None:
 async def test_a_reply_that_only_finishes_takes_no_in_flight_checkpoint() -> None:
     steps = await collect(run_react(task="t", model=ScriptedModel([finish()])))
     assert not [c for c in of_type(steps, Checkpoint) if c.state["acting"]]
+
+
+async def test_a_scripted_model_made_anew_goes_on_from_the_reply_its_checkpoint_saved() -> None:
+    """A replica taking a run over makes the run's scripted model anew from its script: the
+    checkpoint carries the model's place, so a step redone gets the reply it got before, and
+    the non-idempotent call in flight then is not run again (nor is an earlier one)."""
+    send = echo_tool("send", idempotent=False)
+    script = [
+        says(None, call("send", {"text": "first"}, "c_first")),
+        says(None, call("send", {"text": "second"}, "c_second")),
+        finish("sent twice, maybe"),
+    ]
+    first = await collect(run_react(task="t", model=ScriptedModel(script), tools=[send]))
+    acting = [c.state for c in of_type(first, Checkpoint) if c.state["acting"]]
+    after_step_1 = next(c.state for c in of_type(first, Checkpoint) if not c.state["acting"])
+
+    # between steps: the next call gets the second reply, not the first again
+    send.calls.clear()
+    model = ScriptedModel(script)
+    resumed = await collect(
+        run_react(task="t", model=model, tools=[send], state=RunState.from_checkpoint(after_step_1))
+    )
+    assert send.calls == [{"text": "second"}]
+    assert ending(resumed).answer == "sent twice, maybe"
+    assert len(model.calls) == 2
+
+    # in step 2's calls: the step is redone from its reply, its call reported unknown
+    send.calls.clear()
+    model = ScriptedModel(script)
+    state = RunState.from_checkpoint(acting[1])
+    resumed = await collect(run_react(task="t", model=model, tools=[send], state=state))
+    assert send.calls == []
+    (unknown,) = of_type(resumed, Observation)
+    assert (unknown.call_id, unknown.is_error) == ("c_second", True)
+    assert unknown.content == EN.outcome_unknown.format(tool="send")
+    end = ending(resumed)
+    assert (end.reason, end.answer, end.usage.llm_calls) == (
+        StopReason.FINISHED,
+        "sent twice, maybe",
+        3,
+    )
+    assert len(model.calls) == 1  # the finish: the reply after the one redone
+
+
+async def test_a_run_resumed_from_its_final_checkpoint_ends_with_its_answer_again() -> None:
+    """Its process stored the final conversation (a lone task_finished call) and stopped
+    before the run's end was stored: resumed, the run ends as it did, the model not asked."""
+    send = echo_tool("send", idempotent=False)
+    script = [says(None, call("send", {"text": "x"})), finish("sent")]
+    first = await collect(run_react(task="t", model=ScriptedModel(script), tools=[send]))
+    final = of_type(first, Checkpoint)[-1]
+    assert final.state["messages"][-1]["tool_calls"][0]["function"]["name"] == "task_finished"
+    send.calls.clear()
+
+    model = ScriptedModel(script)
+    state = RunState.from_checkpoint(final.state)
+    resumed = await collect(run_react(task="t", model=model, tools=[send], state=state))
+
+    end = ending(resumed)
+    assert (end.reason, end.answer, end.usage.steps, end.usage.llm_calls) == (
+        StopReason.FINISHED,
+        "sent",
+        2,
+        2,
+    )
+    assert (model.calls, send.calls) == ([], [])
+    assert [s.step for s in of_type(resumed, StepStarted)] == [2]  # redone, its own number

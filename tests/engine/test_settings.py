@@ -181,7 +181,8 @@ async def test_a_checkpoint_follows_every_step_and_a_run_resumes_from_it() -> No
     ]
     state = RunState.from_checkpoint(checkpoints[1].state)
     assert state.step == 1
-    resumed = ScriptedModel([finish("resumed")])
+    # a model made anew from the same script goes on from the reply the checkpoint saved
+    resumed = ScriptedModel([says(None, call("echo", {"text": "1"})), finish("resumed")])
     more = await collect(run_react(task="t", model=resumed, tools=[echo_tool()], state=state))
     end = ending(more)
     assert (end.reason, end.answer, end.usage.steps, end.usage.llm_calls) == (
