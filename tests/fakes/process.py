@@ -49,7 +49,7 @@ class AppProcess:
         env: Mapping[str, str] | None = None,
         *,
         uvicorn_args: Sequence[str] = (),
-        start_timeout_s: float = 20,
+        start_timeout_s: float = 60,
     ) -> None:
         self.cwd = cwd
         self.env = dict(env or {})
