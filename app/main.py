@@ -25,9 +25,9 @@ from app.heap import served_heap
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
 from app.runs.backends import open_store, shared_parts
-from app.runs.cluster import coordinator_for, replica_name
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
+from app.runs.replicas.cluster import coordinator_for, replica_name
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.bounds import ConnectionBounds

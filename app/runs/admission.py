@@ -18,8 +18,6 @@ import anyio
 import structlog
 
 from app.engine.events import EventType
-from app.runs.cluster import RunCoordinator
-from app.runs.cluster_runs import _Active
 from app.runs.errors import (
     IdempotencyConflictError,
     QueueFullError,
@@ -31,6 +29,8 @@ from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTrace
 from app.runs.ports import CheckedRequest, RunAssembler
 from app.runs.records import RunRecord, WebhookState, new_run_id
+from app.runs.replicas.cluster import RunCoordinator
+from app.runs.replicas.placement import _Active
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, RunStore
 from app.runs.view import settings_dict

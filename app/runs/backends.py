@@ -4,9 +4,9 @@ replicas share, its parts for waiting runs and steering messages)."""
 from __future__ import annotations
 
 from app.runs.inbox import SharedInbox
-from app.runs.memory import MemoryRunStore
-from app.runs.sqlite import SqliteRunStore
 from app.runs.store import RunStore, UnsupportedStoreError
+from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.sqlite import SqliteRunStore
 from app.runs.waiting import WaitingRuns
 
 
@@ -19,7 +19,7 @@ def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
         path = url.removeprefix("sqlite://")
         return SqliteRunStore(path[1:] if path.startswith("/") else path)
     if url.startswith(("redis://", "rediss://")):
-        from app.runs.redis_store import DEFAULT_RETENTION_S, RedisRunStore
+        from app.runs.stores.redis_store import DEFAULT_RETENTION_S, RedisRunStore
 
         return RedisRunStore(url, retention_s=retention_s or DEFAULT_RETENTION_S)
     raise UnsupportedStoreError(
@@ -32,12 +32,12 @@ def shared_parts(
 ) -> tuple[WaitingRuns | None, SharedInbox | None]:
     """For a store several replicas share (Redis): where its waiting runs and its runs'
     steering messages live; (None, None) for a one-process store (the manager's own)."""
-    from app.runs.redis_store import RedisRunStore
+    from app.runs.stores.redis_store import RedisRunStore
 
     if not isinstance(store, RedisRunStore):
         return None, None
-    from app.runs.redis_messages import RedisInbox
-    from app.runs.redis_waiting import RedisWaitingRuns
+    from app.runs.replicas.redis_messages import RedisInbox
+    from app.runs.replicas.redis_waiting import RedisWaitingRuns
 
     waiting = RedisWaitingRuns(store, queue_key=store.prefix + "queue")
     return waiting, RedisInbox(store, max_pending=max_pending_messages)

@@ -26,14 +26,14 @@ from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
 from app.engine.toolcalls import CallResult
 from app.runs.approvals import ApprovalDesk, resumed_state, retaken_state
-from app.runs.cluster import RunCoordinator
-from app.runs.cluster_runs import _Active
 from app.runs.inbox import SharedInbox
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunTrace
 from app.runs.ports import RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
+from app.runs.replicas.cluster import RunCoordinator
+from app.runs.replicas.placement import _Active
 from app.runs.resume import recorded_results
 from app.runs.store import LeaseLostError, RunStore
 from app.runs.webhooks import WebhookSender

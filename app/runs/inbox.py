@@ -15,8 +15,8 @@ from typing import Protocol
 
 import structlog
 
-from app.runs.cluster_runs import _Active
 from app.runs.records import RunRecord
+from app.runs.replicas.placement import _Active
 from app.runs.store import RunStore
 
 log = structlog.get_logger("finishline.runs")

@@ -24,8 +24,6 @@ from app.engine.policies import StopReason
 from app.engine.steps import RunError
 from app.runs.admission import AdmissionRuns
 from app.runs.approvals import ApprovalDesk
-from app.runs.cluster import RunCoordinator
-from app.runs.cluster_runs import CANCEL_SETTLE_S, ClusterRuns, _Active
 from app.runs.errors import (
     InvalidRunError,
     RunAlreadyEndedError,
@@ -46,6 +44,8 @@ from app.runs.records import (
     RunRecord,
     RunStatus,
 )
+from app.runs.replicas.cluster import RunCoordinator
+from app.runs.replicas.placement import CANCEL_SETTLE_S, ClusterRuns, _Active
 from app.runs.store import RunStore
 from app.runs.waiting import LocalWaitingRuns, WaitingRuns, wait_until_settled
 from app.runs.webhooks import WebhookSender

@@ -15,8 +15,8 @@ import pytest
 
 from app.runs.backends import open_store
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
-from app.runs.redis_store import RedisRunStore, owner_tag
 from app.runs.store import DuplicateRunError, LeaseLostError, StoreError
+from app.runs.stores.redis_store import RedisRunStore, owner_tag
 from tests.fakes.redis_server import RedisServer
 
 BOUND_S = 10

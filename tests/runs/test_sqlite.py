@@ -15,11 +15,11 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 from app.runs.backends import open_store
-from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
-from app.runs.sqlite import QUEUE_LIMIT, SqliteRunStore, StoreClosedError
-from app.runs.sqlite_schema import SCHEMA_VERSION
 from app.runs.store import DuplicateRunError, StoreError
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.sqlite import QUEUE_LIMIT, SqliteRunStore, StoreClosedError
+from app.runs.stores.sqlite_schema import SCHEMA_VERSION
 
 BOUND_S = 10
 
@@ -329,7 +329,7 @@ async def test_close_closes_every_connection(path: str) -> None:
 
 
 async def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(path: str) -> None:
-    from app.runs.sqlite_schema import MIGRATIONS
+    from app.runs.stores.sqlite_schema import MIGRATIONS
 
     old = record()
     with contextlib.closing(sqlite3.connect(path)) as conn:

@@ -12,8 +12,6 @@ import anyio
 import pytest
 
 from app.engine.policies import StopReason
-from app.runs.fanout import Fanout
-from app.runs.memory import MemoryRunStore
 from app.runs.records import (
     Event,
     RunErrorInfo,
@@ -25,10 +23,12 @@ from app.runs.records import (
     WebhookState,
     new_run_id,
 )
-from app.runs.redis_store import RedisRunStore
 from app.runs.spec import RunRequest
-from app.runs.sqlite import SqliteRunStore
 from app.runs.store import DuplicateRunError, RunStore, StoreError
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.redis_store import RedisRunStore
+from app.runs.stores.sqlite import SqliteRunStore
 
 Store = MemoryRunStore | SqliteRunStore | RedisRunStore
 BOUND_S = 10  # a failure bound, not a wait: every test here finishes in milliseconds

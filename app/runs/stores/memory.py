@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
-from app.runs.checkpoints import CheckpointDeltas, assemble
-from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import DuplicateRunError, FirstEvent, StoreError, settled
+from app.runs.stores.checkpoints import CheckpointDeltas, assemble
+from app.runs.stores.fanout import Fanout
 
 
 class MemoryRunStore:
@@ -123,7 +123,7 @@ class MemoryRunStore:
         return self.fanout.follow_batches(run_id, after, self.read)
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        # incremental, as the other stores (`app.runs.checkpoints`): JSON kept per message
+        # incremental, as the other stores (`app.runs.stores.checkpoints`): JSON kept per message
         write = self._deltas.plan(run_id, state)
         _, _, chunks = self._checkpoints.get(run_id, (0, "", []))
         if not write.start:

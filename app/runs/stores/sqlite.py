@@ -30,18 +30,18 @@ from functools import partial
 from typing import Any, TypeVar
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
-from app.runs.checkpoints import CheckpointDeltas, assemble, stored_count
-from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.sqlite_rows import (
+from app.runs.store import DuplicateRunError, FirstEvent, StoreError
+from app.runs.stores.checkpoints import CheckpointDeltas, assemble, stored_count
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
     raise_if_no_such_run,
     run_row,
     upsert_run,
 )
-from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
-from app.runs.sqlite_threads import GroupCommitWriter, ReaderPool
-from app.runs.store import DuplicateRunError, FirstEvent, StoreError
+from app.runs.stores.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
+from app.runs.stores.sqlite_threads import GroupCommitWriter, ReaderPool
 
 T = TypeVar("T")
 
@@ -294,7 +294,7 @@ class SqliteRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
+        write = self._deltas.plan(run_id, state)  # incremental: app.runs.stores.checkpoints
 
         def upsert(conn: sqlite3.Connection) -> None:
             try:

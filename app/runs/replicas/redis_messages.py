@@ -24,8 +24,8 @@ import structlog
 from redis.exceptions import RedisError
 
 from app.runs.errors import RunAlreadyEndedError, TooManyMessagesError
-from app.runs.redis_store import RedisRunStore
 from app.runs.store import LeaseLostError
+from app.runs.stores.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
 

@@ -33,8 +33,8 @@ import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-from app.runs.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
-from app.runs.redis_store import RedisRunStore
+from app.runs.stores.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
+from app.runs.stores.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
 

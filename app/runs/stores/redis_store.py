@@ -24,11 +24,18 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
-from app.runs.checkpoints import CheckpointDeltas, assemble
-from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.redis_follow import StreamFollower, event_from_entry
-from app.runs.redis_scripts import (
+from app.runs.store import (
+    DuplicateRunError,
+    FirstEvent,
+    LeaseLostError,
+    StoreError,
+    settled,
+)
+from app.runs.stores.checkpoints import CheckpointDeltas, assemble
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.redis_follow import StreamFollower, event_from_entry
+from app.runs.stores.redis_scripts import (
     APPEND,
     CHECKPOINT,
     CREATE,
@@ -36,13 +43,6 @@ from app.runs.redis_scripts import (
     DELETE,
     SAVE,
     SAVE_APPEND,
-)
-from app.runs.store import (
-    DuplicateRunError,
-    FirstEvent,
-    LeaseLostError,
-    StoreError,
-    settled,
 )
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
@@ -263,7 +263,7 @@ class RedisRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
+        write = self._deltas.plan(run_id, state)  # incremental: app.runs.stores.checkpoints
         head = f'{{"step":{int(step)},"state":{write.state}}}'
         fence = self._fences.get(run_id, "")
         chunk = write.chunk if write.chunk is not None else ""

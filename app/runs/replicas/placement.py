@@ -15,10 +15,10 @@ from app.engine.events import EventType
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import RunError
-from app.runs.cluster import RunCoordinator, wait_for_end
 from app.runs.metrics import RunMetrics
 from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
+from app.runs.replicas.cluster import RunCoordinator, wait_for_end
 from app.runs.store import RunStore
 
 log = structlog.get_logger("finishline.runs")

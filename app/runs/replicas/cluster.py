@@ -93,10 +93,10 @@ def coordinator_for(
     store: RunStore, *, replica: str, lease_s: float = 15.0, max_attempts: int = 3
 ) -> RunCoordinator | None:
     """The coordinator of a store several replicas share; None for a one-process store."""
-    from app.runs.redis_store import RedisRunStore
+    from app.runs.stores.redis_store import RedisRunStore
 
     if isinstance(store, RedisRunStore):
-        from app.runs.redis_cluster import RedisCoordinator
+        from app.runs.replicas.redis_cluster import RedisCoordinator
 
         return RedisCoordinator(store, replica=replica, lease_s=lease_s, max_attempts=max_attempts)
     return None
