@@ -1,18 +1,19 @@
-"""The seam between `RunManager` and the replicas it shares a store with (DESIGN §8).
+"""The seam between this replica and the others it shares a store with (DESIGN §8): the
+`RunCoordinator` (implemented on Redis by `redis_cluster.RedisCoordinator`) and the one
+`ClusterMember` protocol through which it hands this replica its work (`ReplicaPlacement`).
 
-Without a coordinator (SQLite, memory) the manager queues and executes runs in this process
-alone. With one (the Redis store), every replica is API and worker at once:
+Every replica is API and worker at once:
 - `create` enqueues the run in the cluster's queue; whichever replica has a free slot claims
-  it (`serve` calls `on_claimed`), takes ownership (`claim`) and executes it;
+  it (`serve` calls `member.claimed`), takes ownership (`claim`) and executes it;
 - a cancel asked on any replica takes ownership of a run still queued and ends it there, or
-  asks the owner to stop (`request_cancel`: a stored flag plus a broadcast `serve` turns into
-  `on_cancel` on the executing replica);
+  asks the owner to stop (`request_cancel`: a stored flag plus a broadcast that `serve` turns
+  into `member.cancel_asked` on the executing replica);
 - wait and follow on a replica that does not execute the run read the shared store
-  (`wait_for_end`);
+  (`app.runs.replicas.follow`);
 - the executing replica holds the run's lease; a run whose lease expired is taken over by
-  another replica (`on_takeover`), which resumes it from its checkpoint;
+  another replica (`member.taken_over`), which resumes it from its checkpoint;
 - a run's webhook is owed from the moment the store ends the run (an outbox written with
-  the terminal record) and delivered by one replica (`on_webhook`).
+  the terminal record) and delivered by one replica (`member.deliver_webhook`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,29 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol
 
-import anyio
 
-from app.runs.records import RunRecord
-from app.runs.store import RunStore
+class ClusterMember(Protocol):
+    """This replica, as its coordinator sees it (`ReplicaPlacement`)."""
+
+    slot_freed: asyncio.Event
+    """Set when a slot may have come free (or the replica drains): claim again."""
+
+    def free_slots(self) -> int:
+        """Slots free for claimed runs; -1 once draining (the coordinator then stops)."""
+
+    async def claimed(self, run_id: str) -> None:
+        """A queued run the cluster handed to this replica: execute it if it is still ours."""
+
+    def cancel_asked(self, run_id: str) -> None:
+        """A cancel of the run was asked on some replica (or its lease here was lost)."""
+
+    async def taken_over(self, run_id: str, attempt: int) -> None:
+        """A running run whose replica lost its lease: resume it here (this lease is held)."""
+
+    async def deliver_webhook(self, run_id: str) -> None:
+        """Deliver the ended run's webhook (this replica holds its outbox entry)."""
 
 
 class RunCoordinator(Protocol):
@@ -64,22 +81,11 @@ class RunCoordinator(Protocol):
     async def cancel_requested(self, run_id: str) -> bool:
         """True if a cancel was asked (for a run claimed just as the cancel came)."""
 
-    async def serve(
-        self,
-        *,
-        free_slots: Callable[[], int],
-        slot_freed: asyncio.Event,
-        on_claimed: Callable[[str], Awaitable[None]],
-        on_cancel: Callable[[str], None],
-        on_lost: Callable[[str], None],
-        on_takeover: Callable[[str, int], Awaitable[None]],
-        on_webhook: Callable[[str], Awaitable[None]],
-    ) -> None:
-        """Until `stop()`: claim queued runs while `free_slots()` > 0 (waiting on
-        `slot_freed` otherwise; -1 means draining: claim no more), relay cancel requests to
-        `on_cancel`, renew the leases held (`on_lost` when one was lost), take over runs
-        whose lease expired (`on_takeover(run_id, attempt)`), and deliver the webhooks of
-        ended runs from the outbox, each by one replica (`on_webhook`)."""
+    async def serve(self, member: ClusterMember) -> None:
+        """Until `stop()`: claim queued runs while `member.free_slots()` > 0 (waiting on
+        `member.slot_freed` otherwise; -1 means draining: claim no more), relay cancel
+        requests, renew the leases held, take over runs whose lease expired, and deliver the
+        webhooks of ended runs from the outbox, each by one replica."""
 
     async def close(self) -> None: ...
 
@@ -87,32 +93,3 @@ class RunCoordinator(Protocol):
 def replica_name() -> str:
     """This process among the replicas: host, pid and a random suffix (pids repeat)."""
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
-
-
-def coordinator_for(
-    store: RunStore, *, replica: str, lease_s: float = 15.0, max_attempts: int = 3
-) -> RunCoordinator | None:
-    """The coordinator of a store several replicas share; None for a one-process store."""
-    from app.runs.stores.redis_store import RedisRunStore
-
-    if isinstance(store, RedisRunStore):
-        from app.runs.replicas.redis_cluster import RedisCoordinator
-
-        return RedisCoordinator(store, replica=replica, lease_s=lease_s, max_attempts=max_attempts)
-    return None
-
-
-async def wait_for_end(store: RunStore, record: RunRecord, timeout_s: float) -> RunRecord:
-    """The run once its terminal event is stored, or as it is when `timeout_s` runs out."""
-    if record.status.terminal:
-        return record
-    with anyio.move_on_after(timeout_s):
-        events = store.subscribe(record.id)
-        try:
-            async for event in events:
-                if event.terminal:
-                    break
-        finally:
-            if isinstance(events, AsyncGenerator):
-                await events.aclose()
-    return await store.get(record.id) or record

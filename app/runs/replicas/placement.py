@@ -1,89 +1,102 @@
-"""RunManager's part for a store several replicas share (DESIGN §8): what it does when its
-coordinator hands it a queued run, a run to take over, a cancel request or a lost lease, and
-how it cancels a run another replica executes. Without a coordinator none of this runs.
-`_Active` (a run executing in this process) lives here so both halves can make one."""
+"""The replica side of the `Placement` seam (DESIGN §8): runs wait in the cluster's queue,
+shared by every replica on one store, and execute on whichever replica claims them.
+
+`ReplicaPlacement` is this replica's `ClusterMember`: its coordinator hands it queued runs to
+claim, runs to take over from a replica that stopped, cancel requests and lost leases, and
+webhooks to deliver from the outbox. It runs them through this process's `Runner`, and
+cancels or waits for a run another replica executes through the shared store.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-import structlog
-
-from app.engine.events import EventType
-from app.engine.policies import StopReason
-from app.engine.state import RunState
 from app.engine.steps import RunError
+from app.runs.errors import QueueFullError
+from app.runs.live import CANCEL_SETTLE_S, ActiveRun, LiveRuns, Takeover
 from app.runs.metrics import RunMetrics
-from app.runs.recorder import RunRecorder
-from app.runs.records import RunRecord, RunStatus, utcnow
-from app.runs.replicas.cluster import RunCoordinator, wait_for_end
+from app.runs.placement import Runner
+from app.runs.records import RunRecord, RunStatus
+from app.runs.replicas.cluster import RunCoordinator
+from app.runs.replicas.follow import wait_for_end, wait_until_settled
 from app.runs.store import RunStore
 
-log = structlog.get_logger("finishline.runs")
 
-CANCEL_SETTLE_S = 5.0  # how long a cancel waits for the run's end before answering
+class ReplicaPlacement:
+    resumes_elsewhere = True
 
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        coordinator: RunCoordinator,
+        live: LiveRuns,
+        metrics: RunMetrics,
+        max_queued: int,
+    ) -> None:
+        self.store = store
+        self.coordinator = coordinator
+        self.live = live
+        self.metrics = metrics
+        self.max_queued = max_queued
+        self.slot_freed = asyncio.Event()
+        self._runner: Runner | None = None
+        self._serving: asyncio.Task[None] | None = None
 
-@dataclass(eq=False)
-class _Active:
-    record: RunRecord
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    attempt: int = 0  # takeovers so far (Redis store): > 0 resumes from `checkpoint`
-    checkpoint: dict[str, Any] | None = None
-    inbox: list[str] = field(default_factory=list)
-    """Steering messages not yet in the conversation, oldest first."""
-    inbox_closed: bool = False
-    """Set once the run's last LLM call is behind it: no message can join any more."""
-    step: int = 0
-    """The step the run is in (0 before its first)."""
+    @property
+    def runner(self) -> Runner:
+        assert self._runner is not None, "RunManager.start() was not called"
+        return self._runner
 
-    def take_messages(self) -> list[str]:
-        taken, self.inbox = self.inbox, []
-        return taken
+    def serve(self, runner: Runner, tasks: asyncio.TaskGroup) -> None:
+        self._runner = runner
+        self._serving = tasks.create_task(self.coordinator.serve(self), name="cluster")
 
+    # -- admission --------------------------------------------------------------------------
 
-class ClusterRuns:
-    """Mixed into `RunManager`, whose attributes these are."""
+    def reserve(self) -> AbstractAsyncContextManager[None]:
+        return self._reserve()
 
-    store: RunStore
-    recorder: RunRecorder
-    metrics: RunMetrics
-    coordinator: RunCoordinator | None
-    draining: bool
-    max_concurrent_runs: int
-    _active: dict[str, _Active]
-    _running: set[str]
-    _tasks: asyncio.TaskGroup | None
+    @asynccontextmanager
+    async def _reserve(self) -> AsyncIterator[None]:
+        # the cluster's queue: one atomic check-and-take across replicas
+        busy = self.live.running >= self.live.slots
+        ticket, queued = await self.coordinator.reserve(cap=self.max_queued, busy=busy)
+        if ticket is None:
+            raise QueueFullError(
+                f"{self.live.running} runs are running here and {queued} are queued; "
+                "try again later",
+                retry_after_s=5,
+            )
+        try:
+            yield
+        finally:  # enqueued, or failed
+            await self.coordinator.unreserve(ticket)
 
-    async def _execute(self, active: _Active) -> None:
-        raise NotImplementedError("RunManager executes runs")
+    async def enqueue(self, record: RunRecord) -> RunRecord:
+        await self.coordinator.enqueue(record.id)
+        return record
 
-    async def _undelivered(self, active: _Active) -> None:
-        raise NotImplementedError("RunManager logs a run's undelivered messages")
+    # -- what the coordinator hands this replica (`ClusterMember`) ---------------------------
 
-    def _free_slots(self) -> int:
-        """Slots free for claimed runs; -1 once draining (the coordinator then stops)."""
-        return -1 if self.draining else self.max_concurrent_runs - len(self._running)
+    def free_slots(self) -> int:
+        return self.live.free_slots()
 
-    async def _claimed(self, run_id: str) -> None:
-        """A queued run the cluster handed to this replica: execute it, unless it ended (a
-        cancel took it first) or another replica owns it."""
+    async def claimed(self, run_id: str) -> None:
+        """Execute the run here, unless it ended (a cancel took it first) or another replica
+        owns it."""
         record = await self.store.get(run_id)
         if record is None or record.status != RunStatus.QUEUED:
             return
-        assert self.coordinator is not None
         if not await self.coordinator.claim(run_id):
             return
-        await self._run_here(_Active(record))
+        await self._run_here(ActiveRun(record))
 
-    async def _taken_over(self, run_id: str, attempt: int) -> None:
-        """A running run whose replica lost its lease (died, hung): resume it here from its
-        checkpoint, or fail it once it was taken over `max_attempts` times."""
-        assert self.coordinator is not None
+    async def taken_over(self, run_id: str, attempt: int) -> None:
+        """Resume the run here from its checkpoint, or fail it once it was taken over
+        `max_attempts` times."""
         record = await self.store.get(run_id)
         if record is None or record.status != RunStatus.RUNNING:
             self.coordinator.release(run_id)
@@ -91,60 +104,64 @@ class ClusterRuns:
         if attempt > self.coordinator.max_attempts:
             message = f"the run was interrupted {attempt} times (its replica stopped)"
             try:
-                await self.recorder.end(
-                    record, StopReason.ERROR, error=RunError("interrupted", message)
-                )
+                await self.runner.fail(record, RunError("interrupted", message))
             finally:
                 self.coordinator.release(run_id)
             return
         checkpoint = await self.store.load_checkpoint(run_id)
-        await self._run_here(_Active(record, attempt=attempt, checkpoint=checkpoint))
+        takeover = Takeover(attempt, checkpoint, self.coordinator.replica)
+        await self._run_here(ActiveRun(record, takeover=takeover))
 
-    async def _run_here(self, active: _Active) -> None:
-        assert self.coordinator is not None
-        run_id = active.record.id
-        self._active[run_id] = active
-        self._running.add(run_id)
-        assert self._tasks is not None, "RunManager.start() was not called"
-        active.task = self._tasks.create_task(self._execute(active), name=run_id)
-        self.metrics.set_load(running=len(self._running), queued=0)
-        if await self.coordinator.cancel_requested(run_id):  # asked while it was claimed
+    async def _run_here(self, active: ActiveRun) -> None:
+        self.runner.start(active)
+        self.metrics.set_load(running=self.live.running, queued=0)
+        if await self.coordinator.cancel_requested(active.record.id):  # asked as it was claimed
             active.cancel.set()
 
-    def _resumed_state(self, active: _Active) -> RunState | None:
-        """After a takeover: the checkpoint's state (none: from the start), its clock set to
-        the time since the run first started, so a takeover does not extend the deadline."""
-        if active.attempt == 0:
-            return None
-        checkpoint = active.checkpoint
-        state = RunState.from_checkpoint(checkpoint["state"]) if checkpoint else RunState()
-        started = active.record.started_at
-        if started is not None:
-            state.elapsed_s = max(state.elapsed_s, (utcnow() - started).total_seconds())
-        return state
-
-    async def _recovered(self, active: _Active) -> None:
-        assert self.coordinator is not None
-        step = active.checkpoint["step"] if active.checkpoint else 0
-        data = {"replica": self.coordinator.replica, "attempt": active.attempt}
-        await self.store.append(active.record.id, EventType.RUN_RECOVERED, step, data)
-        log.warning("run_recovered", attempt=active.attempt, from_step=step)
-
-    def _cancel_asked(self, run_id: str) -> None:
-        active = self._active.get(run_id)
+    def cancel_asked(self, run_id: str) -> None:
+        active = self.live.get(run_id)
         if active is not None:
             active.cancel.set()
 
-    async def _cancel_elsewhere(self, record: RunRecord) -> RunRecord:
-        """Cancel a run this replica does not execute: end it here if it is still queued
-        (taking it before any replica does), else ask its owner; then wait for its end."""
-        assert self.coordinator is not None
+    async def deliver_webhook(self, run_id: str) -> None:
+        await self.runner.deliver_webhook(run_id)
+
+    # -- runs another replica holds ---------------------------------------------------------
+
+    async def cancel_waiting(self, active: ActiveRun) -> bool:
+        return False  # a run live here executes here: it is queued in the cluster otherwise
+
+    async def cancel_elsewhere(self, record: RunRecord) -> RunRecord | None:
+        """End the run here if it is still queued (taking it before any replica does), else
+        ask its owner; then wait for its end."""
         if record.status == RunStatus.QUEUED and await self.coordinator.claim(record.id):
             try:
-                await self._undelivered(_Active(record))  # the messages it was sent
-                await self.recorder.end(record, StopReason.CANCELLED)
+                await self.runner.end_cancelled(ActiveRun(record))  # with its messages
             finally:
                 self.coordinator.release(record.id)
             return record
         await self.coordinator.request_cancel(record.id)
         return await wait_for_end(self.store, record, CANCEL_SETTLE_S)
+
+    async def wait(self, record: RunRecord, timeout_s: float) -> RunRecord:
+        return await wait_until_settled(self.store, record, timeout_s)
+
+    # -- this replica's runs ----------------------------------------------------------------
+
+    def release(self, run_id: str) -> None:
+        self.coordinator.release(run_id)
+        self.slot_freed.set()
+
+    def ended(self, record: RunRecord) -> None:
+        return None  # the store's outbox has its webhook: one replica delivers it
+
+    async def recover(self) -> list[str]:
+        return []  # a stopped replica's runs are taken over by the others (`taken_over`)
+
+    async def drain(self) -> None:
+        self.slot_freed.set()  # the coordinator claims no more: other replicas take the queue
+
+    def stop(self) -> None:
+        self.coordinator.stop()  # leases were renewed until the runs here ended
+        if self._serving is not None:
+            self._serving.cancel()
