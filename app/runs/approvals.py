@@ -51,7 +51,7 @@ async def resumed_state(
     checkpoint = await store.load_checkpoint(record.id)
     if checkpoint is None:
         raise RuntimeError(f"run {record.id} waited without a checkpoint")
-    state = RunState.from_checkpoint(checkpoint["state"])
+    state = checkpoint.run_state()
     if approval.requeued_at is not None:
         state.elapsed_s += max(0.0, (utcnow() - approval.requeued_at).total_seconds())
     # kept on the record (not shown: it is not waiting) for a takeover (`retaken_state`)
@@ -116,7 +116,7 @@ class ApprovalDesk:
     async def _elapsed(self, run_id: str) -> float:
         """The running time of the checkpoint the engine saved just before it suspended."""
         checkpoint = await self.store.load_checkpoint(run_id)
-        return RunState.from_checkpoint(checkpoint["state"]).elapsed_s if checkpoint else 0.0
+        return checkpoint.run_state().elapsed_s if checkpoint else 0.0
 
     async def rearm(self) -> int:
         """At start-up: watch the timeouts of every run the store holds waiting."""

@@ -224,11 +224,11 @@ class Execution:
         takeover = active.takeover
         assert takeover is not None
         checkpoint = takeover.checkpoint
-        step = checkpoint["step"] if checkpoint else 0
+        step = checkpoint.step if checkpoint else 0
         data = {"replica": takeover.replica, "attempt": takeover.attempt}
         await self.store.append(active.record.id, EventType.RUN_RECOVERED, step, data)
         log.warning("run_recovered", attempt=takeover.attempt, from_step=step)
-        state = RunState.from_checkpoint(checkpoint["state"]) if checkpoint else RunState()
+        state = checkpoint.run_state() if checkpoint else RunState()
         started = active.record.started_at
         if started is not None:
             state.elapsed_s = max(state.elapsed_s, (utcnow() - started).total_seconds())
@@ -241,7 +241,7 @@ class Execution:
         checkpoint = await self.store.load_checkpoint(record.previous_run_id)
         if previous is None:
             raise _PreviousRunGoneError(f"the previous run {record.previous_run_id} was deleted")
-        messages = RunState.from_checkpoint(checkpoint["state"]).messages if checkpoint else []
+        messages = checkpoint.run_state().messages if checkpoint else []
         if not messages:  # it ended before its first step: its task is all there was
             messages = [{"role": "user", "content": previous.request.task}]
         result = previous.result

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from app.runs.records import RunRecord
+from app.runs.store import Checkpoint
 
 CANCEL_SETTLE_S = 5.0  # how long a cancel waits for the run's end before answering
 
@@ -25,7 +25,7 @@ class Takeover:
 
     attempt: int
     """Takeovers of the run so far, this one included."""
-    checkpoint: dict[str, Any] | None
+    checkpoint: Checkpoint | None
     """Its last checkpoint, where it resumes (None: from the start)."""
     replica: str
     """This replica's name, for the `run.recovered` event."""

@@ -63,6 +63,11 @@ MIGRATIONS = (
         PRIMARY KEY (run_id, start)
     ) WITHOUT ROWID;
     """,
+    # 4: a checkpoint names its layout (`app.runs.store.CHECKPOINT_FORMAT`); NULL for one
+    # stored before, whose layout its `state` tells
+    """
+    ALTER TABLE checkpoints ADD COLUMN version INTEGER;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
