@@ -7,7 +7,6 @@ layer depends on neither settings, tools nor models."""
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -79,20 +78,7 @@ class RunAssembly:
         return compile_schemas(request.http_tools)
 
     def _check(self, request: RunRequest, schemas: list[CompiledSchema]) -> CheckedRequest:
-        server = self.settings
-        if len(request.task) > server.max_task_chars:
-            raise InvalidRunError(
-                "task",
-                f"{len(request.task)} chars exceeds the server cap of {server.max_task_chars}",
-                cap=server.max_task_chars,
-            )
-        metadata_bytes = len(json.dumps(request.metadata).encode())
-        if metadata_bytes > server.max_metadata_bytes:
-            raise InvalidRunError(
-                "metadata",
-                f"{metadata_bytes} bytes exceeds the server cap of {server.max_metadata_bytes}",
-                cap=server.max_metadata_bytes,
-            )
+        server = self.settings  # the sizes were checked first (`app.caps.check_sizes`)
         limits = self.resolve_settings(request.settings)
         try:
             self.registry.resolve(request.tools)
