@@ -192,6 +192,8 @@ class RunAssembly:
             limits=limits,
             prompts=prompts,
             approval=self.approval_tools(request),
+            task=request.task,
+            system_prompt=record.system_prompt,
         )
 
     def _mcp_tools(self, servers: list[str], *, lenient: bool = False) -> list[Tool]:

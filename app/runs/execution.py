@@ -20,7 +20,7 @@ import structlog
 
 from app.engine.events import EventType
 from app.engine.history import PreviousRun
-from app.engine.loop import run_react
+from app.engine.loop import react
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
@@ -160,19 +160,13 @@ class Execution:
             previous = await self._previous_conversation(record) if fresh else None
             inputs = await self.assembler.inputs(record)
             try:
-                async for step in run_react(
-                    task=record.request.task,
-                    system_prompt=record.system_prompt,
-                    model=inputs.model,
-                    tools=inputs.tools,
-                    limits=inputs.limits,
-                    prompts=inputs.prompts,
+                async for step in react(
+                    inputs,
                     run_id=record.id,
                     cancel=active.cancel,
-                    previous=previous,
                     inbox=active.take_messages,
-                    approval=inputs.approval,
                     state=state,
+                    previous=previous,
                     decisions=decisions,
                     recorded=recorded,
                 ):
