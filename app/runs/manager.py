@@ -62,6 +62,7 @@ class RunManager:
         self.placement = backend.placement
         self.inbox = backend.inbox
         self.assembler = assembler
+        self.webhooks = webhooks
         self.metrics = metrics
         self.max_message_chars = max_message_chars
         traces = RunTraces(observer)
