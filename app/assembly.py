@@ -7,7 +7,6 @@ layer depends on neither settings, tools nor models."""
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -120,20 +119,7 @@ class RunAssembly:
         self, request: RunRequest, schemas: list[CompiledSchema], *, profile: bool = False
     ) -> CheckedRequest:
         """`profile`: `request` holds an agent profile's values, checked at start-up."""
-        server = self.settings
-        if len(request.task) > server.max_task_chars:
-            raise InvalidRunError(
-                "task",
-                f"{len(request.task)} chars exceeds the server cap of {server.max_task_chars}",
-                cap=server.max_task_chars,
-            )
-        metadata_bytes = len(json.dumps(request.metadata).encode())
-        if metadata_bytes > server.max_metadata_bytes:
-            raise InvalidRunError(
-                "metadata",
-                f"{metadata_bytes} bytes exceeds the server cap of {server.max_metadata_bytes}",
-                cap=server.max_metadata_bytes,
-            )
+        server = self.settings  # the sizes were checked first (`app.caps.check_sizes`)
         limits = self.resolve_settings(request.settings)
         try:
             self.registry.resolve(request.tools)
@@ -261,6 +247,8 @@ class RunAssembly:
             limits=limits,
             prompts=prompts,
             approval=self.approval_tools(request),
+            task=request.task,
+            system_prompt=record.system_prompt,
         )
 
     def _mcp_named(self, name: str) -> bool:

@@ -24,10 +24,10 @@ from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.heap import served_heap
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
-from app.runs.backends import open_store, shared_parts
-from app.runs.cluster import coordinator_for, replica_name
+from app.runs.backends import Capacity, ReplicaOptions, open_backend, open_store
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
+from app.runs.replicas.cluster import replica_name
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.bounds import ConnectionBounds
@@ -106,9 +106,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_response_bytes=settings.llm_max_response_bytes,
         )
         assembly = RunAssembly(settings=settings, registry=registry, models=models, prompts=prompts)
+        metrics = RunMetrics()
         try:  # a bad agent profile stops start-up here, before the store opens
             assembly.check_profiles()
-            store = open_store(settings.store_url, retention_s=settings.retention_s)
+            backend = open_backend(
+                open_store(settings.store_url, retention_s=settings.retention_s),
+                metrics=metrics,
+                capacity=Capacity(
+                    max_concurrent_runs=settings.max_concurrent_runs,
+                    max_queued_runs=settings.max_queued_runs,
+                    max_pending_messages=settings.max_pending_messages,
+                ),
+                replica=ReplicaOptions(
+                    replica_name(),
+                    lease_s=settings.lease_s,
+                    max_attempts=settings.max_run_attempts,
+                ),
+            )
+            store = backend.store
             await store.open()
         except BaseException:
             await registry.aclose()
@@ -118,11 +133,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if registry.http is not None
             else None
         )
-        metrics = RunMetrics()
-        waiting, messages = shared_parts(store, max_pending_messages=settings.max_pending_messages)
         tracing = start_tracing()  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
         manager = RunManager(
-            store=store,
+            backend=backend,
             assembler=assembly,
             metrics=metrics,
             webhooks=WebhookSender(
@@ -132,21 +145,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 backoff_s=settings.webhook_backoff_s,
                 timeout_s=settings.webhook_timeout_s,
             ),
-            max_concurrent_runs=settings.max_concurrent_runs,
-            max_queued_runs=settings.max_queued_runs,
             max_event_content_chars=settings.max_event_content_chars,
             max_message_chars=settings.max_message_chars,
-            max_pending_messages=settings.max_pending_messages,
             max_answer_chars=settings.max_answer_chars,
             observer=tracing,
-            coordinator=coordinator_for(
-                store,
-                replica=replica_name(),
-                lease_s=settings.lease_s,
-                max_attempts=settings.max_run_attempts,
-            ),
-            waiting=waiting,
-            messages=messages,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

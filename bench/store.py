@@ -30,7 +30,7 @@ from app.engine.events import EventType
 from app.engine.policies import Limits
 from app.runs.records import RunRecord, new_run_id
 from app.runs.spec import RunRequest
-from app.runs.sqlite import SqliteRunStore
+from app.runs.stores.sqlite import SqliteRunStore
 from bench.common import fmt, machine, machine_line, say, summary, table, write_results
 from bench.procs import Server
 

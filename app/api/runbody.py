@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from app.api.schemas import RunCreate
 from app.caps import check_sizes
 from app.offload import off_loop
-from app.runs.admission import request_hash
 from app.runs.errors import InvalidRunError
+from app.runs.records import request_hash
 from app.runs.spec import RunRequest
 from app.settings import Settings
 from app.tools.base import compiled_schema

@@ -8,9 +8,9 @@ calls through `Guard`), and after the step (token budget).
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Unpack
 
 import structlog
 
@@ -21,8 +21,8 @@ from app.engine.asking import ask
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
-from app.engine.history import PreviousRun, open_conversation
-from app.engine.pending import Decision
+from app.engine.history import open_conversation
+from app.engine.inputs import RunHandles, RunInputs
 from app.engine.planning import planning_turns
 from app.engine.policies import (
     LIMIT_INTERVENTIONS,
@@ -34,7 +34,7 @@ from app.engine.policies import (
     past_deadline,
     planning_due,
 )
-from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext
+from app.engine.ports import ChatModel, Reply, Tool, ToolContext
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
@@ -48,12 +48,10 @@ from app.engine.steps import (
     Suspended,
     UserMessage,
 )
-from app.engine.toolcalls import CallResult
 from app.engine.trim import trim_notice
 
 log = structlog.get_logger("finishline.engine")
 
-Inbox = Callable[[], list[str]]
 """Takes the messages people sent the run since the last call, oldest first (steering)."""
 
 
@@ -64,127 +62,86 @@ def run_react(
     tools: Sequence[Tool] = (),
     limits: Limits | None = None,
     system_prompt: str | None = None,
-    run_id: str = "",
-    cancel: asyncio.Event | None = None,
     prompts: Prompts | None = None,
-    clock: Clock = _system_clock,
-    state: RunState | None = None,
-    jitter: Callable[[], float] = random.random,
-    previous: PreviousRun | None = None,
-    inbox: Inbox | None = None,
     approval: Collection[str] = (),
-    decisions: Sequence[Decision] = (),
-    recorded: Mapping[str, CallResult] | None = None,
+    **handles: Unpack[RunHandles],
 ) -> AsyncIterator[Step]:
-    """Run one ReAct agent to its end, yielding every step. Resumes from `state` if given.
+    """`react` with its inputs as keywords, defaults for all but the task and the model."""
+    limits = limits or Limits()
+    prompts = prompts or BUILTIN[limits.prompt_language]
+    inputs = RunInputs(model, list(tools), limits, prompts, frozenset(approval))
+    inputs.task, inputs.system_prompt = task, system_prompt
+    return react(inputs, **handles)
+
+
+def react(inputs: RunInputs, **handles: Unpack[RunHandles]) -> AsyncIterator[Step]:
+    """Run one ReAct agent to its end, yielding every step; resumes from `state` if given.
 
     Setting `cancel` ends the run with `cancelled` at once, interrupting in-flight calls.
-    A follow-up starts from `previous`'s conversation, then `task`. `inbox` is polled right
+    A follow-up starts from `previous`'s conversation, then the task. `inbox` is polled right
     before each LLM call: what it returns joins the conversation as user messages.
 
-    A call of a tool named in `approval` is not executed: the step's other calls run, then
-    the run checkpoints and yields `Suspended` (its last step; not an end). Resuming with that
-    checkpoint as `state` and the person's `decisions` settles those calls first (DESIGN §9).
+    A call of a tool named in `inputs.approval` is not executed: the step's other calls run,
+    then the run checkpoints and yields `Suspended` (its last step; not an end). Resuming with
+    that checkpoint as `state` and the person's `decisions` settles those calls first (§9).
 
     Between the model's reply with tool calls and their results the run checkpoints with
     `state.acting` set. Resumed from such a checkpoint (its process stopped mid-step), the
     run redoes that step's calls first, under the same step number: `recorded` holds the
     results logged before the interruption, by call id; see `acting.ToolStep` for the rule.
     """
-    limits = limits or Limits()
-    run = ReactRun(
-        task=task,
-        model=model,
-        tools=tools,
-        limits=limits,
-        system_prompt=system_prompt,
-        run_id=run_id,
-        cancel=cancel,
-        prompts=prompts or BUILTIN[limits.prompt_language],
-        clock=clock,
-        state=state or RunState(),
-        jitter=jitter,
-        previous=previous,
-        inbox=inbox,
-        approval=frozenset(approval),
-        decisions={d.call_id: d for d in decisions},
-        recorded=recorded,
-    )
-    return run.steps()
+    return ReactRun(inputs, handles).steps()
 
 
 class ReactRun:
-    def __init__(
-        self,
-        *,
-        task: str,
-        model: ChatModel,
-        tools: Sequence[Tool],
-        limits: Limits,
-        system_prompt: str | None,
-        run_id: str,
-        cancel: asyncio.Event | None,
-        prompts: Prompts,
-        clock: Clock,
-        state: RunState,
-        jitter: Callable[[], float],
-        previous: PreviousRun | None = None,
-        inbox: Inbox | None = None,
-        approval: frozenset[str] = frozenset(),
-        decisions: dict[str, Decision] | None = None,
-        recorded: Mapping[str, CallResult] | None = None,
-    ) -> None:
-        self.task = task
-        self.recorded = recorded or {}
-        self.decisions = decisions or {}
+    """One run of the loop; what the parts of a step need is held once, in `self.run`."""
+
+    def __init__(self, inputs: RunInputs, handles: RunHandles) -> None:
+        self.task, self.system_prompt = inputs.task, inputs.system_prompt
+        self.recorded = handles.get("recorded") or {}
+        self.decisions = {d.call_id: d for d in handles.get("decisions", ())}
         self.suspended: Suspended | None = None
         self.ended = False
-        self.previous = previous
-        self.inbox = inbox
-        self.limits = limits
-        self.prompts = prompts
-        self.clock = clock
-        self.state = state
-        self.system_prompt = system_prompt
-        self.tools = {t.name: t for t in tools}
-        if len(self.tools) != len(tools) or (limits.stop_tool and TASK_FINISHED in self.tools):
+        self.previous = handles.get("previous")
+        self.inbox = handles.get("inbox")
+        limits, prompts, tools = inputs.limits, inputs.prompts, inputs.tools
+        by_name = {t.name: t for t in tools}
+        if len(by_name) != len(tools) or (limits.stop_tool and TASK_FINISHED in by_name):
             raise ValueError("tool names must be unique and must not shadow task_finished")
-        if limits.planning_interval is not None and UPDATE_PLAN not in self.tools:
+        if limits.planning_interval is not None and UPDATE_PLAN not in by_name:
             raise ValueError("planning_interval needs the update_plan tool among the tools")
-        self.specs, self.spec_tokens = tool_specs(tools, limits.stop_tool, prompts)
-        self.available_tools = ", ".join(spec.name for spec in self.specs) or "none"
-        self.guard = Guard(cancel, clock)
-        self.log = log.bind()  # resolved once per run, with the logging config of the moment
-        self.ctx = ToolContext(run_id=run_id, plan=state.plan)
+        self.specs, spec_tokens = tool_specs(tools, limits.stop_tool, prompts)
         self.started = 0.0
+        state = handles.get("state") or RunState()
+        clock = handles.get("clock", _system_clock)
         self.run = RunContext(
             state=state,
             limits=limits,
             prompts=prompts,
-            model=model,
-            tools=self.tools,
-            available_tools=self.available_tools,
-            spec_tokens=self.spec_tokens,
+            model=inputs.model,
+            tools=by_name,
+            available_tools=", ".join(spec.name for spec in self.specs) or "none",
+            spec_tokens=spec_tokens,
             clock=clock,
-            jitter=jitter,
-            guard=self.guard,
-            log=self.log,
-            tool_ctx=self.ctx,
-            approval=approval,
+            jitter=handles.get("jitter", random.random),
+            guard=Guard(handles.get("cancel"), clock),
+            log=log.bind(),  # resolved once per run, with the logging config of the moment
+            tool_ctx=ToolContext(run_id=handles.get("run_id", ""), plan=state.plan),
+            approval=frozenset(inputs.approval),
         )
 
     # -- the loop -----------------------------------------------------------------------
 
     async def steps(self) -> AsyncIterator[Step]:
         """The run, in one generator: no wrapper for every item of every step to pass."""
-        st, limits = self.state, self.limits
+        st, limits = self.run.state, self.run.limits
         if not st.messages:  # a fresh run; else a resumed one, whose model goes on where it was
-            previous, prompts = self.previous, self.prompts
+            previous, prompts = self.previous, self.run.prompts
             open_conversation(st, self.system_prompt, self.task, prompts, limits, previous)
         st.resume_model(self.run.resumable)
-        if self.ctx.run_id:
-            structlog.contextvars.bind_contextvars(run_id=self.ctx.run_id)
-        self.started = self.clock() - st.elapsed_s
+        if self.run.tool_ctx.run_id:
+            structlog.contextvars.bind_contextvars(run_id=self.run.tool_ctx.run_id)
+        self.started = self.run.clock() - st.elapsed_s
         self.run.deadline = self.started + limits.max_time_s
         self.checkpointed = (st.step, len(st.messages))
         item: Step
@@ -229,7 +186,7 @@ class ReactRun:
                 redo = False
                 if self.suspended is not None:
                     yield self._checkpoint()
-                    self.log.info("run_suspended", pending=len(self.suspended.pending))
+                    self.run.log.info("run_suspended", pending=len(self.suspended.pending))
                     yield self.suspended
                     return
 
@@ -240,21 +197,21 @@ class ReactRun:
                     return
                 yield self._checkpoint()
         finally:
-            self.guard.close()
+            self.run.guard.close()
 
     def _checkpoint(self) -> Checkpoint:
-        st, run = self.state, self.run
+        st, run = self.run.state, self.run
         self.checkpointed = (st.step, len(st.messages))
-        return Checkpoint(st.step, st.to_checkpoint(self.clock() - self.started, run.resumable))
+        return Checkpoint(st.step, st.to_checkpoint(run.clock() - self.started, run.resumable))
 
     def _begin_step(self) -> list[Step] | StopReason:
         """The top of a step (a plain call: nothing here awaits): the limit that ends the run
         with a final answer, or the steps: a `Finished` alone, or the step's start and the
         messages injected before its LLM call."""
-        st, limits = self.state, self.limits
-        if self.guard.cancelled:
+        st, limits = self.run.state, self.run.limits
+        if self.run.guard.cancelled:
             return self._end(StopReason.CANCELLED)
-        limit = past_deadline(self.clock(), self.run.deadline) or (
+        limit = past_deadline(self.run.clock(), self.run.deadline) or (
             StopReason.MAX_STEPS if st.step >= limits.max_steps else None
         )
         if limit is not None:
@@ -272,20 +229,20 @@ class ReactRun:
 
         st.step += 1
         inject = self.run.inject
-        self.ctx.step = st.step
+        self.run.tool_ctx.step = st.step
         structlog.contextvars.bind_contextvars(step=st.step)
         steps: list[Step] = [StepStarted(st.step, limits.max_steps)]
         if said:  # a person spoke: that replaces the stop prompt of this step
             st.nudges_in_row = 0
             for content in said:
                 st.append({"role": "user", "content": content})
-                self.log.info("user_message_added", chars=len(content))
+                self.run.log.info("user_message_added", chars=len(content))
                 steps.append(UserMessage(st.step, content))
         elif nudge:
             st.nudges_in_row += 1
-            steps.append(inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt))
+            steps.append(inject(InterventionKind.STOP_PROMPT, self.run.prompts.stop_tool_prompt))
         if limits.progress and st.step > 1:
-            text = progress_text(st, limits, self.prompts, self.clock() - self.started)
+            text = progress_text(st, limits, self.run.prompts, self.run.clock() - self.started)
             steps.append(inject(InterventionKind.PROGRESS, text))
         return steps
 
@@ -294,16 +251,17 @@ class ReactRun:
         `Finished` when the model finished (or answered, with stop_tool off). Cancel, the
         deadline and a failing model surface as exceptions for the loop to end the run with.
         The reply's calls checkpoint with `acting` set before they run; `redo` takes the
-        reply of that checkpoint instead."""
-        st, limits = self.state, self.limits
+        reply of that checkpoint instead. `force_tool`: the tool the reply must call."""
+        st, limits = self.run.state, self.run.limits
         if redo:
-            self.ctx.step = st.step
+            self.run.tool_ctx.step = st.step
             structlog.contextvars.bind_contextvars(step=st.step)
             reply = reply_of(st.messages[-1])
-            self.log.warning("step_redone", calls=len(reply.tool_calls))
+            self.run.log.warning("step_redone", calls=len(reply.tool_calls))
         else:
             if limits.max_context_tokens is not None:
-                notice = trim_notice(st, limits.max_context_tokens, self.spec_tokens, self.prompts)
+                spec_tokens, prompts = self.run.spec_tokens, self.run.prompts
+                notice = trim_notice(st, limits.max_context_tokens, spec_tokens, prompts)
                 if notice is not None:
                     yield self.run.intervention(InterventionKind.CONTEXT_TRIM, notice)
             answer: Reply | None = None
@@ -350,15 +308,15 @@ class ReactRun:
 
     async def _final_answer(self, reason: StopReason) -> AsyncIterator[Step]:
         """Graceful degradation at a limit: one more call, without tools, for a best answer."""
-        if not self.limits.final_answer_on_limit:
+        if not self.run.limits.final_answer_on_limit:
             for ending in self._end(reason):
                 yield ending
             return
-        prompt = self.prompts.limit_prompt.format(reason=reason.value)
+        prompt = self.run.prompts.limit_prompt.format(reason=reason.value)
         yield self.run.inject(LIMIT_INTERVENTIONS[reason], prompt)
         reply: Reply | None = None
         try:
-            deadline = self.clock() + self.limits.final_answer_timeout_s
+            deadline = self.run.clock() + self.run.limits.final_answer_timeout_s
             async for item in ask(self.run, (), deadline, final=True):
                 if isinstance(item, Reply):
                     reply = item
@@ -369,12 +327,12 @@ class ReactRun:
                 yield ending
             return
         except (DeadlineError, LLMError) as exc:
-            self.log.warning(
+            self.run.log.warning(
                 "final_answer_failed", reason=reason.value, error=str(exc) or "deadline"
             )
         answer = reply.content if reply is not None and reply.content else None
         if answer is not None:
-            self.state.append({"role": "assistant", "content": answer})
+            self.run.state.append({"role": "assistant", "content": answer})
         for ending in self._end(reason, answer, degraded=answer is not None):
             yield ending
 
@@ -388,10 +346,10 @@ class ReactRun:
     ) -> list[Step]:
         """The run's last steps: its final conversation, for a follow-up to start from (when
         not checkpointed as it is already), then the one `Finished`."""
-        st = self.state
+        st = self.run.state
         usage = st.usage()
         self.ended = True
-        self.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
+        self.run.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
         last: list[Step] = []
         if self.checkpointed != (st.step, len(st.messages)):
             last.append(self._checkpoint())

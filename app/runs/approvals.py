@@ -23,7 +23,7 @@ from app.engine.pending import Decision
 from app.engine.policies import StopReason
 from app.engine.state import RunState
 from app.engine.steps import Suspended, UserMessage
-from app.runs.errors import InvalidRunError, RunNotWaitingError, TooManyMessagesError
+from app.runs.errors import InvalidRunError, RunNotWaitingError
 from app.runs.ports import RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import (
@@ -51,7 +51,7 @@ async def resumed_state(
     checkpoint = await store.load_checkpoint(record.id)
     if checkpoint is None:
         raise RuntimeError(f"run {record.id} waited without a checkpoint")
-    state = RunState.from_checkpoint(checkpoint["state"])
+    state = checkpoint.run_state()
     if approval.requeued_at is not None:
         state.elapsed_s += max(0.0, (utcnow() - approval.requeued_at).total_seconds())
     # kept on the record (not shown: it is not waiting) for a takeover (`retaken_state`)
@@ -82,14 +82,12 @@ class ApprovalDesk:
         recorder: RunRecorder,
         assembler: RunAssembler,
         waiting: WaitingRuns,
-        max_pending_messages: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.recorder = recorder
         self.assembler = assembler
         self.waiting = waiting
-        self.max_pending_messages = max_pending_messages
         self.clock = clock
 
     # -- a run begins to wait -----------------------------------------------------------------
@@ -118,7 +116,7 @@ class ApprovalDesk:
     async def _elapsed(self, run_id: str) -> float:
         """The running time of the checkpoint the engine saved just before it suspended."""
         checkpoint = await self.store.load_checkpoint(run_id)
-        return RunState.from_checkpoint(checkpoint["state"]).elapsed_s if checkpoint else 0.0
+        return checkpoint.run_state().elapsed_s if checkpoint else 0.0
 
     async def rearm(self) -> int:
         """At start-up: watch the timeouts of every run the store holds waiting."""
@@ -185,29 +183,6 @@ class ApprovalDesk:
             for call_id, arguments in edited.items()
             if call_id in tools and arguments is not None
         }
-
-    async def hold_message(self, run_id: str, content: str) -> RunRecord | None:
-        """Keep a steering message for the resume; None when the run is not waiting. (With
-        replicas, messages go to the run's inbox in the store instead: `redis_messages`.)"""
-
-        def changer(record: RunRecord | None, held: list[str]) -> WaitChange | None:
-            if record is None or record.status != RunStatus.REQUIRES_ACTION:
-                return None
-            assert record.approval is not None
-            if len(held) >= self.max_pending_messages:
-                raise TooManyMessagesError(
-                    f"run {run_id!r} already holds {len(held)} undelivered messages",
-                    run_id=run_id,
-                    cap=self.max_pending_messages,
-                )
-            record.approval.held_messages = [*held, content]
-            return WaitChange(record)
-
-        change = await self.waiting.change(run_id, changer)
-        if change is None:
-            return None
-        log.info("user_message_held", run_id=run_id, chars=len(content))
-        return change.record
 
     async def cancel(self, run_id: str) -> RunRecord | None:
         """End a waiting run cancelled; None when it is not waiting."""

@@ -1,13 +1,52 @@
-"""Which store a URL names: the one place that knows every backend (and, for the one
-replicas share, its parts for waiting runs and steering messages)."""
+"""Which store a URL names (`open_store`) and the backend made of it (`open_backend`): the
+one place that knows every store, and where the one-process / replica choice is made, once.
+A backend is the store and the sides of every seam that differs between one process and
+many replicas (DESIGN §8): where runs wait and execute (`Placement`), where steering messages
+are kept (`Inbox`), and where runs waiting for a person are (`WaitingRuns`). Nothing
+downstream asks which side it has."""
 
 from __future__ import annotations
 
-from app.runs.inbox import SharedInbox
-from app.runs.memory import MemoryRunStore
-from app.runs.sqlite import SqliteRunStore
+from dataclasses import dataclass
+
+from app.runs.inbox import Inbox, LocalInbox
+from app.runs.live import LiveRuns
+from app.runs.metrics import RunMetrics
+from app.runs.placement import LocalPlacement, Placement
 from app.runs.store import RunStore, UnsupportedStoreError
-from app.runs.waiting import WaitingRuns
+from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.sqlite import SqliteRunStore
+from app.runs.waiting import LocalWaitingRuns, WaitingRuns
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """How many runs one process executes at once, how many may queue (one process: here;
+    replicas: in the cluster's queue), and how many steering messages a run may hold."""
+
+    max_concurrent_runs: int
+    max_queued_runs: int
+    max_pending_messages: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaOptions:
+    """This process among the replicas of a shared store."""
+
+    name: str
+    lease_s: float = 15.0
+    max_attempts: int = 3
+    """Takeovers of one run before it fails `interrupted`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    store: RunStore
+    live: LiveRuns
+    """The runs this process holds: shared by the placement, the inbox and the manager."""
+    placement: Placement
+    inbox: Inbox
+    waiting: WaitingRuns
 
 
 def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
@@ -19,7 +58,7 @@ def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
         path = url.removeprefix("sqlite://")
         return SqliteRunStore(path[1:] if path.startswith("/") else path)
     if url.startswith(("redis://", "rediss://")):
-        from app.runs.redis_store import DEFAULT_RETENTION_S, RedisRunStore
+        from app.runs.stores.redis_store import DEFAULT_RETENTION_S, RedisRunStore
 
         return RedisRunStore(url, retention_s=retention_s or DEFAULT_RETENTION_S)
     raise UnsupportedStoreError(
@@ -27,17 +66,43 @@ def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
     )
 
 
-def shared_parts(
-    store: RunStore, *, max_pending_messages: int
-) -> tuple[WaitingRuns | None, SharedInbox | None]:
-    """For a store several replicas share (Redis): where its waiting runs and its runs'
-    steering messages live; (None, None) for a one-process store (the manager's own)."""
-    from app.runs.redis_store import RedisRunStore
+def open_backend(
+    store: RunStore,
+    *,
+    capacity: Capacity,
+    metrics: RunMetrics,
+    replica: ReplicaOptions,
+) -> Backend:
+    """The sides of the seams for `store` (from `open_store`): this process's own for a
+    one-process store (memory, SQLite), the cluster's for the one replicas share (Redis)."""
+    live = LiveRuns(capacity.max_concurrent_runs)
+    from app.runs.stores.redis_store import RedisRunStore
 
     if not isinstance(store, RedisRunStore):
-        return None, None
-    from app.runs.redis_messages import RedisInbox
-    from app.runs.redis_waiting import RedisWaitingRuns
+        placement = LocalPlacement(
+            store=store, live=live, metrics=metrics, max_queued=capacity.max_queued_runs
+        )
+        waiting = LocalWaitingRuns(store, placement.requeue)
+        inbox = LocalInbox(live=live, waiting=waiting, max_pending=capacity.max_pending_messages)
+        return Backend(store, live, placement, inbox, waiting)
+    from app.runs.replicas.placement import ReplicaPlacement
+    from app.runs.replicas.redis_cluster import RedisCoordinator
+    from app.runs.replicas.redis_messages import RedisInbox
+    from app.runs.replicas.redis_waiting import RedisWaitingRuns
 
-    waiting = RedisWaitingRuns(store, queue_key=store.prefix + "queue")
-    return waiting, RedisInbox(store, max_pending=max_pending_messages)
+    coordinator = RedisCoordinator(
+        store, replica=replica.name, lease_s=replica.lease_s, max_attempts=replica.max_attempts
+    )
+    return Backend(
+        store,
+        live,
+        ReplicaPlacement(
+            store=store,
+            coordinator=coordinator,
+            live=live,
+            metrics=metrics,
+            max_queued=capacity.max_queued_runs,
+        ),
+        RedisInbox(store, live=live, max_pending=capacity.max_pending_messages),
+        RedisWaitingRuns(store, queue_key=coordinator.queue_key),
+    )

@@ -1,70 +1,91 @@
-"""Steering messages of runs in a store several replicas share (DESIGN §10): the port.
+"""Steering messages of runs (DESIGN §10): the `Inbox` seam, and its one-process side.
 
-In one process a run's undelivered messages are a list on the executing task (`_Active`).
-With replicas a message may be posted on any replica while the run is queued, waiting or
-running on another; the run's inbox is then in the store (`RedisInbox`): a message is stored
-there, then the replica executing the run is told and moves it into the task's list, where
-the engine takes it before its next LLM call. All messages of a run go through the store, so
-they join the conversation in the order they were accepted, whichever replica took them.
+A message joins the run's conversation before its next LLM call, in the order it was
+accepted. The engine takes them from the run's live list (`ActiveRun.inbox`); an inbox is
+where a message is kept until then:
+- `LocalInbox` (memory, SQLite): a run executing or queued in this process holds its
+  messages in that list at once; a run waiting for a person holds them on its stored record
+  (`LocalWaitingRuns.hold`), for its resume;
+- `RedisInbox` (`app/runs/replicas/redis_messages.py`, replicas): a message may be posted on
+  any replica while the run is queued, waiting, or running on another; the run's inbox is in
+  the store, and the replica executing the run is told and moves the messages into the list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
 
-from app.runs.cluster_runs import _Active
-from app.runs.records import RunRecord
-from app.runs.store import RunStore
+from app.runs.errors import RunAlreadyEndedError, TooManyMessagesError
+from app.runs.live import ActiveRun, LiveRuns
+from app.runs.records import RunRecord, RunStatus
+from app.runs.waiting import LocalWaitingRuns
 
 log = structlog.get_logger("finishline.runs")
 
 
-class SharedInbox(Protocol):
-    async def post(self, run_id: str, content: str) -> None:
-        """Store a message for the run; `RunAlreadyEndedError` once the run ended or took
-        its last message, `TooManyMessagesError` at the cap of undelivered ones."""
+def already_ended(run_id: str, status: str) -> RunAlreadyEndedError:
+    return RunAlreadyEndedError(
+        f"run {run_id!r} has ended ({status}): start a follow-up with previous_run_id instead",
+        run_id=run_id,
+    )
 
-    async def pull(self, run_id: str, deliver: Callable[[list[str]], None]) -> None:
-        """Move the run's stored messages to `deliver` (this process executes the run),
-        oldest first; pulls of this process are one at a time, so order holds."""
+
+class Inbox(Protocol):
+    async def post(self, record: RunRecord, content: str) -> RunRecord:
+        """Keep a message for the run (`record`: as the caller read it, live if it is);
+        the run as it is then. `RunAlreadyEndedError` once the run ended or took its last
+        message, `TooManyMessagesError` at the cap of undelivered ones."""
+
+    async def pull(self, active: ActiveRun) -> None:
+        """Move the messages kept for a run executing here into its live list, oldest
+        first (as it starts or resumes)."""
 
     async def close(self, run_id: str) -> list[str]:
-        """The run took its last message (it ends): refuse any more; those left, in order."""
+        """The run took its last message (it ends): refuse any more; those still kept, in
+        order (the live list's are the caller's)."""
 
-    async def listen(self, on_posted: Callable[[str | None], Awaitable[None]]) -> None:
-        """Forever: `on_posted(run_id)` when a message for the run was stored, and
-        `on_posted(None)` each time the notifications (re)start (any run may have some)."""
+    async def listen(self) -> None:
+        """Forever: hand messages posted on any replica to the runs executing here."""
 
 
-class SharedInboxRuns:
-    """Mixed into `RunManager` (whose attributes these are): its side of a `SharedInbox`."""
+class LocalInbox:
+    """One process: a message goes to the run's live list at once (a run waiting for a
+    person keeps it on its record until it resumes)."""
 
-    store: RunStore
-    messages: SharedInbox | None
-    _active: dict[str, _Active]
+    def __init__(self, *, live: LiveRuns, waiting: LocalWaitingRuns, max_pending: int) -> None:
+        self.live = live
+        self.waiting = waiting
+        self.max_pending = max_pending
 
-    async def _post_through_store(self, record: RunRecord, content: str) -> RunRecord:
-        """Store the message for the run wherever it is; here, move it to the run at once."""
-        assert self.messages is not None
-        await self.messages.post(record.id, content)
+    async def post(self, record: RunRecord, content: str) -> RunRecord:
+        if record.status == RunStatus.REQUIRES_ACTION:
+            held = await self.waiting.hold(record.id, content, max_pending=self.max_pending)
+            if held is not None:
+                return held
+            # it just resumed: the message joins its live list
+        active = self.live.get(record.id)
+        if active is None:
+            record = await self.waiting.store.get(record.id) or record
+            raise already_ended(record.id, record.status.value)
+        if active.inbox_closed or active.record.status.terminal:
+            raise already_ended(record.id, active.record.status.value)
+        if len(active.inbox) >= self.max_pending:
+            raise TooManyMessagesError(
+                f"run {record.id!r} already holds {len(active.inbox)} undelivered messages",
+                run_id=record.id,
+                cap=self.max_pending,
+            )
+        active.inbox.append(content)
         log.info("user_message_queued", run_id=record.id, chars=len(content))
-        active = self._active.get(record.id)
-        if active is None:  # queued, waiting, or running on another replica
-            return await self.store.get(record.id) or record
-        await self._pull_messages(active)
         return active.record
 
-    async def _pull_messages(self, active: _Active) -> None:
-        """With replicas: move the run's messages from the store to its task's inbox."""
-        if self.messages is not None and not active.inbox_closed:
-            await self.messages.pull(active.record.id, lambda taken: active.inbox.extend(taken))
+    async def pull(self, active: ActiveRun) -> None:
+        return None  # they are in its list already
 
-    async def _messages_posted(self, run_id: str | None) -> None:
-        """Told that a run (None: any run) was sent messages: those executing here take them."""
-        found = self._active.get(run_id) if run_id is not None else None
-        for active in list(self._active.values()) if run_id is None else [found]:
-            if active is not None:
-                await self._pull_messages(active)
+    async def close(self, run_id: str) -> list[str]:
+        return []
+
+    async def listen(self) -> None:
+        return None  # nothing is posted anywhere else

@@ -34,3 +34,27 @@ class RunObserver(Protocol):
         """A new run; `traceparent` is the caller's W3C trace context header, if any (an
         invalid one is ignored)."""
         ...
+
+
+class RunTraces:
+    """The traces of the runs this process created or executes, by run id (none without an
+    observer)."""
+
+    def __init__(self, observer: RunObserver | None) -> None:
+        self.observer = observer
+        self._traces: dict[str, RunTrace] = {}
+
+    def open(self, record: RunRecord, traceparent: str | None) -> RunTrace | None:
+        """A new run's trace (not kept until `keep`: the run may not be stored)."""
+        return self.observer.open(record, traceparent) if self.observer is not None else None
+
+    def keep(self, run_id: str, trace: RunTrace) -> None:
+        self._traces[run_id] = trace
+
+    def get(self, run_id: str) -> RunTrace | None:
+        return self._traces.get(run_id)
+
+    def ended(self, record: RunRecord) -> None:
+        trace = self._traces.pop(record.id, None)
+        if trace is not None:
+            trace.ended(record)

@@ -1,16 +1,16 @@
 """What the runs layer needs from the composition root (`app.assembly`), as Protocols and
-plain values: a run checked and resolved at creation, equipped at start, and a way to POST
-JSON for webhooks. The runs layer imports only `app.engine` and itself."""
+plain values: a run checked and resolved at creation, equipped at start (`RunInputs`, the
+engine's own type), and a way to POST JSON for webhooks. The runs layer imports only
+`app.engine` and itself."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.engine.inputs import RunInputs
 from app.engine.policies import Limits
-from app.engine.ports import ChatModel, Tool
-from app.engine.prompts import Prompts
 from app.runs.records import RunRecord
 from app.runs.spec import RunRequest
 
@@ -27,23 +27,6 @@ class CheckedRequest:
     request: RunRequest
 
 
-@dataclass(slots=True)
-class RunInputs:
-    """What the engine's loop takes for one run; `aclose()` once the run has ended."""
-
-    model: ChatModel
-    tools: list[Tool]
-    limits: Limits
-    prompts: Prompts
-    approval: frozenset[str] = frozenset()
-    """Tools whose calls wait for a person's approval."""
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-
-    async def aclose(self) -> None:
-        for closer in self.closers:
-            await closer()
-
-
 class RunAssembler(Protocol):
     """Turns requests into runs: server-dependent checks at creation, the engine's inputs at
     start."""
@@ -56,7 +39,8 @@ class RunAssembler(Protocol):
         ...
 
     async def inputs(self, record: RunRecord) -> RunInputs:
-        """The model, tools, limits and prompts of a checked run; called in the run's own task.
+        """The task, model, tools, limits and prompts of a checked run; called in the run's
+        own task.
         Work in proportion to the request's size is done off the event loop."""
         ...
 
@@ -86,3 +70,6 @@ class JsonPoster(Protocol):
         timeout_s: float,
         headers: Mapping[str, str] | None = None,
     ) -> PostOutcome: ...
+
+
+__all__ = ["CheckedRequest", "JsonPoster", "PostOutcome", "RunAssembler", "RunInputs"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import time
@@ -19,6 +21,13 @@ from app.runs.spec import RunRequest
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _last_id = 0
 _id_lock = threading.Lock()
+
+
+def request_hash(request: RunRequest) -> str:
+    """The digest of a request's body, kept on its run (`request_hash`): an Idempotency-Key
+    replayed with another body is refused. In proportion to the request's size."""
+    body = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def new_run_id() -> str:

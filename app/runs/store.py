@@ -16,14 +16,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.engine.errors import FinishlineError
 from app.engine.events import EventType
+from app.engine.state import RunState
 from app.runs.records import Event, RunRecord, RunStatus
 
 FirstEvent = tuple[EventType, int, dict[str, Any]]
 """A new run's first event, stored with it by `RunStore.create`: type, step, data."""
+
+
+CHECKPOINT_FORMAT = 2
+"""The layout a store writes a checkpoint in: 1, the state whole (its messages inline, as
+stores wrote it before incremental checkpoints); 2, a head and the messages in chunks
+(`app.runs.stores.checkpoints`). Every store still loads format 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A run's last checkpoint, as loaded: the step it was taken at, the engine's state
+    (`RunState.to_checkpoint`'s dict, its messages whole), and the layout it was stored in."""
+
+    step: int
+    state: dict[str, Any]
+    version: int = CHECKPOINT_FORMAT
+
+    def run_state(self) -> RunState:
+        """The engine's state, to resume from."""
+        return RunState.from_checkpoint(self.state)
 
 
 class StoreError(FinishlineError):
@@ -116,6 +138,8 @@ class RunStore(Protocol):
         the replay, or all the live events published since the previous batch), in order,
         never empty. What an SSE stream writes at once."""
 
-    async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None: ...
+    async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
+        """Replace the run's checkpoint (in `CHECKPOINT_FORMAT`)."""
 
-    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None: ...
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The run's last checkpoint, whatever format it was stored in; None for none."""

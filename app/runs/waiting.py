@@ -4,9 +4,10 @@ one-process implementation.
 The approvals desk (`app/runs/approvals.py`) decides what a change to a waiting run is (a
 decision, a timeout, a held message, a cancel); a `WaitingRuns` writes it so that two
 changes never overwrite each other, and watches the approval deadlines:
-- `LocalWaitingRuns` (memory, SQLite: one process) under one lock, with a heap of deadlines
-  and the manager's own queue for a run whose calls are all decided;
-- `RedisWaitingRuns` (`app/runs/redis_waiting.py`, replicas) as a compare-and-set on the
+- `LocalWaitingRuns` (memory, SQLite: one process) under one lock, with a heap of deadlines,
+  the steering messages sent meanwhile on the record, and the local placement's queue for a
+  run whose calls are all decided;
+- `RedisWaitingRuns` (`app/runs/replicas/redis_waiting.py`, replicas) as a compare-and-set on the
   stored record, with the deadlines in a sorted set every replica polls, and the cluster's
   queue for the decided run.
 """
@@ -21,11 +22,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import anyio
+import structlog
 
 from app.engine.events import EventType
+from app.runs.errors import TooManyMessagesError
 from app.runs.records import RunRecord, RunStatus
 from app.runs.store import RunStore
+
+log = structlog.get_logger("finishline.runs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +129,29 @@ class LocalWaitingRuns:
                 await self.requeue(change.record, taken)
             return change
 
+    async def hold(self, run_id: str, content: str, *, max_pending: int) -> RunRecord | None:
+        """Keep a steering message on the waiting run's record, for its resume (the
+        `LocalInbox` of a waiting run); None when the run is not waiting."""
+
+        def changer(record: RunRecord | None, held: list[str]) -> WaitChange | None:
+            if record is None or record.status != RunStatus.REQUIRES_ACTION:
+                return None
+            assert record.approval is not None
+            if len(held) >= max_pending:
+                raise TooManyMessagesError(
+                    f"run {run_id!r} already holds {len(held)} undelivered messages",
+                    run_id=run_id,
+                    cap=max_pending,
+                )
+            record.approval.held_messages = [*held, content]
+            return WaitChange(record)
+
+        change = await self.change(run_id, changer)
+        if change is None:
+            return None
+        log.info("user_message_held", run_id=run_id, chars=len(content))
+        return change.record
+
     def arm(self, record: RunRecord) -> None:
         """Watch the run's approval deadline; a run with every call decided already (a
         shutdown came before it could resume) is due at once."""
@@ -166,48 +193,3 @@ class LocalWaitingRuns:
             if len(page) < 200:
                 return count
             cursor = page[-1].id
-
-
-SETTLE_POLL_S = 0.05  # how often /wait re-reads a run that may be about to wait
-
-
-async def wait_until_settled(store: RunStore, record: RunRecord, timeout_s: float) -> RunRecord:
-    """A run executing elsewhere (replicas): the run once it ended or waits for a person, or
-    as it is when `timeout_s` runs out. Its end is an event; its wait is not (the record
-    changes after the step's `approval.requested` events), so once such an event is seen
-    the record is re-read every SETTLE_POLL_S."""
-    if record.status.terminal or record.status == RunStatus.REQUIRES_ACTION:
-        return record
-    latest = record
-    with anyio.move_on_after(timeout_s):
-        async with anyio.create_task_group() as tasks:
-            asked = anyio.Event()
-
-            async def follow() -> None:
-                events = store.subscribe(record.id)
-                try:
-                    async for event in events:
-                        if event.terminal:
-                            break
-                        if event.type == EventType.APPROVAL_REQUESTED:
-                            asked.set()
-                finally:
-                    aclose = getattr(events, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
-                tasks.cancel_scope.cancel()
-
-            async def poll() -> None:
-                nonlocal latest
-                await asked.wait()
-                while True:
-                    fresh = await store.get(record.id)
-                    if fresh is None or fresh.status == RunStatus.REQUIRES_ACTION:
-                        latest = fresh or latest
-                        tasks.cancel_scope.cancel()
-                        return
-                    await anyio.sleep(SETTLE_POLL_S)
-
-            tasks.start_soon(follow)
-            tasks.start_soon(poll)
-    return await store.get(record.id) or latest

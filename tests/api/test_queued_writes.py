@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.engine.events import EventType
-from app.runs.sqlite import SqliteRunStore
+from app.runs.stores.sqlite import SqliteRunStore
 from tests.api.kit import create, finish, scripted, settings, wait_ended
 from tests.fakes.service import api_client
 from tests.fakes.serving import Served

@@ -156,11 +156,36 @@ async def test_a_run_posted_on_one_replica_streams_whole_from_the_other(
 async def test_wait_on_another_replica_returns_when_the_run_ends(
     tmp_path: Path, redis_url: str
 ) -> None:
-    async with replicas(tmp_path, redis_url) as [(_, a), (_, b)]:
-        run_id = await start_run(a, scripted(finish("late", delay_s=0.5)))
-        for client in (a, b):
-            response = await client.get(f"/runs/{run_id}/wait", params={"timeout_s": 10})
-            assert response.json()["status"] == "completed"
+    """The wait is on the replica that does not execute the run, begun while the run is
+    still running (its LLM call hangs until the wait has started), so it can only return
+    `completed` by following the run through the shared store."""
+    replies = [FakeReply.finish("late", hang=True)]
+    async with (
+        FakeLLMServer(replies) as llm,
+        replicas(tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url) as started,
+    ):
+        apps = [app for app, _ in started]
+        run_id = await start_run(started[0][1], {"task": "answer late"})
+        await llm.wait_for_requests(1, timeout_s=10)  # running, its one LLM call in flight
+        index = await executor(apps, run_id)
+        waiter, other = apps[1 - index], started[1 - index][1]
+        waited: list[dict[str, Any]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                response = await other.get(f"/runs/{run_id}/wait", params={"timeout_s": 30})
+                waited.append(response.json())
+
+            tg.start_soon(wait)
+            await waiter.wait_for_line(
+                lambda line: '"run_wait_started"' in line and run_id in line, timeout_s=10
+            )
+            assert not waited  # it waits: the run has not ended
+            llm.release()
+        assert waited[0]["status"] == "completed"
+        assert waited[0]["result"]["answer"] == "late"
+        here = await started[index][1].get(f"/runs/{run_id}/wait", params={"timeout_s": 10})
+        assert here.json()["status"] == "completed"
 
 
 async def test_cancel_on_the_replica_that_does_not_execute_the_run_stops_it_within_2_s(

@@ -20,8 +20,8 @@ from app.runs.records import (
     new_run_id,
     utcnow,
 )
-from app.runs.redis_store import RedisRunStore
-from app.runs.redis_waiting import RedisWaitingRuns
+from app.runs.replicas.redis_waiting import RedisWaitingRuns
+from app.runs.stores.redis_store import RedisRunStore
 from app.runs.waiting import Changer, WaitChange
 from tests.fakes.redis_server import RedisServer
 

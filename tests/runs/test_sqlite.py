@@ -15,11 +15,11 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 from app.runs.backends import open_store
-from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
-from app.runs.sqlite import QUEUE_LIMIT, SqliteRunStore, StoreClosedError
-from app.runs.sqlite_schema import SCHEMA_VERSION
-from app.runs.store import DuplicateRunError, StoreError
+from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, StoreError
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.sqlite import QUEUE_LIMIT, SqliteRunStore, StoreClosedError
+from app.runs.stores.sqlite_schema import SCHEMA_VERSION
 
 BOUND_S = 10
 
@@ -87,7 +87,7 @@ async def test_runs_events_and_checkpoints_survive_a_restart_and_seq_continues(
         assert await store.find_by_idempotency_key("alice", "k") == run
         assert await store.list_runs(owner="alice") == [run]
         assert await store.read(run.id) == events
-        assert await store.load_checkpoint(run.id) == {"step": 3, "state": {"messages": ["m"]}}
+        assert await store.load_checkpoint(run.id) == Checkpoint(3, {"messages": ["m"]})
         assert (await store.append(run.id, "thought", 4, {})).seq == 4
         with pytest.raises(DuplicateRunError):
             await store.create(record(owner="alice", idempotency_key="k"))
@@ -329,7 +329,7 @@ async def test_close_closes_every_connection(path: str) -> None:
 
 
 async def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(path: str) -> None:
-    from app.runs.sqlite_schema import MIGRATIONS
+    from app.runs.stores.sqlite_schema import MIGRATIONS
 
     old = record()
     with contextlib.closing(sqlite3.connect(path)) as conn:
@@ -389,12 +389,38 @@ async def test_a_checkpoint_stored_whole_by_an_older_version_loads_and_is_replac
         )
     async with opened(path) as store:
         loaded = await store.load_checkpoint(run.id)
-        assert loaded == {"step": 2, "state": old}
+        assert loaded == Checkpoint(2, old, version=1)  # the layout before chunks
         assert loaded is not None
-        messages = loaded["state"]["messages"]
+        messages = loaded.state["messages"]
         messages.append({"role": "assistant", "content": "on"})
         await store.save_checkpoint(run.id, 3, {"messages": list(messages), "step": 3})
-        assert await store.load_checkpoint(run.id) == {
-            "step": 3,
-            "state": {"messages": messages, "step": 3},
-        }
+        assert await store.load_checkpoint(run.id) == Checkpoint(
+            3, {"messages": messages, "step": 3}, version=CHECKPOINT_FORMAT
+        )
+
+
+async def test_a_chunked_checkpoint_stored_before_layouts_were_named_loads(path: str) -> None:
+    """A checkpoint written by schema 3 (chunks, no `version`) is told by its count."""
+    run = record()
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "on"}]
+    async with opened(path) as store:
+        await store.create(run)
+        await store.save_checkpoint(run.id, 2, {"messages": list(messages), "step": 2})
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE checkpoints SET version = NULL WHERE run_id = ?", (run.id,))
+    async with opened(path) as store:
+        assert await store.load_checkpoint(run.id) == Checkpoint(
+            2, {"messages": messages, "step": 2}, version=2
+        )
+
+
+async def test_a_checkpoint_in_a_newer_layout_is_refused_by_name(path: str) -> None:
+    run = record()
+    async with opened(path) as store:
+        await store.create(run)
+        await store.save_checkpoint(run.id, 1, {"messages": []})
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE checkpoints SET version = ? WHERE run_id = ?", (99, run.id))
+    async with opened(path) as store:
+        with pytest.raises(StoreError, match="checkpoint format 99 is newer"):
+            await store.load_checkpoint(run.id)

@@ -12,8 +12,6 @@ import anyio
 import pytest
 
 from app.engine.policies import StopReason
-from app.runs.fanout import Fanout
-from app.runs.memory import MemoryRunStore
 from app.runs.records import (
     Event,
     RunErrorInfo,
@@ -25,10 +23,12 @@ from app.runs.records import (
     WebhookState,
     new_run_id,
 )
-from app.runs.redis_store import RedisRunStore
 from app.runs.spec import RunRequest
-from app.runs.sqlite import SqliteRunStore
-from app.runs.store import DuplicateRunError, RunStore, StoreError
+from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, RunStore, StoreError
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.redis_store import RedisRunStore
+from app.runs.stores.sqlite import SqliteRunStore
 
 Store = MemoryRunStore | SqliteRunStore | RedisRunStore
 BOUND_S = 10  # a failure bound, not a wait: every test here finishes in milliseconds
@@ -274,7 +274,7 @@ async def test_deleting_an_unknown_run_does_nothing(store: Store) -> None:
 
     assert await store.list_runs(owner=None, any_owner=True) == [kept]
     assert len(await store.read(kept.id)) == 1
-    assert await store.load_checkpoint(kept.id) == {"step": 1, "state": {"messages": []}}
+    assert await store.load_checkpoint(kept.id) == Checkpoint(1, {"messages": []})
 
 
 # -- the event log ------------------------------------------------------------------------
@@ -556,7 +556,16 @@ async def test_load_checkpoint_returns_the_latest_saved(store: Store) -> None:
     await store.save_checkpoint(run.id, 1, {"messages": [{"role": "user", "content": "hi"}]})
     state = {"messages": [{"role": "assistant", "content": "ok"}], "usage": {"steps": 2}}
     await store.save_checkpoint(run.id, 2, state)
-    assert await store.load_checkpoint(run.id) == {"step": 2, "state": state}
+    assert await store.load_checkpoint(run.id) == Checkpoint(2, state)
+
+
+async def test_a_checkpoint_loads_typed_in_the_current_layout(store: Store) -> None:
+    run = await created(store)
+    await store.save_checkpoint(run.id, 3, {"messages": [{"role": "user", "content": "hi"}]})
+    loaded = await store.load_checkpoint(run.id)
+    assert isinstance(loaded, Checkpoint)
+    assert (loaded.step, loaded.version) == (3, CHECKPOINT_FORMAT)
+    assert loaded.state == {"messages": [{"role": "user", "content": "hi"}]}
 
 
 async def test_a_checkpoint_is_a_snapshot_of_the_state_when_saved(store: Store) -> None:
@@ -566,8 +575,8 @@ async def test_a_checkpoint_is_a_snapshot_of_the_state_when_saved(store: Store) 
     messages[0]["content"] = "elided"  # the live run goes on changing its state
     messages.append({"role": "assistant", "content": "later"})
     loaded = await store.load_checkpoint(run.id)
-    assert loaded == {"step": 1, "state": {"messages": [{"role": "user", "content": "hi"}]}}
-    loaded["state"]["messages"].clear()
+    assert loaded == Checkpoint(1, {"messages": [{"role": "user", "content": "hi"}]})
+    loaded.state["messages"].clear()
     assert await store.load_checkpoint(run.id) != loaded
 
 
@@ -606,7 +615,7 @@ async def test_checkpoints_of_a_growing_conversation_read_back_whole_at_every_st
         live += conversation(step)
         state = {"messages": list(live), "step": step, "acting": step % 2 == 0}
         await store.save_checkpoint(run.id, step, state)
-        assert await store.load_checkpoint(run.id) == {"step": step, "state": state}
+        assert await store.load_checkpoint(run.id) == Checkpoint(step, state)
 
 
 async def test_a_checkpoint_with_an_earlier_message_replaced_reads_back_the_new_one(
@@ -618,7 +627,7 @@ async def test_a_checkpoint_with_an_earlier_message_replaced_reads_back_the_new_
     live[1] = {**live[1], "content": "[elided]"}  # trimming replaces, never edits in place
     live.append({"role": "assistant", "content": "next"})
     await store.save_checkpoint(run.id, 2, {"messages": list(live)})
-    assert await store.load_checkpoint(run.id) == {"step": 2, "state": {"messages": live}}
+    assert await store.load_checkpoint(run.id) == Checkpoint(2, {"messages": live})
 
 
 async def test_a_shorter_conversation_replaces_the_stored_one(store: Store) -> None:
@@ -626,7 +635,7 @@ async def test_a_shorter_conversation_replaces_the_stored_one(store: Store) -> N
     await store.save_checkpoint(run.id, 1, {"messages": conversation(5)})
     await store.save_checkpoint(run.id, 2, {"messages": conversation(2)})
     loaded = await store.load_checkpoint(run.id)
-    assert loaded == {"step": 2, "state": {"messages": conversation(2)}}
+    assert loaded == Checkpoint(2, {"messages": conversation(2)})
 
 
 async def test_a_run_deleted_and_made_again_gets_a_whole_checkpoint(store: Store) -> None:
@@ -637,7 +646,7 @@ async def test_a_run_deleted_and_made_again_gets_a_whole_checkpoint(store: Store
     await store.create(run)  # the same id again, without its checkpoint
     live.append({"role": "assistant", "content": "after"})
     await store.save_checkpoint(run.id, 2, {"messages": list(live)})
-    assert await store.load_checkpoint(run.id) == {"step": 2, "state": {"messages": live}}
+    assert await store.load_checkpoint(run.id) == Checkpoint(2, {"messages": live})
 
 
 async def test_a_new_process_reads_back_exactly_the_conversation_and_carries_on(
@@ -654,9 +663,9 @@ async def test_a_new_process_reads_back_exactly_the_conversation_and_carries_on(
     second = reopenable()  # another process: resumes the run from what is stored
     await second.open()
     loaded = await second.load_checkpoint(run.id)
-    assert loaded == {"step": 3, "state": {"messages": live, "acting": True}}
+    assert loaded == Checkpoint(3, {"messages": live, "acting": True})
     assert loaded is not None
-    resumed = loaded["state"]["messages"]
+    resumed = loaded.state["messages"]
     resumed.append({"role": "tool", "content": "redone"})
     await second.save_checkpoint(run.id, 4, {"messages": list(resumed)})
     resumed.append({"role": "assistant", "content": "step 5"})
@@ -664,7 +673,7 @@ async def test_a_new_process_reads_back_exactly_the_conversation_and_carries_on(
 
     third = reopenable()
     await third.open()
-    assert await third.load_checkpoint(run.id) == {"step": 5, "state": {"messages": resumed}}
+    assert await third.load_checkpoint(run.id) == Checkpoint(5, {"messages": resumed})
 
 
 async def test_an_events_stored_data_is_fixed_when_appended(store: Store) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import app.main
 from app.engine.events import TERMINAL_EVENT_TYPES
-from app.runs.memory import MemoryRunStore
+from app.runs.stores.memory import MemoryRunStore
 from tests.fakes.service import api_client, service_settings
 
 FINISH = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": "a"}}]}

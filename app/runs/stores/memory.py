@@ -7,11 +7,19 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
-from app.engine.events import TERMINAL_EVENT_TYPES, EventType
-from app.runs.checkpoints import CheckpointDeltas, assemble
-from app.runs.fanout import Fanout
+from app.engine.events import EventType
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.store import DuplicateRunError, FirstEvent, StoreError, settled
+from app.runs.store import (
+    CHECKPOINT_FORMAT,
+    Checkpoint,
+    DuplicateRunError,
+    FirstEvent,
+    StoreError,
+    settled,
+)
+from app.runs.stores.checkpoints import CheckpointDeltas, loaded
+from app.runs.stores.events import encode, stored
+from app.runs.stores.fanout import Fanout
 
 
 class MemoryRunStore:
@@ -98,13 +106,10 @@ class MemoryRunStore:
         log = self._events[run_id]
         if record is not None:
             await self.save(record)
-        # a JSON snapshot, as SQLite keeps it: the caller may change `data` later, and a live
-        # event must equal its replay (enums as strings, tuples as lists)
-        snapshot = json.loads(json.dumps(data))
-        event = Event(run_id, len(log) + 1, type, time.time(), step, snapshot)
+        # a JSON snapshot, as the other stores keep it (`stores.events`)
+        event = stored(run_id, len(log) + 1, type, time.time(), step, encode(data))
         log.append(event)
-        if type in TERMINAL_EVENT_TYPES:
-            self._deltas.forget(run_id)
+        self._deltas.appended(run_id, type)
         self.fanout.publish(event)
         return event
 
@@ -123,18 +128,18 @@ class MemoryRunStore:
         return self.fanout.follow_batches(run_id, after, self.read)
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        # incremental, as the other stores (`app.runs.checkpoints`): JSON kept per message
-        write = self._deltas.plan(run_id, state)
-        _, _, chunks = self._checkpoints.get(run_id, (0, "", []))
-        if not write.start:
-            chunks = []
-        if write.chunk is not None:
-            chunks.append(write.chunk)
-        self._checkpoints[run_id] = (step, write.state, chunks)
+        # incremental, as the other stores (`stores.checkpoints`): JSON kept per message
+        with self._deltas.writing(run_id, state) as write:
+            _, _, chunks = self._checkpoints.get(run_id, (0, "", []))
+            if not write.start:
+                chunks = []
+            if write.chunk is not None:
+                chunks.append(write.chunk)
+            self._checkpoints[run_id] = (step, write.state, chunks)
 
-    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        stored = self._checkpoints.get(run_id)
-        if stored is None:
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
+        found = self._checkpoints.get(run_id)
+        if found is None:
             return None
-        step, saved, chunks = stored
-        return {"step": step, "state": assemble(json.loads(saved), chunks)}
+        step, saved, chunks = found
+        return loaded(step, json.loads(saved), chunks, CHECKPOINT_FORMAT)

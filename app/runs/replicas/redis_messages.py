@@ -1,5 +1,6 @@
-"""`SharedInbox` on Redis: a run's undelivered steering messages are one list, and one
-pub/sub channel tells the replicas a run has new ones (DESIGN §10 with §8).
+"""`Inbox` on Redis, the replica side (`app.runs.inbox` has the one-process one): a run's
+undelivered steering messages are one list, and one pub/sub channel tells the replicas a run
+has new ones (DESIGN §10 with §8).
 
 Keys (P is the store's prefix):
     P inbox:{id}         list: the run's messages not yet taken by its executing replica
@@ -17,15 +18,17 @@ Messages a replica took and had not yet handed to the model when it died are los
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from redis.exceptions import RedisError
 
 from app.runs.errors import RunAlreadyEndedError, TooManyMessagesError
-from app.runs.redis_store import RedisRunStore
+from app.runs.inbox import already_ended
+from app.runs.live import ActiveRun, LiveRuns
+from app.runs.records import RunRecord
 from app.runs.store import LeaseLostError
+from app.runs.stores.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
 
@@ -63,8 +66,9 @@ return taken
 
 
 class RedisInbox:
-    def __init__(self, store: RedisRunStore, *, max_pending: int) -> None:
+    def __init__(self, store: RedisRunStore, *, live: LiveRuns, max_pending: int) -> None:
         self.store = store
+        self.live = live
         self.redis = store.redis
         self.max_pending = max_pending
         self.channel = store.prefix + "messages"
@@ -73,7 +77,19 @@ class RedisInbox:
         self._take = self.redis.register_script(TAKE)
         self._lock = asyncio.Lock()
 
-    async def post(self, run_id: str, content: str) -> None:
+    async def post(self, record: RunRecord, content: str) -> RunRecord:
+        """Stored for the run wherever it is; moved to it at once if it executes here."""
+        if record.status.terminal:
+            raise already_ended(record.id, record.status.value)
+        await self._store(record.id, content)
+        log.info("user_message_queued", run_id=record.id, chars=len(content))
+        active = self.live.get(record.id)
+        if active is None:  # queued, waiting, or running on another replica
+            return await self.store.get(record.id) or record
+        await self.pull(active)
+        return active.record
+
+    async def _store(self, run_id: str, content: str) -> None:
         args: list[str | int] = [self.store.prefix, run_id, content, self.max_pending]
         args.append(self._ttl_ms)
         outcome = await self._post(args=args)
@@ -89,9 +105,13 @@ class RedisInbox:
                 cap=self.max_pending,
             )
 
-    async def pull(self, run_id: str, deliver: Callable[[list[str]], None]) -> None:
+    async def pull(self, active: ActiveRun) -> None:
         """A failed read leaves the messages stored, for the next notification or start; a
-        replica that lost the run's lease takes none (they are its new owner's)."""
+        replica that lost the run's lease takes none (they are its new owner's). Pulls of
+        this process are one at a time, so order holds."""
+        if active.inbox_closed:
+            return
+        run_id = active.record.id
         async with self._lock:
             try:
                 taken = await self._taken(run_id, close=False)
@@ -99,7 +119,7 @@ class RedisInbox:
                 log.warning("user_messages_not_taken", run_id=run_id, error=str(exc))
                 return
             if taken:
-                deliver(taken)
+                active.inbox.extend(taken)
                 log.info("user_messages_taken", run_id=run_id, count=len(taken))
 
     async def close(self, run_id: str) -> list[str]:
@@ -114,26 +134,34 @@ class RedisInbox:
             raise LeaseLostError(f"run {run_id!r} was taken over by another replica")
         return [str(content) for content in reply]
 
-    async def listen(self, on_posted: Callable[[str | None], Awaitable[None]]) -> None:
+    async def listen(self) -> None:
+        """`P messages` carries the id of a run that was sent messages: if it executes here,
+        it takes them. Each time the subscription (re)starts, every run here looks (a
+        notification may have been missed while it was down)."""
         while True:
             pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.channel)
-                await self._told(on_posted, None)
+                await self._told(None)
                 while True:
                     message = await pubsub.get_message(timeout=LISTEN_S)
                     if message is not None and message.get("type") == "message":
-                        await self._told(on_posted, str(message["data"]))
+                        await self._told(str(message["data"]))
             except RedisError as exc:
                 log.warning("message_channel_failed", error=str(exc))
                 await asyncio.sleep(RETRY_S)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def _told(
-        self, on_posted: Callable[[str | None], Awaitable[None]], run_id: str | None
-    ) -> None:
+    async def _told(self, run_id: str | None) -> None:
+        """Told that a run (None: any run) was sent messages: those executing here take them."""
         try:
-            await on_posted(run_id)
+            if run_id is None:
+                runs = self.live.all()
+            else:
+                found = self.live.get(run_id)
+                runs = [found] if found is not None else []
+            for active in runs:
+                await self.pull(active)
         except Exception:  # the one listener of this replica: it must not stop
             log.exception("user_message_notice_failed", run_id=run_id)

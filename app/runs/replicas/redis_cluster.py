@@ -19,22 +19,22 @@ after `REDELIVER_IDLE_MS` (XAUTOCLAIM), so a queued run is never lost with its r
 Takeover: every replica with a free slot scans the running runs every `sweep_s` (at most a
 third of the lease); a running run whose lease key is gone (its replica died or hung past
 the lease) is taken by the first replica whose `TAKE_OVER` script sets the key, which counts
-the attempt; the manager then resumes the run from its checkpoint (`on_takeover`).
+the attempt; this replica then resumes the run from its checkpoint (`member.taken_over`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-from app.runs.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
-from app.runs.redis_store import RedisRunStore
+from app.runs.replicas.cluster import ClusterMember
+from app.runs.stores.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
+from app.runs.stores.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
 
@@ -120,41 +120,26 @@ class RedisCoordinator:
     async def close(self) -> None:
         return None
 
-    async def serve(
-        self,
-        *,
-        free_slots: Callable[[], int],
-        slot_freed: asyncio.Event,
-        on_claimed: Callable[[str], Awaitable[None]],
-        on_cancel: Callable[[str], None],
-        on_lost: Callable[[str], None],
-        on_takeover: Callable[[str, int], Awaitable[None]],
-        on_webhook: Callable[[str], Awaitable[None]],
-    ) -> None:
+    async def serve(self, member: ClusterMember) -> None:
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._send_webhooks(free_slots, on_webhook, tasks))
-            tasks.create_task(self._listen_for_cancels(on_cancel))
-            tasks.create_task(self._claim_runs(free_slots, slot_freed, on_claimed))
-            tasks.create_task(self._renew_leases(on_lost))
-            tasks.create_task(self._sweep(free_slots, on_takeover))
+            tasks.create_task(self._send_webhooks(member, tasks))
+            tasks.create_task(self._listen_for_cancels(member))
+            tasks.create_task(self._claim_runs(member))
+            tasks.create_task(self._renew_leases(member))
+            tasks.create_task(self._sweep(member))
 
     # -- the queue --------------------------------------------------------------------------
 
-    async def _claim_runs(
-        self,
-        free_slots: Callable[[], int],
-        slot_freed: asyncio.Event,
-        on_claimed: Callable[[str], Awaitable[None]],
-    ) -> None:
+    async def _claim_runs(self, member: ClusterMember) -> None:
         await self._create_group(self.queue_key, GROUP)
         while not self._stopping:
-            free = free_slots()
+            free = member.free_slots()
             if free < 0:  # draining
                 return
             if free == 0:
-                slot_freed.clear()
-                if free_slots() <= 0:
-                    await slot_freed.wait()
+                member.slot_freed.clear()
+                if member.free_slots() <= 0:
+                    await member.slot_freed.wait()
                 continue
             try:
                 entries = await self._redelivered(self.queue_key, GROUP, REDELIVER_IDLE_MS, free)
@@ -165,7 +150,7 @@ class RedisCoordinator:
                     entries = [e for _stream, page in reply or () for e in page]
                 for entry_id, fields in entries:
                     if fields and "run" in fields:
-                        await on_claimed(fields["run"])
+                        await member.claimed(fields["run"])
                     async with self.redis.pipeline(transaction=True) as pipe:
                         pipe.xack(self.queue_key, GROUP, entry_id)
                         pipe.xdel(self.queue_key, entry_id)
@@ -208,7 +193,7 @@ class RedisCoordinator:
 
     # -- cancel -----------------------------------------------------------------------------
 
-    async def _listen_for_cancels(self, on_cancel: Callable[[str], None]) -> None:
+    async def _listen_for_cancels(self, member: ClusterMember) -> None:
         while not self._stopping:
             pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
@@ -216,7 +201,7 @@ class RedisCoordinator:
                 while not self._stopping:
                     message = await pubsub.get_message(timeout=LISTEN_S)
                     if message is not None and message.get("type") == "message":
-                        on_cancel(str(message["data"]))
+                        member.cancel_asked(str(message["data"]))
             except RedisError as exc:
                 log.warning("cancel_channel_failed", error=str(exc))
                 await asyncio.sleep(RETRY_S)
@@ -225,9 +210,9 @@ class RedisCoordinator:
 
     # -- leases and takeover ----------------------------------------------------------------
 
-    async def _renew_leases(self, on_lost: Callable[[str], None]) -> None:
+    async def _renew_leases(self, member: ClusterMember) -> None:
         """Renew every held lease each third of it; a lease found lost (this process was
-        paused past it and another took the run) stops the run here (`on_lost`)."""
+        paused past it and another took the run) stops the run here (`cancel_asked`)."""
         while not self._stopping:
             await asyncio.sleep(self.lease_s / 3)
             for run_id, token in list(self._held.items()):
@@ -240,16 +225,14 @@ class RedisCoordinator:
                     continue
                 if not renewed and self._held.get(run_id) == token:
                     log.warning("lease_lost", run_id=run_id)
-                    on_lost(run_id)
+                    member.cancel_asked(run_id)
 
-    async def _sweep(
-        self, free_slots: Callable[[], int], on_takeover: Callable[[str, int], Awaitable[None]]
-    ) -> None:
+    async def _sweep(self, member: ClusterMember) -> None:
         """Take over running runs whose lease expired, while this replica has free slots."""
         running = self.store.prefix + "idx:all|running"
-        while not self._stopping and free_slots() >= 0:
+        while not self._stopping and member.free_slots() >= 0:
             await asyncio.sleep(self.sweep_s)
-            if free_slots() <= 0:
+            if member.free_slots() <= 0:
                 continue
             try:
                 run_ids = [str(i) for i in await self.redis.zrange(running, 0, 199)]
@@ -258,7 +241,7 @@ class RedisCoordinator:
                         pipe.exists(self.store.prefix + "owner:" + run_id)
                     held = await pipe.execute()
                 for run_id, exists in zip(run_ids, held, strict=True):
-                    if exists or free_slots() <= 0:
+                    if exists or member.free_slots() <= 0:
                         continue
                     token = self._token()
                     attempt = await self._take_over(
@@ -267,7 +250,7 @@ class RedisCoordinator:
                     if attempt:
                         self._hold(run_id, token)
                         log.warning("run_taken_over", run_id=run_id, attempt=attempt)
-                        await on_takeover(run_id, int(attempt))
+                        await member.taken_over(run_id, int(attempt))
             except RedisError as exc:
                 log.warning("takeover_sweep_failed", error=str(exc))
 
@@ -287,12 +270,7 @@ class RedisCoordinator:
             except RedisError as exc:
                 log.warning("webhook_hold_failed", entry=entry_id, error=str(exc))
 
-    async def _send_webhooks(
-        self,
-        free_slots: Callable[[], int],
-        on_webhook: Callable[[str], Awaitable[None]],
-        tasks: asyncio.TaskGroup,
-    ) -> None:
+    async def _send_webhooks(self, member: ClusterMember, tasks: asyncio.TaskGroup) -> None:
         """Deliver the webhooks of ended runs: the store's SAVE script put each run's id in
         the outbox stream as it ended the run; one replica of the group reads each entry and
         acknowledges it once the delivery is done (all its attempts). While it delivers, it
@@ -300,7 +278,7 @@ class RedisCoordinator:
         the entry's idle time under the lease; an entry idle past the lease (its reader died
         or hung) is taken by another replica (XAUTOCLAIM), which delivers it again."""
         await self._create_group(self.webhooks_key, WEBHOOK_GROUP)
-        while not self._stopping and free_slots() >= 0:
+        while not self._stopping and member.free_slots() >= 0:
             try:
                 entries = await self._redelivered(
                     self.webhooks_key, WEBHOOK_GROUP, self._lease_ms, 10
@@ -315,20 +293,18 @@ class RedisCoordinator:
                     )
                     entries = [e for _stream, page in reply or () for e in page]
                 for entry_id, fields in entries:
-                    tasks.create_task(self._deliver(entry_id, fields.get("run"), on_webhook))
+                    tasks.create_task(self._deliver(entry_id, fields.get("run"), member))
             except RedisError as exc:
                 await self._read_failed(
                     self.webhooks_key, WEBHOOK_GROUP, "webhook_outbox_read_failed", exc
                 )
 
-    async def _deliver(
-        self, entry_id: str, run_id: str | None, on_webhook: Callable[[str], Awaitable[None]]
-    ) -> None:
+    async def _deliver(self, entry_id: str, run_id: str | None, member: ClusterMember) -> None:
         if run_id:
             log.info("webhook_delivering", run_id=run_id, entry=entry_id)
             holding = asyncio.create_task(self._hold_entry(entry_id))
             try:
-                await on_webhook(run_id)
+                await member.deliver_webhook(run_id)
             finally:
                 holding.cancel()
         try:

@@ -23,12 +23,22 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from app.engine.events import TERMINAL_EVENT_TYPES, EventType
-from app.runs.checkpoints import CheckpointDeltas, assemble
-from app.runs.fanout import Fanout
+from app.engine.events import EventType
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.redis_follow import StreamFollower, event_from_entry
-from app.runs.redis_scripts import (
+from app.runs.store import (
+    CHECKPOINT_FORMAT,
+    Checkpoint,
+    DuplicateRunError,
+    FirstEvent,
+    LeaseLostError,
+    StoreError,
+    settled,
+)
+from app.runs.stores.checkpoints import CheckpointDeltas, loaded
+from app.runs.stores.events import encode, stored
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.redis_follow import StreamFollower, event_from_entry
+from app.runs.stores.redis_scripts import (
     APPEND,
     CHECKPOINT,
     CREATE,
@@ -36,13 +46,6 @@ from app.runs.redis_scripts import (
     DELETE,
     SAVE,
     SAVE_APPEND,
-)
-from app.runs.store import (
-    DuplicateRunError,
-    FirstEvent,
-    LeaseLostError,
-    StoreError,
-    settled,
 )
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
@@ -134,13 +137,11 @@ class RedisRunStore:
             outcome = await self._create(args=args)
         else:  # one script: the run and its event 1, or nothing
             type, step, data = first_event
-            payload = json.dumps(data, separators=(",", ":"))
+            payload = encode(data)
             ts = time.time()
             outcome = await self._create_append(args=[*args, type, repr(ts), step, payload])
             if outcome not in ("id", "key"):
-                event = Event(
-                    record.id, int(outcome), EventType(type), ts, step, json.loads(payload)
-                )
+                event = stored(record.id, int(outcome), type, ts, step, payload)
         if outcome == "id":
             raise DuplicateRunError(record.id)
         if outcome == "key":
@@ -221,11 +222,10 @@ class RedisRunStore:
         *,
         record: RunRecord | None = None,
     ) -> Event:
-        payload = json.dumps(data, separators=(",", ":"))
+        payload = encode(data)
         ts = time.time()
         fence = self._fences.get(run_id, "")
-        if type in TERMINAL_EVENT_TYPES:
-            self._deltas.forget(run_id)
+        self._deltas.appended(run_id, type)
         args: list[str | int]
         if record is None:
             args = [self.prefix, run_id, type, repr(ts), step, payload, fence]
@@ -240,7 +240,7 @@ class RedisRunStore:
         self._fence(run_id, seq)
         if seq is None:
             raise KeyError(run_id)
-        return Event(run_id, int(seq), EventType(type), ts, step, json.loads(payload))
+        return stored(run_id, int(seq), type, ts, step, payload)
 
     async def append_soon(
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]
@@ -263,30 +263,25 @@ class RedisRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
-        head = f'{{"step":{int(step)},"state":{write.state}}}'
-        fence = self._fences.get(run_id, "")
-        chunk = write.chunk if write.chunk is not None else ""
-        args: list[str | int] = [self.prefix, run_id, head, fence, write.start, chunk]
-        try:
+        with self._deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
+            head = f'{{"version":{CHECKPOINT_FORMAT},"step":{int(step)},"state":{write.state}}}'
+            fence = self._fences.get(run_id, "")
+            chunk = write.chunk if write.chunk is not None else ""
+            args: list[str | int] = [self.prefix, run_id, head, fence, write.start, chunk]
             outcome = await self._checkpoint(args=args)
             self._fence(run_id, outcome)
             if outcome is None:
                 raise KeyError(run_id)
-        except BaseException:  # not written, or not known to be: the next one is whole
-            self._deltas.forget(run_id)
-            raise
 
-    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
             pipe.get(self.prefix + "cp:" + run_id)
             pipe.lrange(self.prefix + "cpm:" + run_id, 0, -1)
             raw, chunks = await pipe.execute()
         if raw is None:
             return None
-        checkpoint: dict[str, Any] = json.loads(raw)
-        assemble(checkpoint["state"], chunks)
-        return checkpoint
+        head: dict[str, Any] = json.loads(raw)  # no "version": stored before it was named
+        return loaded(head["step"], head["state"], chunks, head.get("version"))
 
     # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
 
@@ -303,7 +298,7 @@ class RedisRunStore:
         self, pipe: Pipeline, run_id: str, type: str, step: int, data: dict[str, Any]
     ) -> None:
         """Queue `append(...)` on `pipe`; its reply is the new event's seq."""
-        payload = json.dumps(data, separators=(",", ":"))
+        payload = encode(data)
         fence = self.fence_of(run_id)
         args: list[str | int] = [self.prefix, run_id, type, repr(time.time()), step, payload]
         args.append(fence)

@@ -30,18 +30,19 @@ from functools import partial
 from typing import Any, TypeVar
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
-from app.runs.checkpoints import CheckpointDeltas, assemble, stored_count
-from app.runs.fanout import Fanout
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.sqlite_rows import (
+from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, FirstEvent, StoreError
+from app.runs.stores.checkpoints import CheckpointDeltas, loaded, stored_count
+from app.runs.stores.events import encode, stored
+from app.runs.stores.fanout import Fanout
+from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
     raise_if_no_such_run,
     run_row,
     upsert_run,
 )
-from app.runs.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
-from app.runs.sqlite_threads import GroupCommitWriter, ReaderPool
-from app.runs.store import DuplicateRunError, FirstEvent, StoreError
+from app.runs.stores.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
+from app.runs.stores.sqlite_threads import GroupCommitWriter, ReaderPool
 
 T = TypeVar("T")
 
@@ -219,8 +220,7 @@ class SqliteRunStore:
     ) -> Event:
         save = upsert_run(record) if record is not None else None
         insert = self._event_insert(run_id, type, step, data)
-        if type in TERMINAL_EVENT_TYPES:
-            self._deltas.forget(run_id)
+        self._deltas.appended(run_id, type)
 
         def write(conn: sqlite3.Connection) -> Event:
             if save is not None:  # in the same transaction, before the event
@@ -236,8 +236,7 @@ class SqliteRunStore:
         """Queued to the writer: it commits with whatever else is queued (group commit).
         While the writer is `QUEUE_LIMIT` writes behind, made before returning, as `append`."""
         self._check_open()
-        if type in TERMINAL_EVENT_TYPES:
-            self._deltas.forget(run_id)
+        self._deltas.appended(run_id, type)
         insert = self._event_insert(run_id, type, step, data)
         future: asyncio.Future[Event] = self._writer.submit(insert, self.fanout.publish)
         if self._writer.pending > QUEUE_LIMIT:
@@ -248,7 +247,7 @@ class SqliteRunStore:
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]
     ) -> Callable[[sqlite3.Connection], Event]:
         """The write that appends an event (its JSON made now: the caller may change `data`)."""
-        payload = json.dumps(data, separators=(",", ":"))
+        payload = encode(data)
         ts = time.time()
 
         def insert(conn: sqlite3.Connection) -> Event:
@@ -270,7 +269,7 @@ class SqliteRunStore:
                 self._next_seq.pop(run_id, None)
             else:
                 self._next_seq[run_id] = seq + 1
-            return Event(run_id, seq, type, ts, step, json.loads(payload))  # as replayed
+            return stored(run_id, seq, type, ts, step, payload)  # as replayed
 
         return insert
 
@@ -294,38 +293,35 @@ class SqliteRunStore:
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        write = self._deltas.plan(run_id, state)  # incremental: app.runs.checkpoints
+        with self._deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
 
-        def upsert(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(
-                    "INSERT INTO checkpoints (run_id, step, state) VALUES (?, ?, ?) ON CONFLICT"
-                    " (run_id) DO UPDATE SET step = excluded.step, state = excluded.state",
-                    (run_id, step, write.state),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise_if_no_such_run(exc, run_id)
-                raise
-            if not write.start:  # a full snapshot; a delta follows this process's last write
-                conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = ?", (run_id,))
-            if write.chunk is not None:
-                conn.execute(
-                    "INSERT OR REPLACE INTO checkpoint_chunks (run_id, start, messages)"
-                    " VALUES (?, ?, ?)",
-                    (run_id, write.start, write.chunk),
-                )
+            def upsert(conn: sqlite3.Connection) -> None:
+                try:
+                    conn.execute(
+                        "INSERT INTO checkpoints (run_id, step, state, version) VALUES"
+                        " (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
+                        " state = excluded.state, version = excluded.version",
+                        (run_id, step, write.state, CHECKPOINT_FORMAT),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise_if_no_such_run(exc, run_id)
+                    raise
+                if not write.start:  # a full snapshot; a delta follows this process's last
+                    conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = ?", (run_id,))
+                if write.chunk is not None:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO checkpoint_chunks (run_id, start, messages)"
+                        " VALUES (?, ?, ?)",
+                        (run_id, write.start, write.chunk),
+                    )
 
-        try:
             await self._write(upsert)
-        except BaseException:  # not written, or not known to be: the next one is whole
-            self._deltas.forget(run_id)
-            raise
 
-    async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        def query(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
+        def query(conn: sqlite3.Connection) -> Checkpoint | None:
             conn.execute("BEGIN")  # the head and its messages from one commit
             try:
-                sql = "SELECT step, state FROM checkpoints WHERE run_id = ?"
+                sql = "SELECT step, state, version FROM checkpoints WHERE run_id = ?"
                 found = conn.execute(sql, (run_id,)).fetchone()
                 if found is None:
                     return None
@@ -336,7 +332,7 @@ class SqliteRunStore:
                     sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = ? AND start < ?"
                     rows = conn.execute(sql + " ORDER BY start", (run_id, count)).fetchall()
                     chunks = [m for (m,) in rows]
-                return {"step": found[0], "state": assemble(state, chunks)}
+                return loaded(found[0], state, chunks, found[2])
             finally:
                 conn.execute("COMMIT")
 

@@ -22,8 +22,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.engine.events import EventType
-from app.runs.fanout import PAGE, Fanout, each_event
 from app.runs.records import Event
+from app.runs.stores.fanout import PAGE, Fanout, each_event
 
 log = structlog.get_logger("finishline.runs")
 

@@ -7,8 +7,9 @@ Keys (P is the store's prefix, `finishline:` by default):
     P run:{id}          hash: record (the RunRecord's JSON), status, tag (owner), idem (the
                         idempotency key's name or ""), seq (the last event's seq)
     P ev:{id}           stream: the run's events, entry id `0-{seq}`; fields t, ts, s, d
-    P cp:{id}           string: the checkpoint's JSON {"step", "state"}; in an incremental
-                        checkpoint (`app.runs.checkpoints`) the state's `messages` is their count
+    P cp:{id}           string: the checkpoint's JSON {"version", "step", "state"}; in an
+                        incremental checkpoint (`stores.checkpoints`) the state's
+                        `messages` is their count
     P cpm:{id}          list: that checkpoint's messages in chunks, one JSON array each
     P owner:{id}        string: the fencing token of the replica holding the run's lease
                         (`redis_cluster`); the hash's `attempts` counts takeovers

@@ -15,15 +15,21 @@ The engine appends messages and replaces one (eliding a tool result) with a new 
 changing a message in place once it is in the conversation; so "still the same" is identity
 (`is`), a pointer comparison per message rather than an encoding. Anything this process did
 not write itself (a run resumed from a loaded checkpoint, a takeover, a failed or cancelled
-write, a deleted run) starts again with a full snapshot.
+write, a deleted run) starts again with a full snapshot: the bookkeeping of what was written
+is `CheckpointDeltas`, which every store drives the same way (`writing`, `appended`,
+`forget`). The layout is versioned (`CHECKPOINT_FORMAT`; `loaded` reads every version).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from app.engine.events import TERMINAL_EVENT_TYPES
+from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, StoreError
 
 COUNT = "messages"
 """The state's field that holds the conversation: a list in a whole (older) checkpoint, the
@@ -68,7 +74,24 @@ class CheckpointDeltas:
         state = {**state, COUNT: len(messages)}
         return CheckpointWrite(_encode(state), start, _encode(messages[start:]))
 
+    @contextmanager
+    def writing(self, run_id: str, state: dict[str, Any]) -> Iterator[CheckpointWrite]:
+        """`plan` a write the caller makes inside the block; a write that failed (or may
+        have) is forgotten, so the next one is whole."""
+        write = self.plan(run_id, state)
+        try:
+            yield write
+        except BaseException:
+            self.forget(run_id)
+            raise
+
+    def appended(self, run_id: str, type: str) -> None:
+        """An event of the run is appended: after its terminal one, no checkpoint follows."""
+        if type in TERMINAL_EVENT_TYPES:
+            self._written.pop(run_id, None)
+
     def forget(self, run_id: str) -> None:
+        """The run's next checkpoint is whole (deleted, taken over, given up, failed)."""
         self._written.pop(run_id, None)
 
 
@@ -88,3 +111,18 @@ def assemble(state: dict[str, Any], chunks: Iterable[str]) -> dict[str, Any]:
             messages += json.loads(chunk)
         state[COUNT] = messages[:count]
     return state
+
+
+def loaded(
+    step: int, state: dict[str, Any], chunks: Iterable[str], version: int | None
+) -> Checkpoint:
+    """The checkpoint a store read: its head's `state` (decoded) and `chunks`, in the layout
+    `version` names; None for a head stored before layouts were versioned, whose layout is
+    told by its messages (inline: 1, a count: 2). A newer layout is refused."""
+    if version is None:
+        version = 2 if stored_count(state) is not None else 1
+    if version > CHECKPOINT_FORMAT:
+        raise StoreError(
+            f"checkpoint format {version} is newer than this server's ({CHECKPOINT_FORMAT})"
+        )
+    return Checkpoint(step=step, state=assemble(state, chunks), version=version)

@@ -52,7 +52,7 @@ MIGRATIONS = (
     CREATE INDEX runs_by_previous ON runs (previous_run_id, id)
         WHERE previous_run_id IS NOT NULL;
     """,
-    # 3: incremental checkpoints (`app.runs.checkpoints`): a checkpoint's messages in chunks
+    # 3: incremental checkpoints (`app.runs.stores.checkpoints`): a checkpoint's messages in chunks
     # by the index of their first message, its `state` holding their count; older
     # checkpoints keep theirs in `state`
     """
@@ -62,6 +62,11 @@ MIGRATIONS = (
         messages TEXT NOT NULL,
         PRIMARY KEY (run_id, start)
     ) WITHOUT ROWID;
+    """,
+    # 4: a checkpoint names its layout (`app.runs.store.CHECKPOINT_FORMAT`); NULL for one
+    # stored before, whose layout its `state` tells
+    """
+    ALTER TABLE checkpoints ADD COLUMN version INTEGER;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,8 +30,8 @@ import structlog
 from redis.exceptions import RedisError, WatchError
 
 from app.runs.records import RunRecord, RunStatus
-from app.runs.redis_store import RedisRunStore
 from app.runs.store import LeaseLostError, StoreError
+from app.runs.stores.redis_store import RedisRunStore
 from app.runs.waiting import Changer, WaitChange, deadline_of
 
 log = structlog.get_logger("finishline.runs")
