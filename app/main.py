@@ -137,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_message_chars=settings.max_message_chars,
             max_pending_messages=settings.max_pending_messages,
             max_answer_chars=settings.max_answer_chars,
+            max_argument_chars=settings.max_reply_chars,  # a person's edits, as a model's
             observer=tracing,
             coordinator=coordinator_for(
                 store,

@@ -31,6 +31,7 @@ from app.runs.errors import (
     RunAlreadyEndedError,
     RunNotEndedError,
     RunNotFoundError,
+    RunUnreadableError,
     TooManyMessagesError,
 )
 from app.runs.execution import ExecutingRuns
@@ -69,6 +70,7 @@ class RunManager(ExecutingRuns, AdmissionRuns, ClusterRuns, SharedInboxRuns):
         max_message_chars: int = 100_000,
         max_pending_messages: int = 100,
         max_answer_chars: int = 100_000,
+        max_argument_chars: int = 100_000,
         observer: RunObserver | None = None,
         coordinator: RunCoordinator | None = None,
         waiting: WaitingRuns | None = None,
@@ -108,6 +110,7 @@ class RunManager(ExecutingRuns, AdmissionRuns, ClusterRuns, SharedInboxRuns):
             assembler=assembler,
             waiting=waiting or LocalWaitingRuns(store, self._requeue),
             max_pending_messages=max_pending_messages,
+            max_argument_chars=max_argument_chars,
         )
         self._approval_timer: asyncio.Task[None] | None = None
         self._messages_task: asyncio.Task[None] | None = None
@@ -217,7 +220,12 @@ class RunManager(ExecutingRuns, AdmissionRuns, ClusterRuns, SharedInboxRuns):
 
     async def get(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         active = self._active.get(run_id)
-        record = active.record if active is not None else await self.store.get(run_id)
+        try:
+            record = active.record if active is not None else await self.store.get(run_id)
+        except RunUnreadableError as exc:  # said to its owner only: to others there is none
+            if any_owner or exc.owner is None or exc.owner == owner:
+                raise
+            record = None
         if record is None or not (any_owner or record.owner is None or record.owner == owner):
             raise RunNotFoundError(f"no run {run_id!r}", run_id=run_id)
         return record
@@ -231,7 +239,11 @@ class RunManager(ExecutingRuns, AdmissionRuns, ClusterRuns, SharedInboxRuns):
         cursor: str | None,
         any_owner: bool,
         previous_run_id: str | None = None,
+        unreadable: list[str] | None = None,
     ) -> tuple[list[RunRecord], str | None]:
+        """A page of runs and the cursor of the next; the ids of the runs within this page
+        that do not read back (left out) are added to `unreadable`."""
+        bad: list[RunUnreadableError] = []
         records = await self.store.list_runs(
             owner=owner,
             statuses=statuses,
@@ -239,11 +251,13 @@ class RunManager(ExecutingRuns, AdmissionRuns, ClusterRuns, SharedInboxRuns):
             before_id=cursor,
             any_owner=any_owner,
             previous_run_id=previous_run_id,
+            unreadable=bad,
         )
         fresh = [self._active[r.id].record if r.id in self._active else r for r in records]
-        if len(fresh) > limit:
-            return fresh[:limit], fresh[limit - 1].id
-        return fresh, None
+        after = fresh[limit - 1].id if len(fresh) > limit else None
+        if unreadable is not None:  # past the cursor: the next page's
+            unreadable += [e.run_id for e in bad if after is None or e.run_id > after]
+        return fresh[:limit], after
 
     async def cancel(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         record = await self.get(run_id, owner, any_owner=any_owner)
