@@ -148,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_event_content_chars=settings.max_event_content_chars,
             max_message_chars=settings.max_message_chars,
             max_answer_chars=settings.max_answer_chars,
+            max_argument_chars=settings.max_reply_chars,  # a person's edits, as a model's
             observer=tracing,
         )
         secret = (

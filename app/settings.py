@@ -89,7 +89,8 @@ class ServerSettings(BaseSettings):
         100_000,
         ge=1000,
         description="Cap on what one model reply brings into a run: its text (cut, saying so) "
-        "and each tool call's arguments (longer ones do not run; the model is told).",
+        "and each tool call's arguments (longer ones do not run; the model is told). A "
+        "person's edited arguments (POST /runs/{id}/approvals) are held to it too (422).",
     )
     max_wait_s: float = Field(
         300.0, gt=0, description="Longest GET /runs/{id}/wait?timeout_s= accepted."

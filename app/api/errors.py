@@ -25,6 +25,7 @@ from app.runs.errors import (
     RunNotFoundError,
     RunNotWaitingError,
     RunsError,
+    RunUnreadableError,
     ShuttingDownError,
     TooManyMessagesError,
 )
@@ -83,6 +84,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunNotEndedError: (409, "run_not_ended"),
     RunAlreadyEndedError: (409, "run_already_ended"),
     RunNotWaitingError: (409, "run_not_waiting"),
+    RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),
     QueueFullError: (429, "queue_full"),
     TooManyMessagesError: (429, "too_many_messages"),

@@ -35,6 +35,22 @@ def _bound(prop: dict[str, Any], kind: str, key: str, value: Any) -> None:
             branch[key] = value
 
 
+def _without_null(parameter: dict[str, Any]) -> None:
+    """An optional query or header parameter is null by being absent: FastAPI's `anyOf`
+    with a `null` branch read as "the text `null` is valid" to schema-driven clients and
+    fuzzers (`Last-Event-ID: null`, refused with a 422), so the schema says what the
+    server takes, the branch that is not null."""
+    schema = parameter.get("schema", {})
+    branches = [b for b in schema.get("anyOf", []) if b.get("type") != "null"]
+    if parameter.get("in") == "path" or len(branches) == len(schema.get("anyOf", [])):
+        return
+    del schema["anyOf"]
+    if len(branches) == 1:
+        schema.update(branches[0])
+    else:
+        schema["anyOf"] = branches
+
+
 def _request_models(components: dict[str, Any]) -> None:
     """POST /runs reads its body itself (app.api.runbody): add the models it declares."""
     _, definitions = models_json_schema(
@@ -101,6 +117,10 @@ def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
             for branch in parameter["schema"].get("anyOf", []):
                 if branch.get("type") == "array":
                     branch["items"]["pattern"] = rf"^ *{statuses}( *, *{statuses})* *$"
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                _without_null(parameter)
     created = schema["paths"].get("/runs", {}).get("post", {}).get("responses", {})
     for status in ("202",):  # the 200 may be an SSE stream: no JSON body to link from
         if status in created:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.engine.events import EventType
+from app.runs.jsonsafe import json_problem
 from app.runs.spec import MAX_JSON_DEPTH, RunRequest, json_depth
 from app.runs.view import RunView
 
@@ -35,7 +37,24 @@ class RunCreate(RunRequest):
         )
 
 
-class MessageIn(BaseModel):
+class _Representable(BaseModel):
+    """A body refused whole when any value in it could not be stored and read back: NaN,
+    Infinity (`1e400`), a lone surrogate in a string or a key, an integer past 64 bits
+    (`app.runs.jsonsafe`); the error names the value's path, as for POST /runs."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _representable(cls, value: Any) -> Any:
+        found = json_problem(value)
+        if found is not None:
+            path, problem = found
+            raise PydanticCustomError(
+                "json_value", "{path}: {problem}", {"path": path, "problem": problem}
+            )
+        return value
+
+
+class MessageIn(_Representable):
     """POST /runs/{id}/messages: what a person tells a live run."""
 
     model_config = ConfigDict(
@@ -61,7 +80,8 @@ class DecisionIn(BaseModel):
     arguments: dict[str, Any] | None = Field(
         None,
         description="Approve with these arguments instead of the model's; checked against the "
-        "tool's schema (422).",
+        "tool's schema and held to a model's caps: finite numbers, text, at most "
+        "FINISHLINE_MAX_REPLY_CHARS characters of JSON (422).",
     )
 
     @field_validator("arguments", mode="before")
@@ -72,7 +92,7 @@ class DecisionIn(BaseModel):
         return value
 
 
-class ApprovalsIn(BaseModel):
+class ApprovalsIn(_Representable):
     """POST /runs/{id}/approvals: decisions on some or all of the calls a run waits on."""
 
     model_config = ConfigDict(
@@ -102,6 +122,11 @@ class RunList(BaseModel):
     runs: list[RunView] = Field(description="The runs of this page.")
     next_cursor: str | None = Field(
         None, description="Pass as ?cursor= for the next (older) page; null on the last page."
+    )
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Runs of this page left out of `runs` because their stored record does "
+        "not read back (GET /runs/{id} on one answers 409 run_unreadable); usually empty.",
     )
 
 

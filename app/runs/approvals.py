@@ -12,6 +12,7 @@ timeouts (`WaitingRuns.due`). Once every pending call is decided the run is queu
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -82,12 +83,16 @@ class ApprovalDesk:
         recorder: RunRecorder,
         assembler: RunAssembler,
         waiting: WaitingRuns,
+        max_argument_chars: int = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.recorder = recorder
         self.assembler = assembler
         self.waiting = waiting
+        self.max_argument_chars = max_argument_chars
+        """The longest edited arguments (as JSON text) a decision may carry, as a model's
+        arguments (`FINISHLINE_MAX_REPLY_CHARS`); 0: no cap."""
         self.clock = clock
 
     # -- a run begins to wait -----------------------------------------------------------------
@@ -127,6 +132,7 @@ class ApprovalDesk:
     async def decide(self, run_id: str, decisions: Sequence[ApprovalDecision]) -> RunRecord:
         """Record decisions (all valid, or none); resume the run once none is pending. Of
         concurrent decisions on one call, one is recorded; the others find it decided (409)."""
+        self._check_sizes(decisions)
         # edited arguments are checked against the tool's schema first, off the event loop
         # (the change below is applied synchronously, perhaps more than once)
         problems = await self._argument_problems(run_id, decisions)
@@ -167,6 +173,22 @@ class ApprovalDesk:
         assert change is not None
         _log_decided(change)
         return change.record
+
+    def _check_sizes(self, decisions: Sequence[ApprovalDecision]) -> None:
+        """Edited arguments are capped as a model's are: a call whose arguments are longer
+        than a model may send never runs, whoever wrote them (InvalidRunError, the cap)."""
+        cap = self.max_argument_chars
+        for index, decision in enumerate(decisions):
+            if decision.arguments is None or cap <= 0:
+                continue
+            size = len(json.dumps(decision.arguments, ensure_ascii=False, separators=(",", ":")))
+            if size > cap:
+                raise InvalidRunError(
+                    f"decisions[{index}].arguments",
+                    f"{size:,} characters of JSON exceeds the server cap of {cap:,} "
+                    "(FINISHLINE_MAX_REPLY_CHARS, as a model's arguments)",
+                    cap=cap,
+                )
 
     async def _argument_problems(
         self, run_id: str, decisions: Sequence[ApprovalDecision]

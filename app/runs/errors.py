@@ -58,3 +58,21 @@ class ShuttingDownError(RunsError):
 
 class RunNotWaitingError(RunsError):
     """The run is not waiting for a decision on that call (DESIGN §9)."""
+
+
+class RunUnreadableError(RunsError):
+    """The run is stored but does not read back as a run (a row written by hand, or by a
+    version with a bug since fixed): that run alone cannot be served, until an operator
+    repairs or removes it. `owner` is the owner the store keeps beside the record (the
+    caller may see the run only if it is theirs)."""
+
+    def __init__(self, run_id: str, problem: str, *, owner: str | None = None) -> None:
+        super().__init__(
+            f"run {run_id!r} is stored but cannot be read back ({problem}); an operator must "
+            "repair or delete its record",
+            run_id=run_id,
+            problem=problem,
+        )
+        self.run_id = run_id
+        self.problem = problem
+        self.owner = owner

@@ -28,6 +28,7 @@ from app.runs.errors import (
     RunAlreadyEndedError,
     RunNotEndedError,
     RunNotFoundError,
+    RunUnreadableError,
 )
 from app.runs.execution import Execution
 from app.runs.live import CANCEL_SETTLE_S
@@ -55,6 +56,7 @@ class RunManager:
         max_event_content_chars: int,
         max_message_chars: int = 100_000,
         max_answer_chars: int = 100_000,
+        max_argument_chars: int = 100_000,
         observer: RunObserver | None = None,
     ) -> None:
         self.store = backend.store
@@ -80,6 +82,7 @@ class RunManager:
             recorder=self.recorder,
             assembler=assembler,
             waiting=backend.waiting,
+            max_argument_chars=max_argument_chars,
         )
         self.admission = Admission(
             store=self.store,
@@ -182,7 +185,12 @@ class RunManager:
 
     async def get(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         active = self.live.get(run_id)
-        record = active.record if active is not None else await self.store.get(run_id)
+        try:
+            record = active.record if active is not None else await self.store.get(run_id)
+        except RunUnreadableError as exc:  # said to its owner only: to others there is none
+            if any_owner or exc.owner is None or exc.owner == owner:
+                raise
+            record = None
         if record is None or not (any_owner or record.owner is None or record.owner == owner):
             raise RunNotFoundError(f"no run {run_id!r}", run_id=run_id)
         return record
@@ -196,7 +204,11 @@ class RunManager:
         cursor: str | None,
         any_owner: bool,
         previous_run_id: str | None = None,
+        unreadable: list[str] | None = None,
     ) -> tuple[list[RunRecord], str | None]:
+        """A page of runs and the cursor of the next; the ids of the runs within this page
+        that do not read back (left out) are added to `unreadable`."""
+        bad: list[RunUnreadableError] = []
         records = await self.store.list_runs(
             owner=owner,
             statuses=statuses,
@@ -204,14 +216,16 @@ class RunManager:
             before_id=cursor,
             any_owner=any_owner,
             previous_run_id=previous_run_id,
+            unreadable=bad,
         )
         fresh = []
         for record in records:
             active = self.live.get(record.id)
             fresh.append(active.record if active is not None else record)
-        if len(fresh) > limit:
-            return fresh[:limit], fresh[limit - 1].id
-        return fresh, None
+        after = fresh[limit - 1].id if len(fresh) > limit else None
+        if unreadable is not None:  # past the cursor: the next page's
+            unreadable += [e.run_id for e in bad if after is None or e.run_id > after]
+        return fresh[:limit], after
 
     async def cancel(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
         record = await self.get(run_id, owner, any_owner=any_owner)

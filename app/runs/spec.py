@@ -6,14 +6,14 @@ Bounds that depend on the server (caps, allow-lists, registered tools) are check
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
-from app.runs.jsonsafe import json_problem
+from app.runs.jsonsafe import INT64_MAX, INT64_MIN, json_problem
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
@@ -28,8 +28,14 @@ any real use, well short of what serializing it again can handle."""
 
 
 def json_integer(value: Any) -> Any:
-    """JSON Schema's integers include 2.0: take it as 2 (strict mode refuses any float)."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    """JSON Schema's integers include 2.0: take it as 2 (strict mode refuses any float). One
+    past 64 bits (`1e19`) is refused, as the integer literal would be (`app.runs.jsonsafe`):
+    taken as it is, it was stored and then could not be read back."""
+    if isinstance(value, float) and value.is_integer():
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise PydanticCustomError("int64_range", "is an integer outside the 64-bit range")
+        return int(value)
+    return value
 
 
 def json_depth(value: Any) -> int:
@@ -41,6 +47,13 @@ def json_depth(value: Any) -> int:
     return depth
 
 
+INTEGER_SETTINGS = tuple(
+    name for name, item in declared(Limits).items() if int in (item.type, *get_args(item.type))
+)
+"""The settings whose values are integers: `2.0` is taken as 2 there (and only there: a
+number setting keeps `1e19` as the float it is)."""
+
+
 class _RunSettingsBase(BaseModel):
     """Per-run settings; each omitted one takes the server's default. Caps: GET /settings."""
 
@@ -50,7 +63,7 @@ class _RunSettingsBase(BaseModel):
         json_schema_extra={"examples": [{"max_steps": 8, "max_time_s": 30, "progress": True}]},
     )
 
-    @field_validator("*", mode="before")
+    @field_validator(*INTEGER_SETTINGS, mode="before", check_fields=False)
     @classmethod
     def _json_integers(cls, value: Any) -> Any:
         return json_integer(value)

@@ -19,10 +19,16 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import structlog
+from pydantic import ValidationError
+
 from app.engine.errors import FinishlineError
 from app.engine.events import EventType
 from app.engine.state import RunState
+from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+
+log = structlog.get_logger("finishline.runs")
 
 FirstEvent = tuple[EventType, int, dict[str, Any]]
 """A new run's first event, stored with it by `RunStore.create`: type, step, data."""
@@ -65,6 +71,28 @@ class UnsupportedStoreError(StoreError):
     """The store URL names no known backend."""
 
 
+def read_record(run_id: str, raw: str | bytes, *, owner: str | None = None) -> RunRecord:
+    """A stored record read back, or `RunUnreadableError` naming what is wrong with it (the
+    first problem's place in the record and pydantic's message, never the stored value),
+    logged as `run_read_failed`. `owner`: what the store keeps beside the record."""
+    try:
+        return RunRecord.model_validate_json(raw)
+    except (ValidationError, TypeError) as exc:
+        problem = _problem(exc)
+    log.error("run_read_failed", run_id=run_id, problem=problem)
+    raise RunUnreadableError(run_id, problem, owner=owner)
+
+
+def _problem(exc: Exception) -> str:
+    if not isinstance(exc, ValidationError):
+        return f"not JSON text: {type(exc).__name__}"
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    first = errors[0]
+    place = ".".join(str(part) for part in first["loc"])
+    text = f"{place}: {first['msg']}" if place else str(first["msg"])
+    return text + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+
+
 def settled(event: Event) -> Awaitable[Event]:
     """What `append_soon` returns from a store that appended at once: the event, known."""
     future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
@@ -90,9 +118,12 @@ class RunStore(Protocol):
     async def save(self, record: RunRecord) -> None:
         """Replace a run's record."""
 
-    async def get(self, run_id: str) -> RunRecord | None: ...
+    async def get(self, run_id: str) -> RunRecord | None:
+        """The run, None if there is none; `RunUnreadableError` if its stored record does
+        not read back (`read_record`)."""
 
-    async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None: ...
+    async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
+        """As `get`, for the run of this owner's idempotency key."""
 
     async def list_runs(
         self,
@@ -103,9 +134,13 @@ class RunStore(Protocol):
         before_id: str | None = None,
         any_owner: bool = False,
         previous_run_id: str | None = None,
+        unreadable: list[RunUnreadableError] | None = None,
     ) -> list[RunRecord]:
-        """Newest first; `before_id` is the cursor (ids sort by creation time);
-        `previous_run_id` keeps only the follow-ups of that run."""
+        """Newest first, up to `limit` of them; `before_id` is the cursor (ids sort by
+        creation time); `previous_run_id` keeps only the follow-ups of that run. A run whose
+        record does not read back is left out, never raised (one bad row must not hide every
+        other run): its error is added to `unreadable` when given, and the runs past it are
+        still listed."""
 
     async def delete(self, run_id: str) -> None:
         """Remove a run, its events and its checkpoint."""

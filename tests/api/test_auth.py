@@ -7,8 +7,11 @@ import hmac
 
 import httpx
 import pytest
+from asgi_lifespan import LifespanManager
+from starlette.routing import Route
 
 from app.api import auth
+from app.main import create_app
 from app.settings import Settings
 from tests.api.kit import (
     cancel,
@@ -85,10 +88,69 @@ async def test_bearer_scheme_is_case_insensitive() -> None:
         ).status_code == 200
 
 
-@pytest.mark.parametrize("url", ["/healthz", "/readyz", "/metrics", "/", "/static/index.html"])
-async def test_health_metrics_and_the_viewer_are_open_without_a_key(url: str) -> None:
+OPEN = ["/healthz", "/readyz", "/metrics", "/", "/openapi.json", "/docs", "/redoc"]
+"""What README's "Auth" lists as open: health, metrics, the viewer page, the API schema and
+its docs pages (docs/decisions.md: the schema holds no run and no secret)."""
+
+
+@pytest.mark.parametrize("url", [*OPEN, "/static/index.html", "/docs/oauth2-redirect"])
+async def test_health_metrics_the_viewer_and_the_api_docs_are_open_without_a_key(
+    url: str,
+) -> None:
     async with api_client(keyed()) as client:
         assert (await client.get(url)).status_code == 200
+
+
+async def test_every_other_operation_needs_a_key() -> None:
+    """Each operation of the API's schema, and the docs routes FastAPI adds, walked: the open
+    ones above answer, every other is 401, so a new route is protected unless it is added to
+    README's list (and OPEN) on purpose."""
+    app = create_app(keyed())
+    operations = [
+        (method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item
+    ]
+    operations += [
+        (method, r.path)
+        for r in app.routes
+        if isinstance(r, Route)
+        for method in sorted((r.methods or set()) - {"HEAD"})
+    ]
+    async with (
+        LifespanManager(app) as manager,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://test"
+        ) as client,
+    ):
+        for method, path in operations:
+            url = path.replace("{run_id}", RUN)
+            body = finishing() if method == "POST" else None
+            response = await client.request(method, url, json=body)
+
+            expected = 200 if path in OPEN or path.startswith("/docs") else 401
+            assert response.status_code == expected, (method, url, response.text)
+    assert len(operations) > 15
+    assert {path for _, path in operations} >= set(OPEN) - {"/"}
+
+
+async def test_the_open_api_schema_is_the_same_with_keys_and_carries_no_secret() -> None:
+    """Kept open with keys set, as FastAPI and LangGraph's server do: it describes the API
+    and this server's caps, never a key, a secret, a host or a model this server is set with."""
+    secrets = ["key-9b1e", "token-secret-77c4", "sk-llm-a1b2", "hosts.internal.test"]
+    secrets += ["llm.internal.test", "model-internal-x"]
+    deployment = {
+        "token_secret": secrets[1],
+        "llm_api_key": secrets[2],
+        "http_tool_allow_hosts": [secrets[3]],
+        "llm_base_url": f"http://{secrets[4]}/v1",
+        "default_model": secrets[5],
+    }
+    async with api_client(settings(api_keys=[secrets[0]], **deployment)) as client:
+        keyed_schema = (await client.get("/openapi.json")).text
+    async with api_client(settings(**deployment)) as client:
+        open_schema = (await client.get("/openapi.json")).text
+
+    assert keyed_schema == open_schema
+    assert [s for s in secrets if s in keyed_schema] == []
 
 
 async def test_a_run_is_invisible_to_another_key() -> None:

@@ -18,7 +18,13 @@ from app.engine.errors import FinishlineError
 from app.runs.errors import QueueFullError, RunsError
 from tests.api.kit import error_of
 
-ARGUMENTS: dict[str, Any] = {"field": "task", "message": "refused", "retry_after_s": 3}
+ARGUMENTS: dict[str, Any] = {
+    "field": "task",
+    "message": "refused",
+    "retry_after_s": 3,
+    "run_id": "run_00000000000000000000000000",
+    "problem": "request.task: Field required",
+}
 
 
 def _every_module() -> None:

@@ -246,9 +246,13 @@ def test_sse_frames_of_a_batch_are_the_frames_of_each_event_one_after_the_other(
     ]
     one_by_one = b"".join(
         ServerSentEvent(
-            data=json.dumps(e.to_dict(), ensure_ascii=False), event=e.type, id=str(e.seq)
+            # U+2028 as its JSON escape: Python's line readers split on it (LINE_BREAKS)
+            data=json.dumps(e.to_dict(), ensure_ascii=False).replace("\u2028", "\\u2028"),
+            event=e.type,
+            id=str(e.seq),
         ).encode()
         for e in batch
     )
     assert sse_frames(batch) == one_by_one
     assert sse_frames(batch).count(b"\r\n\r\n") == 2  # one data line each: JSON escapes breaks
+    assert len(sse_frames(batch).decode().splitlines()) == 8  # even to str.splitlines

@@ -29,7 +29,7 @@ import pkgutil
 from typing import Any, ClassVar
 
 import schemathesis
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config._checks import NegativeDataRejectionConfig
@@ -204,3 +204,41 @@ def test_generated_sequences_over_the_links_answer_within_the_schema() -> None:
 
     linked = {OPERATIONS[link["operationId"]].label for link in LINKS.values()}
     assert linked <= RunsStateMachine.called  # every link was followed at least once
+
+
+def test_an_optional_parameter_is_absent_never_null_in_the_schema() -> None:
+    """A header or query parameter the client may leave out is declared as what it takes,
+    with no `null` branch: a schema-driven client or fuzzer read FastAPI's `anyOf [..., null]`
+    as "the text `null` is valid" and sent `Last-Event-ID: null`, which the server refuses."""
+    for path, operations in schema.raw_schema["paths"].items():
+        for method, operation in operations.items():
+            for parameter in operation.get("parameters", []):
+                branches = parameter["schema"].get("anyOf", [parameter["schema"]])
+                assert all(b.get("type") != "null" for b in branches), (path, method, parameter)
+
+
+def test_every_schema_valid_request_for_a_runs_events_is_answered_200() -> None:
+    """Whatever the schema allows in the query and headers of GET /runs/{id}/events (the
+    seq to resume after, as `?after=` or `Last-Event-ID`, a page size, a token) the server
+    takes: generated, derandomized, for one run that has ended."""
+    created = schema["/runs"]["POST"].Case(
+        body={"task": "t", "model": "scripted", "model_script": [{"content": "hi"}]},
+        media_type="application/json",
+    )
+    run_id = created.call().json()["id"]
+    events = schema["/runs/{run_id}/events"]["GET"]
+
+    @given(case=events.as_strategy())
+    @hypothesis_settings(
+        max_examples=60,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def answered(case: schemathesis.Case) -> None:
+        case.path_parameters = {"run_id": run_id}
+        response = case.call()
+        assert response.status_code == 200, (case.headers, case.query, response.text)
+
+    answered()

@@ -40,7 +40,7 @@ async def test_runs_are_listed_newest_first() -> None:
 async def test_empty_list_has_no_cursor() -> None:
     async with api_client(settings()) as client:
         response = await client.get("/runs")
-        assert response.json() == {"runs": [], "next_cursor": None}
+        assert response.json() == {"runs": [], "next_cursor": None, "unreadable": []}
 
 
 async def test_listed_runs_are_the_full_run_objects() -> None:

@@ -94,6 +94,47 @@ async def test_an_integer_past_64_bits_in_metadata_is_422(tmp_path: Path) -> Non
     assert "metadata.n" in error["message"]
 
 
+@pytest.mark.parametrize("number", ["1e19", "9.3e18", "1e308", "-1e19", "9223372036854775808.0"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "settings.max_total_tokens",
+        "settings.max_context_tokens",
+        "model_script[0].usage.prompt_tokens",
+    ],
+)
+async def test_an_integer_valued_float_past_64_bits_is_422_naming_the_field(
+    tmp_path: Path, number: str, where: str
+) -> None:
+    """`1e19` is JSON Schema's integer 10**19: taken as such, it was stored, and every read of
+    the run (and GET /runs for its key) answered 500 on SQLite and Redis (issue 30)."""
+    if where.startswith("settings."):
+        raw = _raw(finishing(), settings=f'{{"{where[9:]}": {number}}}')
+    else:
+        reply = f'{{"usage": {{"prompt_tokens": {number}, "completion_tokens": 1}}}}'
+        raw = _raw({"task": "t", "model": "scripted"}, model_script=f"[{reply}]")
+    error = await _post(raw, tmp_path / "r.db")
+
+    assert error["details"]["errors"][0]["field"] == where
+    assert "64-bit" in error["message"]
+
+
+async def test_an_integer_valued_float_within_64_bits_is_taken_as_the_integer(
+    tmp_path: Path,
+) -> None:
+    async with api_client(settings(store_url=f"sqlite:///{tmp_path / 'r.db'}")) as client:
+        raw = _raw(finishing(), settings='{"max_total_tokens": 9.2e18, "max_steps": 3.0}')
+        response = await client.post(
+            "/runs", content=raw, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 202, response.text
+
+        run = (await client.get(f"/runs/{response.json()['id']}/wait")).json()
+
+        assert run["settings"]["max_total_tokens"] == 9_200_000_000_000_000_000
+        assert run["settings"]["max_steps"] == 3
+
+
 async def test_a_valid_pair_of_surrogates_is_one_character_and_accepted() -> None:
     async with api_client(settings()) as client:
         body = _raw(finishing(), metadata='{"emoji": "\\ud83d\\ude00"}')

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 from app.engine.policies import StopReason
+from app.runs.errors import RunUnreadableError
 from app.runs.records import (
     Event,
     RunErrorInfo,
@@ -29,6 +31,7 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.memory import MemoryRunStore
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.stores.sqlite import SqliteRunStore
+from tests.runs.raw_records import TOO_BIG, poisoned, raw_record, write_raw_record
 
 Store = MemoryRunStore | SqliteRunStore | RedisRunStore
 BOUND_S = 10  # a failure bound, not a wait: every test here finishes in milliseconds
@@ -694,3 +697,49 @@ async def test_a_live_event_equals_its_replay(store: Store) -> None:
     data["text"] = "changed after the append"
     (stored,) = await store.read(made.id)
     assert live.data == stored.data == {"text": "思考", "kind": "finished", "pair": [1, 2]}
+
+
+# -- a record that does not read back ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["poisoned", "{not json", "[]"])
+async def test_a_record_that_does_not_read_back_fails_alone(store: Store, text: str) -> None:
+    older, bad, _ = [await created(store, owner="alice", key=f"k{i}") for i in range(3)]
+    stored = poisoned(await raw_record(store, bad.id)) if text == "poisoned" else text
+    await write_raw_record(store, bad.id, stored)
+
+    with capture_logs() as logs, pytest.raises(RunUnreadableError) as raised:
+        await store.get(bad.id)
+    assert [(e["event"], e["run_id"]) for e in logs] == [("run_read_failed", bad.id)]
+    assert raised.value.run_id == bad.id
+    assert raised.value.owner == "alice"  # kept beside the record: who may be told
+    if text == "poisoned":
+        assert "settings.max_total_tokens" in raised.value.problem
+        assert str(TOO_BIG) not in raised.value.message  # what is wrong, not the value
+    with pytest.raises(RunUnreadableError):
+        await store.find_by_idempotency_key("alice", "k1")
+    assert await store.get(older.id) == older
+    assert await store.find_by_idempotency_key("alice", "k0") == older
+
+
+async def test_list_runs_leaves_an_unreadable_run_out_names_it_and_lists_on_past_it(
+    store: Store,
+) -> None:
+    parent = new_run_id()
+    runs = [await created(store, owner="alice", previous_run_id=parent) for _ in range(5)]
+    bad = runs[2]
+    await write_raw_record(store, bad.id, poisoned(await raw_record(store, bad.id)))
+    unreadable: list[RunUnreadableError] = []
+
+    newest = await store.list_runs(owner="alice", limit=4, unreadable=unreadable)
+
+    assert [r.id for r in newest] == [r.id for r in reversed(runs) if r is not bad]
+    assert [e.run_id for e in unreadable] == [bad.id]
+    # without a list to report to, it is left out just the same: never raised
+    assert await store.list_runs(owner=None, any_owner=True) == newest
+    for other in (
+        await store.list_runs(owner="bob", unreadable=unreadable),
+        await store.list_runs(owner="bob", previous_run_id=parent, unreadable=unreadable),
+    ):
+        assert other == []
+    assert len(unreadable) == 1  # not named to another owner

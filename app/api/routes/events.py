@@ -9,13 +9,13 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from sse_starlette import EventSourceResponse
 from starlette.types import Message
 
 from app.api.deps import EventCallerDep, ManagerDep, MetricsDep, SettingsDep
 from app.api.errors import ApiError, ErrorBody
-from app.api.schemas import EventOut, EventPage
+from app.api.schemas import EventPage
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.runs.records import Event
@@ -45,14 +45,35 @@ SQLite's 64-bit integers."""
 LAST_EVENT_ID = r"^[0-9]{1,18}$"
 
 
+def utf8(text: str) -> bytes:
+    """`text` as UTF-8. A lone UTF-16 surrogate is not text and has no UTF-8: one in a stored
+    event (from a model's or a tool's output, or a request an earlier version let through)
+    is sent as U+FFFD, so one bad character never makes a run's event log unreadable."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+
+
+LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""What JSON leaves unescaped but line readers split on (Python's `splitlines`, so httpx's
+`aiter_lines` and the SSE clients built on it), besides the CR and LF JSON escapes."""
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"
+
+
 def sse_frames(events: list[Event]) -> bytes:
     """The SSE frames of `events`, as one chunk: `id` (the seq), `event` (the type) and one
-    `data` line (JSON escapes every line break), each frame ended by a blank line."""
-    return "".join(
-        f"id: {e.seq}\r\nevent: {e.type}\r\ndata: {json.dumps(e.to_dict(), ensure_ascii=False)}"
-        "\r\n\r\n"
+    `data` line (JSON escapes every line break, `LINE_BREAKS` included: found only inside
+    its strings, so escaped the value is the same), each frame ended by a blank line."""
+    text = "".join(
+        f"id: {e.seq}\r\nevent: {e.type}\r\n"
+        f"data: {json.dumps(e.to_dict(), ensure_ascii=False)}\r\n\r\n"
         for e in events
-    ).encode()
+    )
+    return utf8(LINE_BREAKS.sub(_escaped, text))
 
 
 def event_stream(
@@ -115,6 +136,10 @@ def _start(after: int | None, last_event_id: str | None) -> int:
         },
         401: {"model": ErrorBody},
         404: {"model": ErrorBody},
+        409: {
+            "model": ErrorBody,
+            "description": "run_unreadable: the run's stored record does not read back.",
+        },
         422: {"model": ErrorBody},
     },
 )
@@ -142,10 +167,11 @@ async def follow_events(
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         events = await manager.read_events(run_id, start, limit)
-        body = EventPage(
-            events=[EventOut.model_validate(e.to_dict()) for e in events],
-            next_after=events[-1].seq if events else start,
-            done=bool(events) and events[-1].terminal,
-        )
-        return JSONResponse(body.model_dump(mode="json"))
+        body = {  # an EventPage, each event in its wire form (`Event.to_dict`) as stored
+            "events": [e.to_dict() for e in events],
+            "next_after": events[-1].seq if events else start,
+            "done": bool(events) and events[-1].terminal,
+        }
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        return Response(utf8(text), media_type="application/json")
     return event_stream(manager, metrics, settings, run_id, start)

@@ -20,7 +20,19 @@ from app.runs.view import RunView, to_view
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
-ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+UNREADABLE = "run_unreadable: the run's stored record does not read back (docs/decisions.md)"
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    409: {"model": ErrorBody, "description": UNREADABLE},
+}
+
+
+def conflict(when: str) -> dict[int | str, dict[str, Any]]:
+    """ERRORS, with the route's own 409 besides run_unreadable."""
+    return {**ERRORS, 409: {"model": ErrorBody, "description": f"{when}; or {UNREADABLE}."}}
+
+
 WAIT_DEFAULT_S = 30.0
 STATUS_LIST = r"^ *[a-z_]+( *, *[a-z_]+)* *$"
 TRACEPARENT_MAX_CHARS = 256  # version 00 is 55; later versions may append fields
@@ -67,7 +79,7 @@ def _run(view: RunView, status: int) -> Response:
         404: {"model": ErrorBody, "description": "previous_run_id names no run visible to you."},
         409: {
             "model": ErrorBody,
-            "description": "The Idempotency-Key was used with another body, or previous_run_id names a run that has not ended.",
+            "description": "The Idempotency-Key was used with another body, or previous_run_id names a run that has not ended; or the run either names is stored but does not read back (run_unreadable).",
         },
         415: {"model": ErrorBody},
         422: {
@@ -168,6 +180,7 @@ async def list_runs(
                     f"status: {part.strip()!r} is not one of {allowed}",
                     field="status",
                 ) from None
+    unreadable: list[str] = []
     records, next_cursor = await manager.list_runs(
         owner=caller.owner,
         statuses=statuses,
@@ -175,8 +188,10 @@ async def list_runs(
         cursor=cursor,
         any_owner=caller.any_owner,
         previous_run_id=previous_run_id,
+        unreadable=unreadable,
     )
-    return RunList(runs=[to_view(r) for r in records], next_cursor=next_cursor)
+    runs = [to_view(r) for r in records]
+    return RunList(runs=runs, next_cursor=next_cursor, unreadable=unreadable)
 
 
 @router.get("/{run_id}", response_model=RunView, summary="Read a run", responses=ERRORS)
@@ -191,7 +206,7 @@ async def get_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> RunVie
     summary="Cancel a run",
     description="Interrupts in-flight LLM and tool calls at once; answers with the run (ended, "
     "unless it takes more than a few seconds to stop).",
-    responses={**ERRORS, 409: {"model": ErrorBody, "description": "The run has already ended."}},
+    responses=conflict("run_already_ended: the run has already ended"),
 )
 async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> Response:
     record = await manager.cancel(run_id, caller.owner, any_owner=caller.any_owner)
@@ -210,8 +225,7 @@ async def cancel_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> Res
     "accepts it, whichever replica the run is queued, waiting or running on. Answers with the run.",
     dependencies=[Depends(require_json)],
     responses={
-        **ERRORS,
-        409: {"model": ErrorBody, "description": "The run has ended: start a follow-up instead."},
+        **conflict("run_already_ended: the run has ended; start a follow-up instead"),
         415: {"model": ErrorBody},
         422: {"model": ErrorBody, "description": "Empty, or longer than the server cap."},
         429: {"model": ErrorBody, "description": "The run holds too many undelivered messages."},
@@ -237,8 +251,7 @@ async def post_message(
     "a rejected one gives the model an error observation carrying `message`. Answers with the run.",
     dependencies=[Depends(require_json)],
     responses={
-        **ERRORS,
-        409: {"model": ErrorBody, "description": "The run is not waiting on that call."},
+        **conflict("run_not_waiting: the run is not waiting on that call"),
         415: {"model": ErrorBody},
         422: {
             "model": ErrorBody,
@@ -299,7 +312,7 @@ async def wait_run(
     "/{run_id}",
     status_code=204,
     summary="Delete an ended run and its events",
-    responses={**ERRORS, 409: {"model": ErrorBody, "description": "The run has not ended."}},
+    responses=conflict("run_not_ended: the run has not ended"),
 )
 async def delete_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> Response:
     await manager.delete(run_id, caller.owner, any_owner=caller.any_owner)

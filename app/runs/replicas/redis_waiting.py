@@ -30,7 +30,7 @@ import structlog
 from redis.exceptions import RedisError, WatchError
 
 from app.runs.records import RunRecord, RunStatus
-from app.runs.store import LeaseLostError, StoreError
+from app.runs.store import LeaseLostError, StoreError, read_record
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.waiting import Changer, WaitChange, deadline_of
 
@@ -91,7 +91,7 @@ class RedisWaitingRuns:
             async with self.redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(run_key, inbox)
                 raw: Any = await pipe.hget(run_key, "record")
-                record = RunRecord.model_validate_json(raw) if raw is not None else None
+                record = read_record(run_id, raw) if raw is not None else None
                 waiting = record is not None and record.status == RunStatus.REQUIRES_ACTION
                 held = [str(m) for m in await pipe.lrange(inbox, 0, -1)] if waiting else []
                 if not waiting:

@@ -1,13 +1,19 @@
-"""`memory://`: everything in this process, gone at exit. For tests and throwaway servers."""
+"""`memory://`: everything in this process, gone at exit. For tests and throwaway servers.
+
+A run is kept as the other stores keep it: its record's JSON, beside the fields a lookup
+filters on (a row). So what a run's record cannot be written as, or read back from, fails
+here as it would in SQLite or Redis, and a copy handed out is never the stored one."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from app.engine.events import EventType
+from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import (
     CHECKPOINT_FORMAT,
@@ -15,6 +21,7 @@ from app.runs.store import (
     DuplicateRunError,
     FirstEvent,
     StoreError,
+    read_record,
     settled,
 )
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
@@ -22,9 +29,33 @@ from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
 
 
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A stored run: what lookups filter on, and its record as JSON."""
+
+    owner: str | None
+    status: RunStatus
+    idempotency_key: str | None
+    previous_run_id: str | None
+    record: str
+
+    @classmethod
+    def of(cls, record: RunRecord) -> _Row:
+        return cls(
+            record.owner,
+            record.status,
+            record.idempotency_key,
+            record.previous_run_id,
+            record.model_dump_json(),
+        )
+
+    def read(self, run_id: str) -> RunRecord:
+        return read_record(run_id, self.record, owner=self.owner)
+
+
 class MemoryRunStore:
     def __init__(self) -> None:
-        self._runs: dict[str, RunRecord] = {}
+        self._runs: dict[str, _Row] = {}
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
         self._deltas = CheckpointDeltas()
@@ -44,27 +75,30 @@ class MemoryRunStore:
     async def create(
         self, record: RunRecord, *, first_event: FirstEvent | None = None
     ) -> Event | None:
+        row = _Row.of(record)
         if record.id in self._runs:
             raise DuplicateRunError(record.id)
-        if record.idempotency_key is not None and await self.find_by_idempotency_key(
-            record.owner, record.idempotency_key
-        ):
+        if record.idempotency_key is not None and self._keyed(record.owner, record.idempotency_key):
             raise DuplicateRunError(record.idempotency_key)
-        self._runs[record.id] = record.model_copy(deep=True)
+        self._runs[record.id] = row
         self._events[record.id] = []
         return await self.append(record.id, *first_event) if first_event is not None else None
 
     async def save(self, record: RunRecord) -> None:
-        self._runs[record.id] = record.model_copy(deep=True)
+        self._runs[record.id] = _Row.of(record)
 
     async def get(self, run_id: str) -> RunRecord | None:
-        record = self._runs.get(run_id)
-        return record.model_copy(deep=True) if record is not None else None
+        row = self._runs.get(run_id)
+        return row.read(run_id) if row is not None else None
 
     async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
-        for record in self._runs.values():
-            if record.owner == owner and record.idempotency_key == key:
-                return record.model_copy(deep=True)
+        run_id = self._keyed(owner, key)
+        return self._runs[run_id].read(run_id) if run_id is not None else None
+
+    def _keyed(self, owner: str | None, key: str) -> str | None:
+        for run_id, row in self._runs.items():
+            if row.owner == owner and row.idempotency_key == key:
+                return run_id
         return None
 
     async def list_runs(
@@ -76,17 +110,29 @@ class MemoryRunStore:
         before_id: str | None = None,
         any_owner: bool = False,
         previous_run_id: str | None = None,
+        unreadable: list[RunUnreadableError] | None = None,
     ) -> list[RunRecord]:
-        found = [
-            r
-            for r in self._runs.values()
-            if (any_owner or r.owner == owner)
-            and (not statuses or r.status in statuses)
-            and (before_id is None or r.id < before_id)
-            and (previous_run_id is None or r.previous_run_id == previous_run_id)
-        ]
-        found.sort(key=lambda r: r.id, reverse=True)
-        return [r.model_copy(deep=True) for r in found[:limit]]
+        matching = sorted(
+            (
+                run_id
+                for run_id, r in self._runs.items()
+                if (any_owner or r.owner == owner)
+                and (not statuses or r.status in statuses)
+                and (before_id is None or run_id < before_id)
+                and (previous_run_id is None or r.previous_run_id == previous_run_id)
+            ),
+            reverse=True,
+        )
+        found: list[RunRecord] = []
+        for run_id in matching:
+            if len(found) == limit:
+                break
+            try:
+                found.append(self._runs[run_id].read(run_id))
+            except RunUnreadableError as exc:
+                if unreadable is not None:
+                    unreadable.append(exc)
+        return found
 
     async def delete(self, run_id: str) -> None:
         self._runs.pop(run_id, None)

@@ -24,6 +24,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from app.engine.events import EventType
+from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import (
     CHECKPOINT_FORMAT,
@@ -32,6 +33,7 @@ from app.runs.store import (
     FirstEvent,
     LeaseLostError,
     StoreError,
+    read_record,
     settled,
 )
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
@@ -54,6 +56,11 @@ DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 def owner_tag(owner: str | None) -> str:
     """`n` for no owner, else `o{len}:{owner}`: unambiguous inside a key name."""
     return "n" if owner is None else f"o{len(owner)}:{owner}"
+
+
+def tag_owner(tag: str | None) -> str | None:
+    """The owner an `owner_tag` stands for (None for `n`, or no tag)."""
+    return tag.partition(":")[2] if tag is not None and tag.startswith("o") else None
 
 
 class RedisRunStore:
@@ -160,8 +167,9 @@ class RedisRunStore:
             raise DuplicateRunError(record.idempotency_key)
 
     async def get(self, run_id: str) -> RunRecord | None:
-        raw = await self.redis.hget(self._run_key(run_id), "record")
-        return RunRecord.model_validate_json(raw) if raw is not None else None
+        found: list[Any] = await self.redis.hmget(self._run_key(run_id), ["record", "tag"])
+        raw, tag = found
+        return read_record(run_id, raw, owner=tag_owner(tag)) if raw is not None else None
 
     async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
         run_id: Any = await self.redis.get(self._idem_key(owner, key))
@@ -176,6 +184,7 @@ class RedisRunStore:
         before_id: str | None = None,
         any_owner: bool = False,
         previous_run_id: str | None = None,
+        unreadable: list[RunUnreadableError] | None = None,
     ) -> list[RunRecord]:
         scope = self.prefix + "idx:" + ("all" if any_owner else owner_tag(owner))
         wanted = {RunStatus(s) for s in statuses}
@@ -189,14 +198,20 @@ class RedisRunStore:
             ids = await self._newest_ids(indexes, cursor, want)
             if not ids:
                 break
-            raws = await self._records([self._run_key(i) for i in ids])
-            gone = [run_id for run_id, raw in zip(ids, raws, strict=True) if raw is None]
-            for raw in raws:
-                if raw is not None:
-                    record = RunRecord.model_validate_json(raw)
-                    visible = any_owner or record.owner == owner
-                    if visible and (not wanted or record.status in wanted):  # (it may have moved)
-                        found.append(record)
+            rows = await self._records([self._run_key(i) for i in ids])
+            gone = [run_id for run_id, (raw, _) in zip(ids, rows, strict=True) if raw is None]
+            for run_id, (raw, tag) in zip(ids, rows, strict=True):
+                if raw is None:
+                    continue
+                try:
+                    record = read_record(run_id, raw, owner=tag_owner(tag))
+                except RunUnreadableError as exc:
+                    if unreadable is not None and (any_owner or exc.owner == owner):
+                        unreadable.append(exc)
+                    continue
+                visible = any_owner or record.owner == owner
+                if visible and (not wanted or record.status in wanted):  # (it may have moved)
+                    found.append(record)
             if gone:  # expired (retention): drop them from the indexes read here
                 async with self.redis.pipeline(transaction=False) as pipe:
                     for index in indexes:
@@ -342,9 +357,10 @@ class RedisRunStore:
             pages: list[list[str]] = await pipe.execute()
         return sorted({i for page in pages for i in page}, reverse=True)[:count]
 
-    async def _records(self, keys: list[str]) -> list[str | None]:
+    async def _records(self, keys: list[str]) -> list[tuple[str | None, str | None]]:
+        """Each run's record and owner tag (None, None: gone)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for key in keys:
-                pipe.hget(key, "record")
-            raws: list[str | None] = await pipe.execute()
-        return raws
+                pipe.hmget(key, ["record", "tag"])
+            rows: list[list[str | None]] = await pipe.execute()
+        return [(raw, tag) for raw, tag in rows]

@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded, stored_count
@@ -38,6 +39,7 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
     raise_if_no_such_run,
+    record_of,
     run_row,
     upsert_run,
 )
@@ -159,15 +161,16 @@ class SqliteRunStore:
         await self._write(upsert_run(record))
 
     async def get(self, run_id: str) -> RunRecord | None:
-        rows = await self._read(_query("SELECT record FROM runs WHERE id = ?", (run_id,)))
-        return RunRecord.model_validate_json(rows[0][0]) if rows else None
+        sql = "SELECT id, owner, record FROM runs WHERE id = ?"
+        rows = await self._read(_query(sql, (run_id,)))
+        return record_of(rows[0]) if rows else None
 
     async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
-        sql = "SELECT record FROM runs WHERE idempotency_key = ? AND owner "
+        sql = "SELECT id, owner, record FROM runs WHERE idempotency_key = ? AND owner "
         sql += "IS NULL" if owner is None else "= ?"
         params = (key,) if owner is None else (key, owner)
         rows = await self._read(_query(sql, params))
-        return RunRecord.model_validate_json(rows[0][0]) if rows else None
+        return record_of(rows[0]) if rows else None
 
     async def list_runs(
         self,
@@ -178,6 +181,7 @@ class SqliteRunStore:
         before_id: str | None = None,
         any_owner: bool = False,
         previous_run_id: str | None = None,
+        unreadable: list[RunUnreadableError] | None = None,
     ) -> list[RunRecord]:
         where: list[str] = []
         params: list[Any] = []
@@ -187,16 +191,28 @@ class SqliteRunStore:
         if statuses:
             where.append(f"status IN ({', '.join('?' * len(statuses))})")
             params += [RunStatus(s).value for s in statuses]
-        if before_id is not None:
-            where.append("id < ?")
-            params.append(before_id)
         if previous_run_id is not None:
             where.append("previous_run_id = ?")
             params.append(previous_run_id)
-        sql = "SELECT record FROM runs"
-        sql += f" WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._read(_query(sql + " ORDER BY id DESC LIMIT ?", (*params, limit)))
-        return [RunRecord.model_validate_json(row[0]) for row in rows]
+        found: list[RunRecord] = []
+        cursor = before_id
+        while len(found) < limit:  # again past rows that did not read back
+            want = limit - len(found)
+            clauses = [*where, "id < ?"] if cursor is not None else where
+            sql = "SELECT id, owner, record FROM runs"
+            sql += f" WHERE {' AND '.join(clauses)}" if clauses else ""
+            values = (*params, cursor) if cursor is not None else tuple(params)
+            rows = await self._read(_query(sql + " ORDER BY id DESC LIMIT ?", (*values, want)))
+            for row in rows:
+                try:
+                    found.append(record_of(row))
+                except RunUnreadableError as exc:
+                    if unreadable is not None:
+                        unreadable.append(exc)
+            if len(rows) < want:
+                break
+            cursor = rows[-1][0]
+        return found
 
     async def delete(self, run_id: str) -> None:
         self._deltas.forget(run_id)

@@ -1,5 +1,5 @@
-"""A run's record as a row of the `runs` table (`SqliteRunStore`'s writes of it), and what a
-failed foreign key on a write means."""
+"""A run's record as a row of the `runs` table (`SqliteRunStore`'s writes of it, and its
+reads: `record_of`), and what a failed foreign key on a write means."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Callable
 
 from app.runs.records import RunRecord
-from app.runs.store import DuplicateRunError
+from app.runs.store import DuplicateRunError, read_record
 
 # Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
 UPSERT_RUN = """
@@ -50,3 +50,10 @@ def run_row(record: RunRecord) -> tuple[str | None, ...]:
         record.previous_run_id,
         record.model_dump_json(),
     )
+
+
+def record_of(row: tuple[str, str | None, str]) -> RunRecord:
+    """The record of a row read as `id, owner, record` (`RunUnreadableError` if it does not
+    read back: `app.runs.store.read_record`)."""
+    run_id, owner, raw = row
+    return read_record(run_id, raw, owner=owner)
