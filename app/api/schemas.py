@@ -63,6 +63,13 @@ class DecisionIn(BaseModel):
         description="Approve with these arguments instead of the model's; checked against the "
         "tool's schema (422).",
     )
+    result: str | None = Field(
+        None,
+        max_length=1_000_000,
+        description="A client tool's result (`client_tools`), with approve: true: the call is "
+        "not run, the model sees this as its result. Required for a client tool's approval; "
+        "refused (422) on any other call.",
+    )
 
     @field_validator("arguments", mode="before")
     @classmethod
