@@ -60,7 +60,11 @@ async def stream(
 ) -> tuple[httpx.Response, list[SSE]]:
     """A whole POST /ag-ui stream; each event checked against the protocol's models."""
     response, events = await sse(
-        client, "POST", "/ag-ui", json=body, headers={"Accept": "text/event-stream", **(headers or {})}
+        client,
+        "POST",
+        "/ag-ui",
+        json=body,
+        headers={"Accept": "text/event-stream", **(headers or {})},
     )
     for event in events:
         protocol_event(event.data)

@@ -22,48 +22,10 @@ from app.runs.store import RunStore
 
 router = APIRouter(tags=["ag-ui"])
 
-MAX_ID = 256
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "AG-UI's RunAgentInput (protocol 1.0). `forwardedProps.finishline` takes the "
-    "fields of POST /runs but task, stream and previous_run_id; `tools` are the client's own "
-    "(frontend) tools; `resume` answers the interrupts the thread's run waits on.",
-    "required": ["threadId", "runId", "messages"],
-    "properties": {
-        "threadId": {"type": "string", "minLength": 1, "maxLength": MAX_ID},
-        "runId": {"type": "string", "minLength": 1, "maxLength": MAX_ID},
-        "messages": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["id", "role"],
-                "properties": {"id": {"type": "string"}, "role": {"type": "string"}},
-            },
-        },
-        "tools": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["name", "description"],
-                "properties": {"name": {"type": "string"}, "description": {"type": "string"}},
-            },
-        },
-        "forwardedProps": {
-            "type": "object",
-            "properties": {"finishline": {"type": "object"}},
-        },
-        "resume": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["interruptId", "status"],
-                "properties": {
-                    "interruptId": {"type": "string"},
-                    "status": {"enum": ["resolved", "cancelled"]},
-                },
-            },
-        },
-    },
+    "description": "AG-UI's RunAgentInput (protocol 1.0); the document declares it from the "
+    "protocol's own model (app.api.openapi).",
 }
 AGUI_SSE = {
     "text/event-stream": {
