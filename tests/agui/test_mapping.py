@@ -271,6 +271,7 @@ def test_a_wait_ends_the_stream_with_an_interrupt_per_undecided_call() -> None:
     assert (approval["id"], approval["toolCallId"], approval["reason"]) == ("c1", "c1", "tool_call")
     assert approval["message"] == 'Approve send_mail({"x": 1})?'
     assert approval["responseSchema"]["required"] == ["approve"]
+    assert approval["expiresAt"] == "2026-01-01T01:00:00+00:00"  # approval_timeout_s: 3600
     assert approval["metadata"]["finishline"]["kind"] == "approval"
     assert client["id"] == "c2"
     assert client["metadata"]["finishline"] == {

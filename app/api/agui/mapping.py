@@ -28,6 +28,7 @@ What maps to what:
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from ag_ui.core import (
@@ -120,8 +121,13 @@ class FrameMapper:
     def interrupted(self, record: RunRecord) -> list[BaseEvent]:
         """The run waits for decisions (approvals) or results (client tools): the stream ends
         with an interrupt per undecided call, each answered by the client's next run."""
-        pending = record.approval.undecided() if record.approval is not None else []
+        approval = record.approval
+        pending = approval.undecided() if approval is not None else []
         client = {t.name for t in record.request.client_tools}
+        expires = None  # then the approval timeout rejects what is undecided (DESIGN §9)
+        if approval is not None:
+            timeout = timedelta(seconds=record.settings.approval_timeout_s)
+            expires = (approval.waiting_since + timeout).isoformat()
         interrupts = []
         for call in pending:
             shown = json.dumps(call.arguments, ensure_ascii=False)
@@ -137,6 +143,7 @@ class FrameMapper:
                         else f"Approve {call.tool}({shown})?"
                     ),
                     response_schema=CLIENT_TOOL_SCHEMA if is_client else APPROVAL_SCHEMA,
+                    expires_at=expires,
                     metadata={
                         "finishline": {
                             "run_id": record.id,

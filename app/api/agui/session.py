@@ -35,7 +35,7 @@ from app.api.errors import ApiError
 from app.engine.events import EventType
 from app.runs.errors import InvalidRunError, RunNotFoundError, RunNotWaitingError
 from app.runs.manager import RunManager
-from app.runs.records import ApprovalDecision, PendingApproval, RunRecord, RunStatus
+from app.runs.records import ApprovalDecision, Event, PendingApproval, RunRecord, RunStatus
 
 WAIT_S = 300.0
 """How long one `RunManager.wait` blocks before it is asked again."""
@@ -221,44 +221,54 @@ class AguiThreads:
         self, run_id: str, after: int, caller: Caller, mapper: FrameMapper
     ) -> AsyncGenerator[tuple[str, int, RunRecord | None], None]:
         """(frames, last seq, None) per batch of the run's events until its terminal one, or
-        ("", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so."""
-        batches = aiter(self.manager.event_batches(run_id, after))
+        ("", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
+        Two tasks feed one queue: the batches, and the run each time `wait` answers."""
+        queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
         arrived = asyncio.Event()
-        next_batch = asyncio.ensure_future(anext(batches))
-        settled = asyncio.ensure_future(self._settled(run_id, caller, None))
+        batches = [0]
+
+        async def pump() -> None:
+            try:
+                async for batch in self.manager.event_batches(run_id, after):
+                    queue.put_nowait(batch)
+                    batches[0] += 1
+                    arrived.set()
+            finally:
+                queue.put_nowait(None)  # the events ended (or this task did)
+
+        async def watch() -> None:
+            while True:
+                seen = batches[0]
+                record = await self.manager.wait(
+                    run_id, caller.owner, WAIT_S, any_owner=caller.any_owner
+                )
+                if record.status == RunStatus.REQUIRES_ACTION:
+                    queue.put_nowait(record)
+                    return
+                if record.status.terminal:  # its terminal event ends the stream
+                    return
+                while batches[0] == seen:  # ask again once something happened
+                    arrived.clear()
+                    await arrived.wait()
+
+        tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(watch())]
         try:
             while True:
-                await asyncio.wait({next_batch, settled}, return_when=asyncio.FIRST_COMPLETED)
-                if next_batch.done():
-                    try:
-                        batch = next_batch.result()
-                    except StopAsyncIteration:
-                        return
-                    after = batch[-1].seq
-                    yield "".join(frame(e.seq, mapper.map(e)) for e in batch), after, None
-                    if batch[-1].terminal:
-                        return
-                    next_batch = asyncio.ensure_future(anext(batches))
-                    arrived.set()
-                if settled.done():
-                    record = settled.result()
-                    if record.status == RunStatus.REQUIRES_ACTION:
-                        yield "", after, record
-                        return
-                    arrived = asyncio.Event()  # ask again once something happened
-                    settled = asyncio.ensure_future(self._settled(run_id, caller, arrived))
+                item = await queue.get()
+                if item is None:
+                    await tasks[0]  # the events' error, if they ended with one
+                    return
+                if isinstance(item, RunRecord):
+                    yield "", after, item
+                    return
+                after = item[-1].seq
+                yield "".join([frame(e.seq, mapper.map(e)) for e in item]), after, None
+                if item[-1].terminal:
+                    return
         finally:
-            for task in (next_batch, settled):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(next_batch, settled, return_exceptions=True)
-            aclose = getattr(batches, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-    async def _settled(self, run_id: str, caller: Caller, gate: asyncio.Event | None) -> RunRecord:
-        if gate is not None:
-            await gate.wait()
-        return await self.manager.wait(run_id, caller.owner, WAIT_S, any_owner=caller.any_owner)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 # -- resume answers into decisions ------------------------------------------------------------
