@@ -115,3 +115,37 @@ async def test_every_turn_needs_the_key() -> None:
 
     error_of(missing, 401)
     error_of(wrong, 401)
+
+
+async def test_an_older_turn_again_re_attaches_to_its_own_run_after_last_event_id() -> None:
+    first_turn = agent_input(user("hello"), run="r1", finishline=scripted(finish("hi")))
+    async with api_client(settings()) as client:
+        first = await turn(client, first_turn)
+        await turn(client, agent_input(user("more"), run="r2", finishline=scripted(finish())))
+        response, events = await stream(client, first_turn, {"Last-Event-ID": "3"})
+        runs = (await client.get("/runs")).json()["runs"]
+
+    assert response.status_code == 200
+    assert events[0].data["metadata"]["finishline"]["run_id"] == first["run_id"]
+    assert events[0].id == "3"
+    assert [int(e.id or 0) > 3 for e in events[1:]] == [True] * (len(events) - 1)
+    assert answered(events) == first
+    assert len(runs) == 2  # never a second run for one turn
+
+
+async def test_a_thread_whose_last_run_was_deleted_starts_again_from_its_messages(
+    store_url: str,
+) -> None:
+    history = [user("hello", id="u1"), {"id": "a1", "role": "assistant", "content": "hi"}]
+    async with api_client(settings(store_url=store_url)) as client:
+        first = await turn(client, agent_input(user("hello"), finishline=scripted(finish("hi"))))
+        deleted = await client.delete(f"/runs/{first['run_id']}")
+        again = await turn(
+            client,
+            agent_input(*history, user("again", id="u2"), run="r2", finishline=scripted(finish())),
+        )
+        run = await native(client, again["run_id"])
+
+    assert deleted.status_code == 204
+    assert run["previous_run_id"] is None
+    assert run["task"].startswith("<earlier_conversation>\nuser: hello\nassistant: hi")
