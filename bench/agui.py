@@ -13,12 +13,13 @@ measures, each interleaved (the two sides alternate, block by block, in shuffled
   `POST /ag-ui` (a thread of its own each), server CPU time (every thread, /proc schedstat)
   per finishline event of the run, everything the server does for it included.
 
-    python -m bench.agui [--quick] [--rounds N] [--runs N]
+    python -m bench.agui [--quick] [--rounds N] [--runs N] [--report]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import tempfile
@@ -33,7 +34,7 @@ from app.api.agui.mapping import FrameMapper, frame
 from app.api.routes.events import sse_frames
 from app.engine.events import EventType
 from app.runs.records import Event
-from bench.common import fmt, machine, machine_line, say, table, write_results
+from bench.common import RESULTS, fmt, machine, machine_line, say, table, write_results
 from bench.procs import Server, run_seconds
 
 STEPS = 10
@@ -183,33 +184,29 @@ def served(rounds: int, runs: int) -> dict[str, Any]:
 
 def report(enc: dict[str, Any], srv: dict[str, Any], info: dict[str, Any]) -> str:
     e, s = enc["us_per_event"], srv["server_cpu_us_per_event"]
+    enc_frames = enc["frames"] / enc["events"]  # AG-UI frames per finishline event
+    srv_frames = srv["frames_per_run"]["ag-ui"] / srv["events_per_run"]
+
+    def row(what: str, native: float, agui: float, digits: int) -> list[str]:
+        return [what, fmt(native, digits), fmt(agui, digits), fmt(agui / native, 2) + "x"]
+
     rows = [
-        [
-            "encoding, in process (µs per event)",
-            fmt(e["native"], 2),
-            fmt(e["ag-ui"], 2),
-            fmt(e["ag-ui"] / e["native"], 2) + "x",
-        ],
-        [
-            "served: server CPU per event, all included (µs)",
-            fmt(s["native"], 1),
-            fmt(s["ag-ui"], 1),
-            fmt(s["ag-ui"] / s["native"], 2) + "x",
-        ],
+        row("encoding, in process: µs per finishline event", e["native"], e["ag-ui"], 2),
+        row("encoding, in process: µs per frame sent", e["native"], e["ag-ui"] / enc_frames, 2),
+        row("served: server CPU µs per finishline event", s["native"], s["ag-ui"], 1),
+        row("served: server CPU µs per frame sent", s["native"], s["ag-ui"] / srv_frames, 1),
     ]
     sizes = enc["bytes_per_run"]
-    frames = {"ag-ui": enc["frames"]}
     return "\n\n".join(
         [
             "# AG-UI stream cost (bench/agui.py)",
-            table(
-                ["per finishline event", "native stream", "AG-UI stream", "AG-UI ÷ native"], rows
-            ),
-            f"A {STEPS}-step scripted run, {enc['events']} finishline events: "
-            f"{enc['events']} native frames ({sizes['native']:,} bytes), "
-            f"{frames['ag-ui']} AG-UI frames ({sizes['ag-ui']:,} bytes). Served: the run as the "
-            f"server makes it, {srv['events_per_run']} events, {frames['ag-ui']} AG-UI frames. "
-            "Medians of interleaved blocks.",
+            table(["figure", "native stream", "AG-UI stream", "AG-UI ÷ native"], rows),
+            f"A {STEPS}-step scripted run. Encoding: its {enc['events']} events, one native frame "
+            f"each ({sizes['native']:,} bytes) or {enc['frames']} AG-UI frames "
+            f"({sizes['ag-ui']:,} bytes). Served: the run as the server makes it, "
+            f"{srv['events_per_run']} events, {srv['frames_per_run']['ag-ui']} AG-UI frames; "
+            "server CPU of every thread (/proc schedstat), one client, sequential runs. Medians "
+            "of interleaved blocks.",
             machine_line(info),
         ]
     )
@@ -220,7 +217,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None, help="runs per served block")
+    parser.add_argument("--report", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()
+    name = "agui-quick" if args.quick else "agui"
+    if args.report:
+        raw = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+        markdown = report(raw["encoding"], raw["served"], raw["machine"])
+        write_results(name, markdown, raw)
+        print(markdown)
+        return
     rounds = args.rounds or (5 if args.quick else 15)
     runs = args.runs or (10 if args.quick else 30)
     say("encoding, in process")
@@ -229,7 +234,6 @@ def main() -> None:
     srv = served(rounds, runs)
     info = machine()
     markdown = report(enc, srv, info)
-    name = "agui-quick" if args.quick else "agui"
     write_results(name, markdown, {"encoding": enc, "served": srv, "machine": info})
     print(markdown)
 

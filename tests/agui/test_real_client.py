@@ -191,3 +191,31 @@ async def test_streamed_tokens_reach_the_client_as_message_deltas(server: Served
     deltas = [e["delta"] for e in turn["events"] if e["type"] == "REASONING_MESSAGE_CONTENT"]
     assert len(deltas) > 1  # in pieces, as they came
     assert "".join(deltas) == "thinking about the answer slowly"
+
+
+async def test_a_client_that_dropped_its_stream_re_attaches_with_the_same_run_id(
+    server: Served,
+) -> None:
+    slow = scripted({"content": "thinking it over", "delay_s": 600})
+    (dropped,) = await drive(
+        server.url("/ag-ui"),
+        [{"runId": "r1", "message": "go", "forwardedProps": slow, "abortAfter": "STEP_STARTED"}],
+    )
+    run_id = dropped["events"][0]["metadata"]["finishline"]["run_id"]
+    assert (await served_run(server.url(), run_id))["status"] == "running"  # still going
+    async with httpx.AsyncClient() as client:
+        cancelled = await client.post(server.url(f"/runs/{run_id}/cancel"))
+    assert cancelled.status_code == 202
+
+    (again,) = await drive(  # a new agent on the thread: the turn's runId again
+        server.url("/ag-ui"), [{"runId": "r1", "message": "go", "forwardedProps": slow}]
+    )
+
+    assert again["error"] is None
+    assert again["events"][0]["metadata"]["finishline"]["run_id"] == run_id
+    finished = again["events"][-1]
+    assert finished["type"] == "RUN_FINISHED"
+    assert finished["outcome"] == {"type": "cancelled"}
+    async with httpx.AsyncClient() as client:
+        runs = (await client.get(server.url("/runs"))).json()["runs"]
+    assert [r["id"] for r in runs] == [run_id]
