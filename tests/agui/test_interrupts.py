@@ -250,3 +250,59 @@ async def test_a_frontend_tools_answer_needs_its_result() -> None:
         )
 
     assert error_of(response, 422)["details"]["field"] == "resume[0].payload"
+
+
+async def test_a_tool_message_of_an_earlier_call_with_the_same_id_answers_nothing() -> None:
+    call = {"tool_calls": [{"name": "pick_color", "arguments": {}, "id": "p1"}]}
+    async with api_client(settings()) as client:
+        await interrupted(
+            client,
+            agent_input(user("a color?"), tools=[PICK], finishline=scripted(call, finish("ok"))),
+        )
+        _, first = await stream(
+            client,
+            resume({"interruptId": "p1", "status": "resolved", "payload": {"result": "teal"}}),
+        )
+        assert of_type(first, "RUN_FINISHED")[0]["outcome"] == {"type": "success"}
+        # the next run calls a tool with the same id (a provider may reuse ids across runs)
+        await interrupted(
+            client,
+            agent_input(
+                user("another?", id="u2"),
+                run="r3",
+                tools=[PICK],
+                finishline=scripted(call, finish("ok")),
+            ),
+        )
+        history = [
+            user("a color?"),
+            {
+                "id": "a1",
+                "role": "assistant",
+                "toolCalls": [
+                    {
+                        "id": "p1",
+                        "type": "function",
+                        "function": {"name": "pick_color", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"id": "t1", "role": "tool", "toolCallId": "p1", "content": "teal"},
+            user("another?", id="u2"),
+            {
+                "id": "a2",
+                "role": "assistant",
+                "toolCalls": [
+                    {
+                        "id": "p1",
+                        "type": "function",
+                        "function": {"name": "pick_color", "arguments": "{}"},
+                    }
+                ],
+            },
+        ]
+        answer = {"interruptId": "p1", "status": "resolved", "payload": {"result": "amber"}}
+        _, events = await stream(client, agent_input(*history, run="r4", resume=[answer]))
+
+    (result,) = of_type(events, "TOOL_CALL_RESULT")
+    assert result["content"] == "amber"  # not the earlier call's "teal"

@@ -143,3 +143,19 @@ async def test_a_thread_whose_run_is_still_going_takes_no_new_run(
     await client.post(f"/runs/{run_id}/cancel")
 
     assert error_of(response, 409, "run_not_ended")["details"]["run_id"] == run_id
+
+
+async def test_a_resumed_stream_dropped_cancels_the_run_when_that_turn_asks(
+    client: httpx.AsyncClient,
+) -> None:
+    call = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}, "id": "c1"}]}
+    props = scripted(call, SLOW, tools=["calculator"], approval={"tools": ["calculator"]})
+    asked = await frames_until(client, agent_input(finishline=props))
+    run_id = asked[-1].data["result"]["run_id"]
+    answer = {"interruptId": "c1", "status": "resolved", "payload": {"approve": True}}
+    body = agent_input(run="r2", resume=[answer], finishline={"on_disconnect": "cancel"})
+    await frames_until(client, body, stop="TOOL_CALL_RESULT")
+    waited = await client.get(f"/runs/{run_id}/wait", params={"timeout_s": 10})
+
+    assert asked[-1].data["outcome"]["type"] == "interrupt"
+    assert waited.json()["status"] == "cancelled"

@@ -89,11 +89,12 @@ class AguiThreads:
             with contextlib.suppress(RunNotFoundError):  # deleted, expired: the thread is new
                 head = await self.manager.get(head_id, owner, any_owner=anyone)
         key = turn_key(turn.thread_id, turn.run_id)
+        cancel = turn.cancel_on_disconnect
         if head is not None and head.idempotency_key == key:  # this turn made it: re-attach
-            return Opened(head.id, last_event_id or 0)
+            return Opened(head.id, last_event_id or 0, cancel)
         answering = await self._answer(head, turn, caller)
         if answering is not None:
-            return Opened(answering.run_id, last_event_id or answering.after)
+            return Opened(answering.run_id, last_event_id or answering.after, cancel)
         if turn.task is None:
             raise InvalidRunError(
                 "messages", "must end with the user's new message (the task of the run)"

@@ -58,6 +58,9 @@ class Turn:
     client_tools: list[dict[str, Any]]
     results: dict[str, ToolResult] = field(default_factory=dict)
     resume: list[ResumeEntry] = field(default_factory=list)
+    cancel_on_disconnect: bool = False
+    """`forwardedProps.finishline.on_disconnect`, read on every turn (a new run's is checked
+    again with the rest of its configuration)."""
 
     @property
     def first_task(self) -> str | None:
@@ -126,10 +129,18 @@ def read_turn(raw: bytes) -> Turn:
     for name, why in NOT_IN_PROPS.items():
         if name in props:
             raise InvalidRunError(f"{PROPS}.{name}", f"not taken here: {why}")
+    on_disconnect = props.get("on_disconnect", "continue")
+    if on_disconnect not in ("continue", "cancel"):
+        raise InvalidRunError(f"{PROPS}.on_disconnect", "must be 'continue' or 'cancel'")
     messages = list(data.messages)
+    called: dict[str, int] = {}  # each call id: the last assistant message that made it
+    for index, message in enumerate(messages):
+        if isinstance(message, AssistantMessage):
+            called.update((call.id, index) for call in message.tool_calls or [])
     results: dict[str, ToolResult] = {}
     for index, message in enumerate(messages):
-        if isinstance(message, ToolMessage):
+        # a result answers the newest call of its id (an id may come back in a later run)
+        if isinstance(message, ToolMessage) and index > called.get(message.tool_call_id, -1):
             content = _text(message.content, f"messages[{index}]")
             results[message.tool_call_id] = ToolResult(content, message.error)
     task: str | None = None
@@ -153,6 +164,7 @@ def read_turn(raw: bytes) -> Turn:
         client_tools=tools,
         results=results,
         resume=list(data.resume or []),
+        cancel_on_disconnect=on_disconnect == "cancel",
     )
 
 
