@@ -149,3 +149,17 @@ async def test_a_thread_whose_last_run_was_deleted_starts_again_from_its_message
     assert deleted.status_code == 204
     assert run["previous_run_id"] is None
     assert run["task"].startswith("<earlier_conversation>\nuser: hello\nassistant: hi")
+
+
+async def test_an_older_turn_again_with_another_input_is_a_conflict() -> None:
+    async with api_client(settings()) as client:
+        await turn(client, agent_input(user("hello"), run="r1", finishline=scripted(finish("hi"))))
+        await turn(client, agent_input(user("more"), run="r2", finishline=scripted(finish())))
+        response = await client.post(
+            "/ag-ui", json=agent_input(user("changed"), run="r1", finishline=scripted(finish()))
+        )
+        runs = (await client.get("/runs")).json()["runs"]
+
+    error = error_of(response, 409, "idempotency_conflict")
+    assert "runId 'r1'" in error["message"]
+    assert len(runs) == 2

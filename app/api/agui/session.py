@@ -33,7 +33,12 @@ from app.api.agui.turns import Turn, relocated, run_body
 from app.api.auth import Caller
 from app.api.errors import ApiError
 from app.engine.events import EventType
-from app.runs.errors import InvalidRunError, RunNotFoundError, RunNotWaitingError
+from app.runs.errors import (
+    IdempotencyConflictError,
+    InvalidRunError,
+    RunNotFoundError,
+    RunNotWaitingError,
+)
 from app.runs.manager import RunManager
 from app.runs.records import ApprovalDecision, Event, PendingApproval, RunRecord, RunStatus
 
@@ -118,6 +123,12 @@ class AguiThreads:
             )
         except InvalidRunError as exc:  # a server-side check (a cap, a tool or model name)
             raise relocated(exc, turn) from None
+        except IdempotencyConflictError as exc:
+            raise IdempotencyConflictError(
+                f"runId {turn.run_id!r} of thread {turn.thread_id!r} ran with another input: "
+                "send a new runId for a new run",
+                run_id=exc.details.get("run_id"),
+            ) from None
         if created:
             await self.threads.set_thread_head(owner, turn.thread_id, record.id)
         return Opened(record.id, last_event_id or 0, cancel)
