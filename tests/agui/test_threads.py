@@ -163,3 +163,27 @@ async def test_an_older_turn_again_with_another_input_is_a_conflict() -> None:
     error = error_of(response, 409, "idempotency_conflict")
     assert "runId 'r1'" in error["message"]
     assert len(runs) == 2
+
+
+IMAGE = {
+    "id": "u0",
+    "role": "user",
+    "content": [{"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}],
+}
+
+
+async def test_only_a_history_the_server_uses_is_read() -> None:
+    async with api_client(settings()) as client:
+        unseen = await client.post(
+            "/ag-ui", json=agent_input(IMAGE, user("what is it?"), finishline=scripted(finish()))
+        )
+        await turn(client, agent_input(user("hello"), run="r2", finishline=scripted(finish())))
+        known = await turn(
+            client,
+            agent_input(
+                IMAGE, user("and now?", id="u3"), run="r3", finishline=scripted(finish("ok"))
+            ),
+        )
+
+    assert error_of(unseen, 422)["details"]["field"] == "messages[0].content[0]"
+    assert known["answer"] == "ok"  # a known thread's history is the server's: not read

@@ -52,8 +52,9 @@ class Turn:
     task: str | None
     """The new user message with the context entries, or None when the input ends with no
     user message (a turn that only answers a waiting run)."""
-    history: str | None
-    """The messages before it, as a transcript: the task of a thread the server has not seen."""
+    earlier: list[Any]
+    """The messages before it: the history of a thread the server has not seen (a known
+    thread's is the server's own, and what the client re-sends of it is not read)."""
     props: dict[str, Any]
     client_tools: list[dict[str, Any]]
     results: dict[str, ToolResult] = field(default_factory=dict)
@@ -65,9 +66,10 @@ class Turn:
     @property
     def first_task(self) -> str | None:
         """The task of a thread's first run: the history, then the new message."""
-        if self.task is None or self.history is None:
+        history = _transcript(self.earlier)
+        if self.task is None or history is None:
             return self.task
-        return f"<earlier_conversation>\n{self.history}\n</earlier_conversation>\n\n{self.task}"
+        return f"<earlier_conversation>\n{history}\n</earlier_conversation>\n\n{self.task}"
 
 
 def _text(content: Any, where: str) -> str:
@@ -159,7 +161,7 @@ def read_turn(raw: bytes) -> Turn:
         thread_id=data.thread_id,
         run_id=data.run_id,
         task=task,
-        history=_transcript(history),
+        earlier=history,
         props=props,
         client_tools=tools,
         results=results,
