@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ag_ui.core import ResumeEntry
 
@@ -41,6 +41,7 @@ from app.runs.errors import (
 )
 from app.runs.manager import RunManager
 from app.runs.records import ApprovalDecision, Event, PendingApproval, RunRecord, RunStatus
+from app.runs.spec import RunRequest
 
 WAIT_S = 300.0
 """How long one `RunManager.wait` blocks before it is asked again."""
@@ -75,7 +76,7 @@ class NewRun(Protocol):
     """Parses the POST /runs body of a turn's new run (`app.api.runbody.read_run_body`, with
     the turn's field names): the run, its digest and whether a dropped stream cancels it."""
 
-    async def __call__(self, turn: Turn, raw: bytes) -> tuple[Any, str, bool]: ...
+    async def __call__(self, turn: Turn, raw: bytes) -> tuple[RunRequest, str, bool]: ...
 
 
 class AguiThreads:
