@@ -16,7 +16,7 @@ LOCK   := requirements
 PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
 PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
-.PHONY: run test lint format bench clean image chromium redis-server lock lock-check
+.PHONY: run test lint format bench clean image chromium redis-server lock lock-check agui-client
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,8 +97,23 @@ redis-server:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; }
 
+# the AG-UI tests drive POST /ag-ui with the protocol's own client (@ag-ui/client's HttpAgent)
+# under node, installed from its own lock (tests/agui_client/package-lock.json) by `npm ci`;
+# npm ci's hidden lockfile marks an install that matches the lock (redone when the lock changes)
+AGUI_CLIENT := tests/agui_client
+AGUI_CLIENT_STAMP := $(AGUI_CLIENT)/node_modules/.package-lock.json
+
+$(AGUI_CLIENT_STAMP): $(AGUI_CLIENT)/package.json $(AGUI_CLIENT)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "The AG-UI client tests need node 20 and npm (apt-get install nodejs npm)."; exit 1; }
+	cd $(AGUI_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+## agui-client: install the AG-UI client the tests drive (npm ci in tests/agui_client)
+agui-client: $(AGUI_CLIENT_STAMP)
+
 ## test: lint, format check, type check (mypy --strict on app/), then the whole test suite
-test: $(STAMP) chromium redis-server
+test: $(STAMP) chromium redis-server $(AGUI_CLIENT_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -122,4 +137,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) $(LANGGRAPH_VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(LANGGRAPH_VENV) $(AGUI_CLIENT)/node_modules .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

@@ -26,10 +26,11 @@ from app.offload import off_loop
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
-from app.runs.spec import HttpToolIn, RunRequest, RunSettingsIn
+from app.runs.spec import ClientToolIn, HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import RUN_SETTINGS, Settings
 from app.tools.base import CompiledSchema, compiled_schema
 from app.tools.bounds import bind_http_scope
+from app.tools.client import ClientTool
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
 from app.tools.mcp.source import UnknownServerError
@@ -71,7 +72,7 @@ class RunAssembly:
             # a profile's own sizes were checked at start-up, the request's when it was read:
             # only HTTP tools beside the other's tools can add up past a cap, checked below
             request = self.with_profile(request)
-        if sized and not request.http_tools:
+        if sized and not request.http_tools and not request.client_tools:
             # nothing in proportion to the request's size is left: no hop to the worker
             # thread, whose one-at-a-time queue every POST /runs would wait in under load
             return self._check(request, [])
@@ -82,6 +83,7 @@ class RunAssembly:
 
     def _sized_and_compiled(self, request: RunRequest) -> list[CompiledSchema]:
         check_sizes(request, self.settings)
+        compile_schemas(request.client_tools)  # checked by `_client_tools` (remembered)
         return compile_schemas(request.http_tools)
 
     def with_profile(self, request: RunRequest) -> RunRequest:
@@ -166,6 +168,7 @@ class RunAssembly:
                 self._http_tool(tool, schemas[index])
             except ValueError as exc:
                 raise InvalidRunError(f"{where}.parameters", str(exc)) from exc
+        self._client_tools(request.client_tools, taken)
         if request.webhook is not None:
             problem = check_url_allowed(request.webhook, server.http_tool_allow_hosts)
             if problem is not None:
@@ -180,7 +183,7 @@ class RunAssembly:
             raise InvalidRunError(field_name, str(exc)) from exc
         names = [*dict.fromkeys([*request.tools, *mcp_names, *planning])]
         names += [t.name for t in request.http_tools]
-        if request.approval is not None:
+        if request.approval is not None:  # (client tools wait for their result anyway)
             unknown = sorted(set(request.approval.tools) - set(names))
             if unknown:
                 raise InvalidRunError(
@@ -189,7 +192,26 @@ class RunAssembly:
                     unknown=unknown,
                     available=names,
                 )
+        names += [t.name for t in request.client_tools]
         return CheckedRequest(model=model, limits=limits, tool_names=names, request=request)
+
+    def _client_tools(self, tools: Sequence[ClientToolIn], taken: set[str]) -> None:
+        """Each client tool named apart from every other tool, with an object schema."""
+        for index, tool in enumerate(tools):
+            where = f"client_tools[{index}]"
+            if tool.name in taken:
+                raise InvalidRunError(
+                    f"{where}.name", f"{tool.name!r} is already a tool of this run"
+                )
+            taken.add(tool.name)
+            if tool.parameters.get("type", "object") != "object":
+                raise InvalidRunError(
+                    f"{where}.parameters", "must be a JSON schema of type 'object'"
+                )
+            try:
+                _client_tool(tool, compiled_schema(tool.parameters))
+            except ValueError as exc:
+                raise InvalidRunError(f"{where}.parameters", str(exc)) from exc
 
     def resolve_settings(self, requested: RunSettingsIn) -> Limits:
         """Every per-run setting: the request's value, else the server default; none over a cap."""
@@ -234,6 +256,8 @@ class RunAssembly:
         mcp = self._mcp_tools(request.mcp_servers, lenient=True)
         tools += [t for t in mcp if t.name not in request.tools]
         tools += [self._http_tool(t, c) for t, c in zip(request.http_tools, schemas, strict=True)]
+        client = await _compiled_off_loop(request.client_tools)
+        tools += [_client_tool(t, c) for t, c in zip(request.client_tools, client, strict=True)]
         limits = record.settings
         if limits.planning_interval is not None and all(t.name != UPDATE_PLAN for t in tools):
             tools.append(UpdatePlanTool())  # plan-then-execute plans with it
@@ -279,6 +303,7 @@ class RunAssembly:
         named = set(request.approval.tools) if request.approval is not None else set()
         named |= {t.name for t in request.http_tools if t.requires_approval}
         named |= set(request.tools) & set(self.settings.approval_tools)
+        named |= {t.name for t in request.client_tools}  # each call waits for its result
         return frozenset(named)
 
     async def check_arguments(
@@ -292,6 +317,10 @@ class RunAssembly:
         if tool in request.tools and tool in self.registry:
             (found,) = self.registry.resolve([tool])
             return found.validate(arguments)
+        for client_tool in request.client_tools:
+            if client_tool.name == tool:
+                (schema,) = await _compiled_off_loop([client_tool])
+                return _client_tool(client_tool, schema).validate(arguments)
         for mcp_tool in self._mcp_tools(request.mcp_servers, lenient=True):
             if mcp_tool.name == tool:
                 return mcp_tool.validate(arguments)
@@ -315,13 +344,17 @@ class RunAssembly:
         )
 
 
-def compile_schemas(tools: Sequence[HttpToolIn]) -> list[CompiledSchema]:
+def _client_tool(tool: ClientToolIn, schema: CompiledSchema) -> ClientTool:
+    return ClientTool(name=tool.name, description=tool.description, parameters=schema)
+
+
+def compile_schemas(tools: Sequence[HttpToolIn | ClientToolIn]) -> list[CompiledSchema]:
     """Each tool's `parameters` checked and compiled (remembered by content); costly on a miss,
     so called in a worker thread."""
     return [compiled_schema(tool.parameters) for tool in tools]
 
 
-async def _compiled_off_loop(tools: Sequence[HttpToolIn]) -> list[CompiledSchema]:
+async def _compiled_off_loop(tools: Sequence[HttpToolIn | ClientToolIn]) -> list[CompiledSchema]:
     if not tools:
         return []
     return await off_loop(compile_schemas, tools)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from app.runs.errors import InvalidRunError
-from app.runs.spec import RunRequest
+from app.runs.spec import ClientToolIn, HttpToolIn, RunRequest
 from app.settings import Settings
 
 
@@ -35,20 +35,26 @@ def check_sizes(request: RunRequest, server: Settings) -> None:
         )
     if request.model is not None and len(request.model) > server.max_model_name_chars:
         raise _over("model", len(request.model), server.max_model_name_chars, "chars")
-    tools = len(request.tools) + len(request.http_tools)
+    tools = len(request.tools) + len(request.http_tools) + len(request.client_tools)
     if tools > server.max_tools:
-        raise _over("tools", tools, server.max_tools, "tools (tools plus http_tools)")
+        what = "tools (tools, http_tools and client_tools)"
+        raise _over("tools", tools, server.max_tools, what)
     total = 0
-    for index, tool in enumerate(request.http_tools):
+    declared: list[tuple[str, HttpToolIn | ClientToolIn]] = [
+        ("http_tools", t) for t in request.http_tools
+    ]
+    declared += [("client_tools", t) for t in request.client_tools]
+    counts = {"http_tools": 0, "client_tools": 0}
+    for kind, tool in declared:
+        index, counts[kind] = counts[kind], counts[kind] + 1
         size = _json_chars(tool.parameters)
         if size > server.max_tool_schema_bytes:
-            raise _over(
-                f"http_tools[{index}].parameters", size, server.max_tool_schema_bytes, "bytes"
-            )
+            raise _over(f"{kind}[{index}].parameters", size, server.max_tool_schema_bytes, "bytes")
         total += size
     if total > server.max_tool_schemas_total_bytes:
         # each schema is checked against the JSON Schema metaschema: milliseconds a property
-        raise _over("http_tools", total, server.max_tool_schemas_total_bytes, "bytes of schemas")
+        field = "client_tools" if request.client_tools else "http_tools"
+        raise _over(field, total, server.max_tool_schemas_total_bytes, "bytes of schemas")
     script = request.model_script or []
     if len(script) > server.max_script_replies:
         raise _over("model_script", len(script), server.max_script_replies, "replies")

@@ -19,7 +19,7 @@ from app.api.auth import StreamTokens
 from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
-from app.api.routes import agents, events, health, runs, tools, ui
+from app.api.routes import agents, agui, events, health, runs, tools, ui
 from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.heap import served_heap
 from app.llm.models import ModelFactory
@@ -179,6 +179,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "metrics": metrics,
                             "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
                             "tracing": tracing,
+                            "threads": store,  # AG-UI's threads (app.api.agui), in the store
                         }
                 finally:
                     undo()
@@ -206,7 +207,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, events, tools, agents):
+    for module in (runs, events, tools, agents, agui):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

@@ -120,18 +120,21 @@ class ServerSettings(BaseSettings):
     )
     max_model_name_chars: int = Field(200, ge=1, description="Longest accepted model name.")
     max_tools: int = Field(
-        64, ge=1, le=256, description="Most tools one run may have: tools plus http_tools."
+        64,
+        ge=1,
+        le=256,
+        description="Most tools one run may have: tools, http_tools and client_tools.",
     )
     max_tool_schema_bytes: int = Field(
         16_384,
         ge=2,
-        description="Largest parameters schema (JSON) of one request-declared HTTP tool.",
+        description="Largest parameters schema (JSON) of one request-declared HTTP or client tool.",
     )
     max_tool_schemas_total_bytes: int = Field(
         65_536,
         ge=2,
-        description="Largest parameters schemas (JSON) of all request-declared HTTP tools "
-        "together.",
+        description="Largest parameters schemas (JSON) of all request-declared HTTP and client "
+        "tools together.",
     )
     max_script_replies: int = Field(
         200, ge=1, le=1000, description="Most replies in a model_script."

@@ -19,6 +19,7 @@ STEPS = (
     ("event-loop stall of the heaviest request (bench/loop_stall.py)", ["bench.loop_stall"]),
     ("client CPU per outbound HTTP call (bench/http_client.py)", ["bench.http_client"]),
     ("service, floors and LangGraph's server (bench/service.py)", ["bench.service", "--extra"]),
+    ("AG-UI stream cost next to the native stream (bench/agui.py)", ["bench.agui"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
 )
 

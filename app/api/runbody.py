@@ -71,8 +71,8 @@ def parse_run_body(
 
 def _compile_schemas(request: RunRequest) -> None:
     """The costly check and compile of the HTTP tools' schemas (off the loop; remembered)."""
-    for tool in request.http_tools:
-        compiled_schema(tool.parameters)
+    for schema in [t.parameters for t in request.http_tools + request.client_tools]:
+        compiled_schema(schema)
 
 
 INLINE_BODY_BYTES = 16_384
@@ -92,6 +92,6 @@ async def read_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunR
     if len(raw) > INLINE_BODY_BYTES:
         return await off_loop(_parse_and_hash, raw, settings)
     body, request = parse_run_body(raw, settings, compile_schemas=False)
-    if request.http_tools:
+    if request.http_tools or request.client_tools:
         await off_loop(_compile_schemas, request)
     return body, request, request_hash(request)

@@ -83,6 +83,13 @@ class DecisionIn(BaseModel):
         "tool's schema and held to a model's caps: finite numbers, text, at most "
         "FINISHLINE_MAX_REPLY_CHARS characters of JSON (422).",
     )
+    result: str | None = Field(
+        None,
+        max_length=1_000_000,
+        description="A client tool's result (`client_tools`), with approve: true: the call is "
+        "not run, the model sees this as its result. Required for a client tool's approval; "
+        "refused (422) on any other call.",
+    )
 
     @field_validator("arguments", mode="before")
     @classmethod

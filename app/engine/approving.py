@@ -1,7 +1,8 @@
 """Resuming a run that waited for a person (DESIGN §9): each pending call of its last step is
 settled as decided, in call order, before the loop goes on. An approved call runs (with the
 person's edited arguments, if any, checked against the tool's schema); a rejected or
-undecided one gives the model an `is_error` observation carrying the person's message."""
+undecided one gives the model an `is_error` observation carrying the person's message. A client
+tool's call (DESIGN §16) is answered with the client's `result`, not run."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ async def _settle(run: RunContext, call: PendingCall, decision: Decision | None)
         return CallResult(
             run.prompts.approval_rejected.format(tool=call.tool, message=message), True, 0
         )
+    if decision.result is not None:  # a client tool's call, answered by the client
+        run.log.info("client_result_received", tool=call.tool, call_id=call.call_id)
+        return CallResult(decision.result, False, 0)
     arguments = decision.arguments if decision.arguments is not None else call.arguments
     tool = run.tools.get(call.tool)
     if tool is None:  # the run's tools are fixed at creation: only a changed server

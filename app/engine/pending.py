@@ -26,9 +26,12 @@ class PendingCall:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A person's decision on a pending call. An approved call runs with `arguments` when
-    given (else the model's); a rejected one gives the model an error carrying `message`."""
+    given (else the model's); a rejected one gives the model an error carrying `message`.
+    An approved call with a `result` (a client tool's, answered by the client) is not run:
+    `result` is its observation."""
 
     call_id: str
     approved: bool
     message: str | None = None
     arguments: dict[str, Any] | None = None
+    result: str | None = None

@@ -72,7 +72,9 @@ def retaken_state(record: RunRecord, state: RunState | None) -> list[Decision]:
 
 
 def _decisions(approval: ApprovalState) -> list[Decision]:
-    return [Decision(d.call_id, d.approved, d.message, d.arguments) for d in approval.decided]
+    return [
+        Decision(d.call_id, d.approved, d.message, d.arguments, d.result) for d in approval.decided
+    ]
 
 
 class ApprovalDesk:
@@ -156,6 +158,18 @@ class ApprovalDesk:
                         run_id=run_id,
                         call_id=decision.call_id,
                         pending=sorted(undecided),
+                    )
+                client = pending.tool in {t.name for t in record.request.client_tools}
+                where = f"decisions[{index}]"
+                if decision.result is not None and not (client and decision.approved):
+                    what = "approved client tool call" if client else "client tool call"
+                    raise InvalidRunError(
+                        f"{where}.result", f"is the answer of an {what}; this call is not one"
+                    )
+                if client and decision.approved and decision.result is None:
+                    raise InvalidRunError(
+                        f"{where}.result",
+                        f"{pending.tool!r} runs in the client: approve it with its result",
                     )
                 if decision.arguments is not None:
                     if decision.call_id not in problems:  # began to wait on it meanwhile
@@ -281,6 +295,8 @@ def _decided(record: RunRecord, decisions: list[ApprovalDecision]) -> WaitChange
         }
         if decision.arguments is not None:
             data["arguments"] = decision.arguments
+        if decision.result is not None:
+            data["result"] = decision.result
         events.append(NewEvent(EventType.APPROVAL_DECIDED, record.usage.steps, data))
         state.decided.append(decision)
     if state.undecided():

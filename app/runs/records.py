@@ -153,6 +153,8 @@ class ApprovalDecision(BaseModel):
     approved: bool
     message: str | None = None
     arguments: dict[str, Any] | None = None
+    result: str | None = None
+    """A client tool's result, sent by the client (`client_tools`): the call's observation."""
 
 
 class ApprovalState(BaseModel):

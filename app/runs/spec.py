@@ -19,7 +19,7 @@ STRICT = ConfigDict(extra="forbid", strict=True)
 """Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
 for 1, no "30" for 30)."""
 MAX_JSON_DEPTH = 32
-MAX_LIST_ITEMS = {"tools": 256, "http_tools": 256, "model_script": 1000}
+MAX_LIST_ITEMS = {"tools": 256, "http_tools": 256, "client_tools": 256, "model_script": 1000}
 """Fixed ceilings on the lists of a request, checked before anything in them is validated,
 so a huge list is refused in microseconds. Server settings (max_tools, max_script_replies)
 set the working caps below these."""
@@ -143,6 +143,36 @@ class HttpToolIn(BaseModel):
     )
 
 
+class ClientToolIn(BaseModel):
+    """A tool the client runs (AG-UI's frontend tools): offered to the model, never executed
+    by the server; each call waits for the client's result (DESIGN §9, §16)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "confirm_order",
+                    "description": "Ask the user to confirm the order in the page.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"order_id": {"type": "string"}},
+                        "required": ["order_id"],
+                    },
+                }
+            ]
+        },
+    )
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Tool name the model calls.")
+    description: str = Field(max_length=2000, description="What the tool does, for the model.")
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON schema (type object) of the arguments.",
+    )
+
+
 class ScriptedToolCallIn(BaseModel):
     """One tool call of a scripted reply."""
 
@@ -237,6 +267,13 @@ class RunRequest(BaseModel):
         max_length=MAX_LIST_ITEMS["http_tools"],
         description="Tools declared in this request, called over HTTP.",
     )
+    client_tools: list[ClientToolIn] = Field(
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS["client_tools"],
+        description="Tools your client runs (AG-UI's frontend tools): the model may call them; "
+        "each call makes the run wait (requires_action, in `pending_approvals`) until POST "
+        "/runs/{id}/approvals answers it with `result`.",
+    )
     settings: RunSettingsIn = Field(default_factory=RunSettingsIn, description="Per-run settings.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="Your own data, kept on the run."
@@ -298,7 +335,7 @@ class RunRequest(BaseModel):
             )
         return value
 
-    @field_validator("metadata", "http_tools", "model_script", mode="before")
+    @field_validator("metadata", "http_tools", "client_tools", "model_script", mode="before")
     @classmethod
     def _not_too_deep(cls, value: Any) -> Any:
         if json_depth(value) > MAX_JSON_DEPTH:

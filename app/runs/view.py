@@ -61,6 +61,9 @@ class RunView(BaseModel):
     http_tools: list[dict[str, Any]] = Field(
         default_factory=list, description="Tools declared in the request; header values masked."
     )
+    client_tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="Tools the client runs (each call waits for its result)."
+    )
     settings: dict[str, Any] = Field(description="Every per-run setting, resolved.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="The request's own data, as sent."
@@ -124,6 +127,7 @@ def to_view(record: RunRecord) -> RunView:
         tools=list(request.tools),
         mcp_servers=list(request.mcp_servers),
         http_tools=http_tools,
+        client_tools=[t.model_dump(mode="json") for t in request.client_tools],
         settings=settings_dict(record.settings),
         metadata=request.metadata,
         result=record.result,

@@ -137,6 +137,28 @@ async def test_an_approved_call_runs_with_the_persons_edited_arguments() -> None
     assert deploy.calls == [{"env": "staging"}]
 
 
+async def test_a_call_answered_with_a_result_is_not_run_its_result_is_the_observation() -> None:
+    """A client tool's call (DESIGN §16): the client ran it; its result is what the model sees."""
+    script = [says(None, call("deploy", {"env": "prod"}, "c1")), finish()]
+    steps, _, _ = await suspend_on_deploy(ScriptedModel(script))
+    deploy, look = tools()
+
+    resumed = await collect(
+        run_react(
+            task="t",
+            model=ScriptedModel(script, start=1),
+            tools=[deploy, look],
+            state=last_checkpoint(steps),
+            decisions=[Decision("c1", approved=True, result="deployed by the client")],
+        )
+    )
+
+    assert deploy.calls == []
+    (observation,) = of_type(resumed, Observation)
+    assert (observation.content, observation.is_error) == ("deployed by the client", False)
+    assert resumed[-1].reason == StopReason.FINISHED
+
+
 async def test_a_rejected_call_is_an_error_observation_carrying_the_message() -> None:
     script = [says(None, call("deploy", {"env": "prod"}, "c1")), finish()]
     steps, _, _ = await suspend_on_deploy(ScriptedModel(script))

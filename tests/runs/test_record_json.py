@@ -60,8 +60,9 @@ def test_a_stored_record_loads_typed_and_writes_back_the_same_json() -> None:
     assert record.request.settings.max_steps == 4
     assert record.settings == Limits(max_steps=4)
     written = json.loads(record.model_dump_json())
-    # fields added to the request since (MCP servers) are written with their defaults
-    assert written["request"] == {**STORED["request"], "mcp_servers": []}
+    # fields added to the request since (MCP servers, client tools) are written with their
+    # defaults
+    assert written["request"] == {**STORED["request"], "mcp_servers": [], "client_tools": []}
     assert written["settings"] == STORED["settings"]
     # fields added since (follow-ups, traces, approvals) are written as null
     added_since = {"previous_run_id", "inherited_system_prompt", "trace_id", "approval"}

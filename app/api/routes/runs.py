@@ -265,7 +265,11 @@ async def decide_approvals(
 ) -> Response:
     decisions = [
         ApprovalDecision(
-            call_id=d.call_id, approved=d.approve, message=d.message, arguments=d.arguments
+            call_id=d.call_id,
+            approved=d.approve,
+            message=d.message,
+            arguments=d.arguments,
+            result=d.result,
         )
         for d in body.decisions
     ]

@@ -58,6 +58,7 @@ class MemoryRunStore:
         self._runs: dict[str, _Row] = {}
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
+        self._threads: dict[tuple[str | None, str], str] = {}
         self._deltas = CheckpointDeltas()
         self.fanout = Fanout()
         self._closed = False
@@ -189,3 +190,10 @@ class MemoryRunStore:
             return None
         step, saved, chunks = found
         return loaded(step, json.loads(saved), chunks, CHECKPOINT_FORMAT)
+
+    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
+        run_id = self._threads.get((owner, thread_id))
+        return run_id if run_id in self._runs else None  # forgotten with its run
+
+    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
+        self._threads[(owner, thread_id)] = run_id

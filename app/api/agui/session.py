@@ -1,0 +1,386 @@
+"""One POST /ag-ui (DESIGN §16): which finishline run the turn is, and its stream of frames.
+
+`AguiThreads.open` decides what the turn is, before anything is streamed (every refusal a 4xx):
+- a re-POST of a turn (same key, threadId and runId) re-attaches to the run it made;
+- a turn answering the interrupts of the thread's waiting run (`resume`, and a frontend tool's
+  result as a `tool` message) decides its calls (`RunManager.decide`) and streams the same run
+  on; a re-POST of such a turn re-attaches where it began;
+- otherwise it is a new run: the thread's first (its earlier messages as the history), or a
+  follow-up of the thread's last run (`previous_run_id`), checked like POST /runs.
+Threads are per key (the caller's owner), kept by the store (`RunStore.thread_head`): every
+store, every replica. A turn's run is found again by its idempotency key, made of threadId and
+runId, so concurrent identical POSTs make one run (the store's own guarantee).
+
+`AguiThreads.stream` follows the run with `RunManager.event_batches` and ends after its terminal
+event, or once it waits for a person or the client (`RunManager.wait` says so: a wait is no
+event), with the interrupt. Uses only the manager's public methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ag_ui.core import ResumeEntry
+
+from app.api.agui.mapping import FrameMapper, frame
+from app.api.agui.turns import Turn, relocated, run_body
+from app.api.auth import Caller
+from app.api.errors import ApiError
+from app.engine.events import EventType
+from app.runs.errors import (
+    IdempotencyConflictError,
+    InvalidRunError,
+    RunNotFoundError,
+    RunNotWaitingError,
+)
+from app.runs.manager import RunManager
+from app.runs.records import ApprovalDecision, Event, PendingApproval, RunRecord, RunStatus
+from app.runs.spec import RunRequest
+
+WAIT_S = 300.0
+"""How long one `RunManager.wait` blocks before it is asked again."""
+EVENT_PAGE = 1000
+CANCELLED_MESSAGE = "cancelled in the client"
+
+
+class ThreadIndex(Protocol):
+    """Where threads are kept: the run store (`app.runs.store.RunStore`)."""
+
+    async def thread_head(self, owner: str | None, thread_id: str) -> str | None: ...
+
+    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The finishline run a turn streams, and the seq its stream starts after."""
+
+    run_id: str
+    after: int
+    cancel_on_disconnect: bool = False
+
+
+def turn_key(thread_id: str, run_id: str) -> str:
+    """The idempotency key of the run a turn makes (per owner, as every key)."""
+    digest = hashlib.sha256(f"{thread_id}\x00{run_id}".encode()).hexdigest()[:40]
+    return f"ag-ui:{digest}"
+
+
+class NewRun(Protocol):
+    """Parses the POST /runs body of a turn's new run (`app.api.runbody.read_run_body`, with
+    the turn's field names): the run, its digest and whether a dropped stream cancels it."""
+
+    async def __call__(self, turn: Turn, raw: bytes) -> tuple[RunRequest, str, bool]: ...
+
+
+class AguiThreads:
+    def __init__(self, manager: RunManager, threads: ThreadIndex, new_run: NewRun) -> None:
+        self.manager = manager
+        self.threads = threads
+        self.new_run = new_run
+
+    # -- what the turn is ---------------------------------------------------------------------
+
+    async def open(self, turn: Turn, caller: Caller, last_event_id: int | None) -> Opened:
+        owner, anyone = caller.owner, caller.any_owner
+        head: RunRecord | None = None
+        head_id = await self.threads.thread_head(owner, turn.thread_id)
+        if head_id is not None:
+            with contextlib.suppress(RunNotFoundError):  # deleted, expired: the thread is new
+                head = await self.manager.get(head_id, owner, any_owner=anyone)
+        key = turn_key(turn.thread_id, turn.run_id)
+        cancel = turn.cancel_on_disconnect
+        if head is not None and head.idempotency_key == key:  # this turn made it: re-attach
+            return Opened(head.id, last_event_id or 0, cancel)
+        answering = await self._answer(head, turn, caller)
+        if answering is not None:
+            return Opened(answering.run_id, last_event_id or answering.after, cancel)
+        if turn.task is None:
+            raise InvalidRunError(
+                "messages", "must end with the user's new message (the task of the run)"
+            )
+        if head is not None and not head.status.terminal:
+            raise ApiError(
+                409,
+                "run_not_ended",
+                f"thread {turn.thread_id!r} is at run {head.id}, which is {head.status.value}: "
+                "wait for its end, or re-attach to it with its runId",
+                run_id=head.id,
+            )
+        task = turn.task if head is not None else turn.first_task
+        assert task is not None
+        request, digest, cancel = await self.new_run(turn, run_body(turn, task))
+        if head is not None:
+            request = request.model_copy(update={"previous_run_id": head.id})
+        try:
+            record, created = await self.manager.create(
+                request, owner=owner, idempotency_key=key, digest=digest, sized=True
+            )
+        except InvalidRunError as exc:  # a server-side check (a cap, a tool or model name)
+            raise relocated(exc, turn) from None
+        except IdempotencyConflictError as exc:
+            raise IdempotencyConflictError(
+                f"runId {turn.run_id!r} of thread {turn.thread_id!r} ran with another input: "
+                "send a new runId for a new run",
+                run_id=exc.details.get("run_id"),
+            ) from None
+        if created:
+            await self.threads.set_thread_head(owner, turn.thread_id, record.id)
+        return Opened(record.id, last_event_id or 0, cancel)
+
+    async def _answer(self, head: RunRecord | None, turn: Turn, caller: Caller) -> Opened | None:
+        """A turn that answers the thread's waiting run: its calls decided, or (a re-POST of
+        that turn) where it began; None for a turn that answers nothing."""
+        named = [entry.interrupt_id for entry in turn.resume]
+        if head is None:
+            if named:
+                raise _no_interrupts(turn, named)
+            return None
+        waiting = head.status == RunStatus.REQUIRES_ACTION and head.approval is not None
+        pending = head.approval.undecided() if waiting and head.approval is not None else []
+        pending_ids = {p.call_id for p in pending}
+        if pending and (set(named) & pending_ids or set(turn.results) & pending_ids):
+            after, _ = await self._interrupt_point(head.id, pending_ids)
+            decisions = decisions_for(turn, head, pending)
+            with contextlib.suppress(RunNotWaitingError):  # decided by a concurrent POST
+                await self.manager.decide(
+                    head.id, caller.owner, decisions, any_owner=caller.any_owner
+                )
+            return Opened(head.id, after)
+        if named:  # the calls were decided: a re-POST of the turn that decided them
+            after, known = await self._interrupt_point(head.id, set(named))
+            unknown = [n for n in named if n not in known]
+            if unknown:
+                raise _no_interrupts(turn, unknown)
+            return Opened(head.id, after)
+        if pending:
+            raise ApiError(
+                409,
+                "interrupts_pending",
+                f"thread {turn.thread_id!r} waits on {len(pending)} interrupt(s): answer each "
+                "in resume (a frontend tool's result may come as a tool message)",
+                run_id=head.id,
+                interrupts=sorted(pending_ids),
+            )
+        return None
+
+    async def _interrupt_point(self, run_id: str, call_ids: set[str]) -> tuple[int, set[str]]:
+        """The seq where the run's wait on `call_ids` began (its last event before the first
+        decision on one of them), and which of them it waited on."""
+        after, point, known = 0, None, set()
+        while True:
+            events = await self.manager.read_events(run_id, after, EVENT_PAGE)
+            for event in events:
+                call_id = event.data.get("call_id")
+                if event.type == EventType.APPROVAL_REQUESTED and call_id in call_ids:
+                    known.add(call_id)
+                elif event.type == EventType.APPROVAL_DECIDED and call_id in call_ids:
+                    point = event.seq - 1 if point is None else point
+            if events:
+                after = events[-1].seq
+            if len(events) < EVENT_PAGE:
+                return (after if point is None else point), known
+
+    # -- the stream ---------------------------------------------------------------------------
+
+    async def stream(self, opened: Opened, turn: Turn, caller: Caller) -> AsyncIterator[str]:
+        """The frames: RUN_STARTED, the run's events from `opened.after` on, and the end."""
+        mapper = FrameMapper(
+            thread_id=turn.thread_id, run_id=turn.run_id, finishline_run_id=opened.run_id
+        )
+        yield frame(opened.after, mapper.started())
+        last = opened.after
+        while True:  # once per wait that turned out to have been decided meanwhile
+            waiting: RunRecord | None = None
+            follow = self._follow(opened.run_id, last, caller, mapper)
+            async with contextlib.aclosing(follow):
+                async for chunk, seq, waits in follow:
+                    last = seq
+                    if chunk:
+                        yield chunk
+                    if waits is not None:
+                        waiting = waits
+                        break
+            if waiting is None:
+                return  # the terminal event was the last
+            rest = await self._stored_after(opened.run_id, last, mapper)
+            if rest is not None:
+                chunk, last = rest
+                yield chunk
+            fresh = await self.manager.get(opened.run_id, caller.owner, any_owner=True)
+            if fresh.status == RunStatus.REQUIRES_ACTION:
+                yield frame(last, mapper.interrupted(fresh))
+                return
+
+    async def _stored_after(
+        self, run_id: str, after: int, mapper: FrameMapper
+    ) -> tuple[str, int] | None:
+        parts = []
+        while True:
+            events = await self.manager.read_events(run_id, after, EVENT_PAGE)
+            parts += [frame(e.seq, mapper.map(e)) for e in events]
+            if events:
+                after = events[-1].seq
+            if len(events) < EVENT_PAGE:
+                return ("".join(parts), after) if parts else None
+
+    async def _follow(
+        self, run_id: str, after: int, caller: Caller, mapper: FrameMapper
+    ) -> AsyncGenerator[tuple[str, int, RunRecord | None], None]:
+        """(frames, last seq, None) per batch of the run's events until its terminal one, or
+        ("", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
+        Two tasks feed one queue: the batches, and the run each time `wait` answers."""
+        queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
+        arrived = asyncio.Event()
+        batches = [0]
+
+        async def pump() -> None:
+            try:
+                async for batch in self.manager.event_batches(run_id, after):
+                    queue.put_nowait(batch)
+                    batches[0] += 1
+                    arrived.set()
+            finally:
+                queue.put_nowait(None)  # the events ended (or this task did)
+
+        async def watch() -> None:
+            while True:
+                seen = batches[0]
+                record = await self.manager.wait(
+                    run_id, caller.owner, WAIT_S, any_owner=caller.any_owner
+                )
+                if record.status == RunStatus.REQUIRES_ACTION:
+                    queue.put_nowait(record)
+                    return
+                if record.status.terminal:  # its terminal event ends the stream
+                    return
+                while batches[0] == seen:  # ask again once something happened
+                    arrived.clear()
+                    await arrived.wait()
+
+        tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(watch())]
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    await tasks[0]  # the events' error, if they ended with one
+                    return
+                if isinstance(item, RunRecord):
+                    yield "", after, item
+                    return
+                after = item[-1].seq
+                yield "".join([frame(e.seq, mapper.map(e)) for e in item]), after, None
+                if item[-1].terminal:
+                    return
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- resume answers into decisions ------------------------------------------------------------
+
+
+def _no_interrupts(turn: Turn, ids: Sequence[str]) -> RunNotFoundError:
+    return RunNotFoundError(
+        f"resume: thread {turn.thread_id!r} has no interrupt {', '.join(map(repr, ids))}",
+        field="resume",
+        interrupts=list(ids),
+    )
+
+
+def decisions_for(
+    turn: Turn, record: RunRecord, pending: Sequence[PendingApproval]
+) -> list[ApprovalDecision]:
+    """The decision on each call the run waits on, from the turn's `resume` (and, for a
+    frontend tool, its `tool` message): every call answered (409 otherwise), nothing else."""
+    entries = {entry.interrupt_id: entry for entry in turn.resume}
+    index = {entry.interrupt_id: i for i, entry in enumerate(turn.resume)}
+    client = {t.name for t in record.request.client_tools}
+    decisions: list[ApprovalDecision] = []
+    missing: list[str] = []
+    for call in pending:
+        entry = entries.pop(call.call_id, None)
+        where = f"resume[{index[call.call_id]}]" if entry is not None else "resume"
+        if entry is not None and entry.status == "cancelled":
+            decisions.append(_rejected(call.call_id))
+        elif call.tool in client:
+            decision = _client_result(turn, call.call_id, entry, where)
+            if decision is None:
+                missing.append(call.call_id)
+            else:
+                decisions.append(decision)
+        elif entry is None:
+            missing.append(call.call_id)
+        else:
+            decisions.append(_approval(call.call_id, entry, where))
+    if entries:
+        raise _no_interrupts(turn, list(entries))
+    if missing:
+        raise ApiError(
+            409,
+            "interrupts_pending",
+            f"resume must answer every interrupt of thread {turn.thread_id!r}; unanswered: "
+            + ", ".join(missing),
+            run_id=record.id,
+            interrupts=missing,
+        )
+    return decisions
+
+
+def _rejected(call_id: str, message: str = CANCELLED_MESSAGE) -> ApprovalDecision:
+    return ApprovalDecision(call_id=call_id, approved=False, message=message)
+
+
+def _client_result(
+    turn: Turn, call_id: str, entry: ResumeEntry | None, where: str
+) -> ApprovalDecision | None:
+    """A frontend tool's answer: its `tool` message, else `resume[].payload.result`."""
+    sent = turn.results.get(call_id)
+    if sent is not None:
+        if sent.error is not None:
+            return _rejected(call_id, f"the tool failed in the client: {sent.error}")
+        return ApprovalDecision(call_id=call_id, approved=True, result=sent.content)
+    if entry is None:
+        return None
+    payload = entry.payload
+    if not isinstance(payload, dict) or "result" not in payload:
+        raise InvalidRunError(
+            f"{where}.payload",
+            f"{call_id!r} is a frontend tool's call: send its result as a tool message, or "
+            'as {"result": ...}',
+        )
+    result = payload["result"]
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return ApprovalDecision(call_id=call_id, approved=True, result=text)
+
+
+APPROVAL_KEYS = {"approve", "approved", "message", "arguments", "editedArgs"}
+
+
+def _approval(call_id: str, entry: ResumeEntry, where: str) -> ApprovalDecision:
+    """`{approve, message?, arguments?}` (AG-UI's `approved` and `editedArgs` too)."""
+    payload = entry.payload if entry.payload is not None else {}
+    if not isinstance(payload, dict):
+        raise InvalidRunError(
+            f"{where}.payload", "must be an object {approve, message?, arguments?}"
+        )
+    unknown = sorted(set(payload) - APPROVAL_KEYS)
+    if unknown:
+        raise InvalidRunError(f"{where}.payload.{unknown[0]}", "unknown field")
+    approve = payload.get("approve", payload.get("approved"))
+    if not isinstance(approve, bool):
+        raise InvalidRunError(f"{where}.payload.approve", "must be true or false")
+    message = payload.get("message")
+    if message is not None and not isinstance(message, str):
+        raise InvalidRunError(f"{where}.payload.message", "must be a string")
+    arguments = payload.get("arguments", payload.get("editedArgs"))
+    if arguments is not None and not isinstance(arguments, dict):
+        raise InvalidRunError(f"{where}.payload.arguments", "must be an object")
+    return ApprovalDecision(call_id=call_id, approved=approve, message=message, arguments=arguments)
