@@ -226,9 +226,10 @@ async def test_a_queued_run_is_cancelled_from_either_replica_at_once(
 async def test_the_queue_cap_counts_the_whole_cluster(tmp_path: Path, redis_url: str) -> None:
     limits = {"FINISHLINE_MAX_CONCURRENT_RUNS": "1", "FINISHLINE_MAX_QUEUED_RUNS": "1"}
     async with replicas(tmp_path, redis_url, **limits) as [(_, a), (_, b)]:
-        busy = [await start_run(a, HANGING), await start_run(b, HANGING)]
-        for run_id in busy:
-            await wait_status(a, run_id, "running")  # one on each replica: no slot is free
+        busy = []
+        for client in (a, b):  # each claimed before the next is posted: the queue is empty
+            busy.append(await start_run(client, HANGING))
+            await wait_status(a, busy[-1], "running")  # one on each replica: no slot is free
         queued = await start_run(a, HANGING)
         refused = await b.post("/runs", json=HANGING)
         assert refused.status_code == 429, refused.text
