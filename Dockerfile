@@ -63,6 +63,7 @@
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_RUN=8  HTTP tool requests in flight per run
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_KEY=32  ... per API key
 #     FINISHLINE_MCP_SERVERS=                    MCP servers: JSON or @/path/to/file.json (mount it)
+#     FINISHLINE_MCP_MAX_RESULT_BYTES=1000000    most of one MCP message read; more fails that call
 #     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100

@@ -82,7 +82,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         mcp = (  # first: a server the allow-list refuses stops start-up here
-            McpToolSource(settings.mcp_servers, allow_hosts=settings.http_tool_allow_hosts)
+            McpToolSource(
+                settings.mcp_servers,
+                allow_hosts=settings.http_tool_allow_hosts,
+                max_message_bytes=settings.mcp_max_result_bytes,
+            )
             if settings.mcp_servers
             else None
         )

@@ -202,6 +202,12 @@ class ServerSettings(BaseSettings):
         '{"NAME": {"url": "https://…/mcp", "headers": {…}}} or '
         '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See README.',
     )
+    mcp_max_result_bytes: int = Field(
+        1_000_000,
+        ge=65_536,
+        description="Most of one message an MCP server sends (a tool's result) that is read; "
+        "a larger one fails that call alone (an is_error observation), unread.",
+    )
     approval_tools: CommaList = Field(
         default_factory=list,
         description="Registered tools whose every call waits for a person's approval "

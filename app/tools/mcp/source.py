@@ -24,7 +24,7 @@ from app.engine.errors import FinishlineError
 from app.engine.ports import ToolContext
 from app.tools.base import SchemaTool, ToolError
 from app.tools.mcp.config import McpHttpServer, McpServerConfig
-from app.tools.mcp.connection import ServerConnection
+from app.tools.mcp.connection import MAX_MESSAGE_BYTES, ServerConnection
 from app.tools.mcp.content import render_result
 from app.tools.mcp.naming import exposed_name
 from app.tools.mcp.network import NetworkGuard, Resolver, check_url_allowed
@@ -96,6 +96,7 @@ class McpToolSource:
         *,
         allow_hosts: Sequence[str] = (),
         resolver: Resolver | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         problems = [
             f"server {name!r}: {problem}"
@@ -111,7 +112,8 @@ class McpToolSource:
             )
         guard = NetworkGuard(allow_hosts, resolver)
         self.connections = {
-            name: ServerConnection(name, config, guard) for name, config in servers.items()
+            name: ServerConnection(name, config, guard, max_message_bytes=max_message_bytes)
+            for name, config in servers.items()
         }
         self._tools: dict[str, McpTool] = {}
         self._by_server: dict[str, list[McpTool]] = {name: [] for name in servers}
