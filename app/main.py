@@ -200,7 +200,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.openapi = enforced_openapi(app, settings)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, read_timeout_s=settings.body_timeout_s
+    )
     # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}

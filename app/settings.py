@@ -107,6 +107,21 @@ class ServerSettings(BaseSettings):
         ge=1024,
         description="Largest request body in bytes; past it, 413 (checked while it streams in).",
     )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="A request's line and headers must arrive within this (from the "
+        "connection's start, or the request's first byte); past it, 408 and the connection "
+        "is closed. Needs uvicorn --http app.api.protocols:HeaderTimeoutProtocol.",
+    )
+    body_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="A request body must arrive whole within this (from the app's first read "
+        "of it); past it, 408 and the connection is closed.",
+    )
     max_body_json_values: int = Field(
         50_000,
         ge=100,

@@ -37,6 +37,7 @@ from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 from pydantic import ValidationError
 
 from app import __version__
+from app.engine.errors import FinishlineError
 from app.tools.base import ToolError
 from app.tools.mcp import unread
 from app.tools.mcp.config import McpHttpServer, McpServerConfig
@@ -307,7 +308,7 @@ class ServerConnection:
         self._wake.set()
 
 
-class NotAnsweringError(Exception):
+class NotAnsweringError(FinishlineError):
     """A live session's server did not list its tools in time (it hangs)."""
 
 

@@ -37,6 +37,7 @@ from mcp_types import (
     jsonrpc_message_adapter,
 )
 
+from app.engine.errors import FinishlineError
 from app.tools.mcp import unread
 from app.tools.mcp.config import McpStdioServer
 from app.tools.mcp.framing import Dropped, LineFramer
@@ -56,7 +57,7 @@ Streams = tuple[
 """What a transport gives the SDK's session: messages from the server, messages to it."""
 
 
-class ServerOutputEndedError(Exception):
+class ServerOutputEndedError(FinishlineError):
     """The child closed its stdout (it exited, or will not answer again)."""
 
 
