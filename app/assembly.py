@@ -31,7 +31,7 @@ from app.tools.base import CompiledSchema, compiled_schema
 from app.tools.bounds import bind_http_scope
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
-from app.tools.mcp.source import UnknownServerError
+from app.tools.mcp.errors import UnknownServerError
 from app.tools.netguard import check_url_allowed
 from app.tools.registry import ToolRegistry, UnknownToolError
 

@@ -32,7 +32,6 @@ from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.bounds import ConnectionBounds
 from app.tools.fetcher import HttpFetcher
-from app.tools.mcp.source import McpToolSource
 from app.tools.registry import builtin_registry
 from app.tracing import start_tracing
 
@@ -81,15 +80,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        mcp = (  # first: a server the allow-list refuses stops start-up here
-            McpToolSource(
+        mcp = None
+        if settings.mcp_servers:  # the MCP SDK is imported only when servers are configured
+            from app.tools.mcp.source import McpToolSource
+
+            mcp = McpToolSource(  # first: a server the allow-list refuses stops start-up here
                 settings.mcp_servers,
                 allow_hosts=settings.http_tool_allow_hosts,
                 max_message_bytes=settings.mcp_max_result_bytes,
             )
-            if settings.mcp_servers
-            else None
-        )
         store = open_store(settings.store_url, retention_s=settings.retention_s)
         await store.open()
         registry = builtin_registry(

@@ -233,7 +233,6 @@ def cancel(args: argparse.Namespace, context: Context) -> int:
 def serve(args: argparse.Namespace, context: Context) -> int:
     import uvicorn
 
-    from app.api.protocols import PROTOCOL
     from app.settings import Settings
 
     uvicorn.run(
@@ -241,7 +240,8 @@ def serve(args: argparse.Namespace, context: Context) -> int:
         factory=True,
         host=args.host,
         port=args.port,
-        http=PROTOCOL,  # a request's headers get FINISHLINE_HEADER_TIMEOUT_S
+        # app.api.protocols.PROTOCOL: a request's headers get FINISHLINE_HEADER_TIMEOUT_S
+        http="app.api.protocols:HeaderTimeoutProtocol",
         # runs get the settings' grace to end on SIGTERM, then a little to be recorded
         timeout_graceful_shutdown=int(Settings().shutdown_grace_s + 5),
     )

@@ -3,6 +3,7 @@ replicas share, its parts for waiting runs and steering messages)."""
 
 from __future__ import annotations
 
+from app.runs.cluster import redis_store_of
 from app.runs.inbox import SharedInbox
 from app.runs.memory import MemoryRunStore
 from app.runs.sqlite import SqliteRunStore
@@ -32,12 +33,11 @@ def shared_parts(
 ) -> tuple[WaitingRuns | None, SharedInbox | None]:
     """For a store several replicas share (Redis): where its waiting runs and its runs'
     steering messages live; (None, None) for a one-process store (the manager's own)."""
-    from app.runs.redis_store import RedisRunStore
-
-    if not isinstance(store, RedisRunStore):
+    shared = redis_store_of(store)
+    if shared is None:
         return None, None
     from app.runs.redis_messages import RedisInbox
     from app.runs.redis_waiting import RedisWaitingRuns
 
-    waiting = RedisWaitingRuns(store, queue_key=store.prefix + "queue")
-    return waiting, RedisInbox(store, max_pending=max_pending_messages)
+    waiting = RedisWaitingRuns(shared, queue_key=shared.prefix + "queue")
+    return waiting, RedisInbox(shared, max_pending=max_pending_messages)

@@ -20,13 +20,17 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
 
 from app.runs.records import RunRecord
 from app.runs.store import RunStore
+
+if TYPE_CHECKING:
+    from app.runs.redis_store import RedisRunStore
 
 
 class RunCoordinator(Protocol):
@@ -84,6 +88,16 @@ class RunCoordinator(Protocol):
     async def close(self) -> None: ...
 
 
+def redis_store_of(store: RunStore) -> RedisRunStore | None:
+    """`store` when it is the Redis store (the one replicas share), else None, without
+    importing the Redis client for the others: a Redis store exists only once its module
+    was imported."""
+    module = sys.modules.get("app.runs.redis_store")
+    if module is None or not isinstance(store, module.RedisRunStore):
+        return None
+    return cast("RedisRunStore", store)
+
+
 def replica_name() -> str:
     """This process among the replicas: host, pid and a random suffix (pids repeat)."""
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
@@ -93,13 +107,12 @@ def coordinator_for(
     store: RunStore, *, replica: str, lease_s: float = 15.0, max_attempts: int = 3
 ) -> RunCoordinator | None:
     """The coordinator of a store several replicas share; None for a one-process store."""
-    from app.runs.redis_store import RedisRunStore
+    shared = redis_store_of(store)
+    if shared is None:
+        return None
+    from app.runs.redis_cluster import RedisCoordinator
 
-    if isinstance(store, RedisRunStore):
-        from app.runs.redis_cluster import RedisCoordinator
-
-        return RedisCoordinator(store, replica=replica, lease_s=lease_s, max_attempts=max_attempts)
-    return None
+    return RedisCoordinator(shared, replica=replica, lease_s=lease_s, max_attempts=max_attempts)
 
 
 async def wait_for_end(store: RunStore, record: RunRecord, timeout_s: float) -> RunRecord:
