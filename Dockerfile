@@ -34,6 +34,8 @@
 #     FINISHLINE_MAX_MESSAGE_CHARS=100000        longest steering message
 #     FINISHLINE_MAX_PENDING_MESSAGES=100        steering messages a run may hold undelivered
 #     FINISHLINE_MAX_BODY_BYTES=1048576          largest request body; past it, 413
+#     FINISHLINE_HEADER_TIMEOUT_S=10.0           a request's headers must arrive within it; 408
+#     FINISHLINE_BODY_TIMEOUT_S=15.0             a request's whole body must arrive within it; 408
 #     FINISHLINE_MAX_BODY_JSON_VALUES=50000      most JSON values in a POST /runs body
 #     FINISHLINE_MAX_SYSTEM_PROMPT_CHARS=100000  longest accepted system_prompt
 #     FINISHLINE_MAX_MODEL_NAME_CHARS=200        longest accepted model name
@@ -63,6 +65,7 @@
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_RUN=8  HTTP tool requests in flight per run
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_KEY=32  ... per API key
 #     FINISHLINE_MCP_SERVERS=                    MCP servers: JSON or @/path/to/file.json (mount it)
+#     FINISHLINE_MCP_MAX_RESULT_BYTES=1000000    most of one MCP message read; more fails that call
 #     FINISHLINE_AGENTS=                         agent profiles: JSON or @/path/to/file.json (mount it)
 #     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
@@ -143,4 +146,5 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
 STOPSIGNAL SIGTERM
 # SIGTERM drains: runs get FINISHLINE_SHUTDOWN_GRACE_S (30 s) to end, uvicorn waits up to 35 s
 # for them; give `docker stop` more than that (compose: stop_grace_period 40s).
-CMD ["/opt/venv/bin/uvicorn", "--factory", "app.main:create_app", "--proxy-headers", "--timeout-graceful-shutdown", "35"]
+# --http: a request's headers get FINISHLINE_HEADER_TIMEOUT_S to arrive (app/api/protocols.py).
+CMD ["/opt/venv/bin/uvicorn", "--factory", "app.main:create_app", "--proxy-headers", "--timeout-graceful-shutdown", "35", "--http", "app.api.protocols:HeaderTimeoutProtocol"]

@@ -77,7 +77,8 @@ lock-check: $(UV)
 
 ## run: serve on $(HOST):$(PORT) with SQLite under ./data and the demo model unless an LLM is configured
 run: $(STAMP)
-	$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT) --timeout-graceful-shutdown 35
+	$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT) --timeout-graceful-shutdown 35 \
+	  --http app.api.protocols:HeaderTimeoutProtocol
 
 # the browser tests drive Debian's chromium (never `playwright install`, which downloads one)
 chromium:

@@ -33,7 +33,7 @@ from app.tools.bounds import bind_http_scope
 from app.tools.client import ClientTool
 from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
-from app.tools.mcp.source import UnknownServerError
+from app.tools.mcp.errors import UnknownServerError
 from app.tools.netguard import check_url_allowed
 from app.tools.plan import UpdatePlanTool
 from app.tools.registry import ToolRegistry, UnknownToolError

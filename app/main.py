@@ -32,7 +32,6 @@ from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.bounds import ConnectionBounds
 from app.tools.fetcher import HttpFetcher
-from app.tools.mcp.source import McpToolSource
 from app.tools.registry import builtin_registry
 from app.tracing import start_tracing
 
@@ -81,11 +80,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        mcp = (  # first: a server the allow-list refuses stops start-up here
-            McpToolSource(settings.mcp_servers, allow_hosts=settings.http_tool_allow_hosts)
-            if settings.mcp_servers
-            else None
-        )
+        mcp = None
+        if settings.mcp_servers:  # the MCP SDK is imported only when servers are configured
+            from app.tools.mcp.source import McpToolSource
+
+            mcp = McpToolSource(  # first: a server the allow-list refuses stops start-up here
+                settings.mcp_servers,
+                allow_hosts=settings.http_tool_allow_hosts,
+                max_message_bytes=settings.mcp_max_result_bytes,
+            )
         registry = builtin_registry(
             http_allow_hosts=settings.http_tool_allow_hosts,
             http_max_bytes=settings.http_tool_max_bytes,
@@ -202,7 +205,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.openapi = enforced_openapi(app, settings)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, read_timeout_s=settings.body_timeout_s
+    )
     # every refused input is answered with ErrorBody, never FastAPI's default 422 shape
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}

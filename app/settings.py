@@ -109,6 +109,21 @@ class ServerSettings(BaseSettings):
         ge=1024,
         description="Largest request body in bytes; past it, 413 (checked while it streams in).",
     )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="A request's line and headers must arrive within this (from the "
+        "connection's start, or the request's first byte); past it, 408 and the connection "
+        "is closed. Needs uvicorn --http app.api.protocols:HeaderTimeoutProtocol.",
+    )
+    body_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="A request body must arrive whole within this (from the app's first read "
+        "of it); past it, 408 and the connection is closed.",
+    )
     max_body_json_values: int = Field(
         50_000,
         ge=100,
@@ -206,6 +221,12 @@ class ServerSettings(BaseSettings):
         description="MCP servers whose tools runs may use (JSON, or @path to a JSON file): "
         '{"NAME": {"url": "https://…/mcp", "headers": {…}}} or '
         '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See README.',
+    )
+    mcp_max_result_bytes: int = Field(
+        1_000_000,
+        ge=65_536,
+        description="Most of one message an MCP server sends (a tool's result) that is read; "
+        "a larger one fails that call alone (an is_error observation), unread.",
     )
     agents: Annotated[dict[str, AgentProfile], NoDecode] = Field(
         default_factory=dict,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from app.api.protocols import UVICORN_ARGS
 from bench.procs import child_env
 from bench.service import run_clients
 from tests.fakes.serving import loopback_socket
@@ -46,7 +47,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     command = [
         *("valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/callgrind.%p"),
-        *(sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"),
+        *(sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", *UVICORN_ARGS),
         *("--fd", str(sock.fileno())),
     ]
     with (work / "server.log").open("ab") as log:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from app.api.protocols import UVICORN_ARGS
 from bench.common import ROOT
 from tests.fakes.serving import loopback_socket
 
@@ -116,6 +117,8 @@ class Server:
                         str(sock.fileno()),
                         "--backlog",
                         "4096",
+                        # the service as make run and the image serve it (not the floor)
+                        *(UVICORN_ARGS if self.factory == "app.main:create_app" else ()),
                     ],
                     cwd=self.workdir,
                     env=child_env(self.env),

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from app.api.protocols import UVICORN_ARGS
 from bench.common import ROOT, fmt, machine, machine_line, say, table, write_results
 from bench.procs import child_env, cpu_seconds
 from tests.fakes.redis_server import RedisServer
@@ -81,6 +82,7 @@ class WorkersServer:
 
     def start(self, timeout_s: float = 60.0) -> None:
         command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
+        command += UVICORN_ARGS
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--backlog", "4096"]
         if self.workers > 1:
             command += ["--workers", str(self.workers)]

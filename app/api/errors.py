@@ -58,6 +58,14 @@ class BodyTooLargeError(FinishlineError, StarletteHTTPException):
         self.cap = cap
 
 
+class BodyTimeoutError(FinishlineError, StarletteHTTPException):
+    """Raised by `app.api.bodylimit` when a body is not all in by its deadline."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {timeout_s:g} s")
+        self.timeout_s = timeout_s
+
+
 class ApiError(FinishlineError):
     """An HTTP-level refusal raised by routes and dependencies."""
 
@@ -98,6 +106,7 @@ STATUS_TYPES = {
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    408: "request_timeout",
     409: "conflict",
     413: "payload_too_large",
     415: "unsupported_media_type",
@@ -208,6 +217,12 @@ async def _body_too_large(request: Request, exc: Exception) -> JSONResponse:
     return body_too_large(exc.cap)
 
 
+async def _body_timeout(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyTimeoutError)
+    message = f"the request body did not arrive within {exc.timeout_s:g} s"
+    return error_response(408, "request_timeout", message, {"cap": exc.timeout_s})
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("request_failed", path=request.url.path)
     return error_response(500, "internal", "internal server error")
@@ -219,4 +234,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(BodyTooLargeError, _body_too_large)
+    app.add_exception_handler(BodyTimeoutError, _body_timeout)
     app.add_exception_handler(Exception, _unexpected)

@@ -14,15 +14,21 @@ import argparse
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.cli.exits import EPILOG
+from app.cli.exits import EPILOG, ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = ["build_parser", "main", "parse_pair", "parse_value"]
+
+MISSING_EXTRA = (
+    "finishline: the command line client needs rich, which the server does without: "
+    "pip install 'finishline[cli]'"
+)
 
 
 def parse_value(text: str) -> Any:
@@ -231,6 +237,12 @@ def main(
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+
+    try:
+        import rich.console  # noqa: F401  (the cli extra: the server does without it)
+    except ImportError:
+        print(MISSING_EXTRA, file=sys.stderr)
+        return ExitCode.USAGE
 
     from app.cli.commands import Context, dispatch
 

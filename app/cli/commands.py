@@ -256,6 +256,8 @@ def serve(args: argparse.Namespace, context: Context) -> int:
         factory=True,
         host=args.host,
         port=args.port,
+        # app.api.protocols.PROTOCOL: a request's headers get FINISHLINE_HEADER_TIMEOUT_S
+        http="app.api.protocols:HeaderTimeoutProtocol",
         # runs get the settings' grace to end on SIGTERM, then a little to be recorded
         timeout_graceful_shutdown=int(Settings().shutdown_grace_s + 5),
     )

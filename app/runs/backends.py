@@ -7,7 +7,9 @@ downstream asks which side it has."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from app.runs.inbox import Inbox, LocalInbox
 from app.runs.live import LiveRuns
@@ -17,6 +19,9 @@ from app.runs.store import RunStore, UnsupportedStoreError
 from app.runs.stores.memory import MemoryRunStore
 from app.runs.stores.sqlite import SqliteRunStore
 from app.runs.waiting import LocalWaitingRuns, WaitingRuns
+
+if TYPE_CHECKING:
+    from app.runs.stores.redis_store import RedisRunStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +81,8 @@ def open_backend(
     """The sides of the seams for `store` (from `open_store`): this process's own for a
     one-process store (memory, SQLite), the cluster's for the one replicas share (Redis)."""
     live = LiveRuns(capacity.max_concurrent_runs)
-    from app.runs.stores.redis_store import RedisRunStore
-
-    if not isinstance(store, RedisRunStore):
+    shared = redis_store_of(store)
+    if shared is None:
         placement = LocalPlacement(
             store=store, live=live, metrics=metrics, max_queued=capacity.max_queued_runs
         )
@@ -91,18 +95,28 @@ def open_backend(
     from app.runs.replicas.redis_waiting import RedisWaitingRuns
 
     coordinator = RedisCoordinator(
-        store, replica=replica.name, lease_s=replica.lease_s, max_attempts=replica.max_attempts
+        shared, replica=replica.name, lease_s=replica.lease_s, max_attempts=replica.max_attempts
     )
     return Backend(
-        store,
+        shared,
         live,
         ReplicaPlacement(
-            store=store,
+            store=shared,
             coordinator=coordinator,
             live=live,
             metrics=metrics,
             max_queued=capacity.max_queued_runs,
         ),
-        RedisInbox(store, live=live, max_pending=capacity.max_pending_messages),
-        RedisWaitingRuns(store, queue_key=coordinator.queue_key),
+        RedisInbox(shared, live=live, max_pending=capacity.max_pending_messages),
+        RedisWaitingRuns(shared, queue_key=coordinator.queue_key),
     )
+
+
+def redis_store_of(store: RunStore) -> RedisRunStore | None:
+    """`store` when it is the Redis store (the one replicas share), else None, without
+    importing the Redis client for the others: a Redis store exists only once its module
+    was imported (by `open_store`)."""
+    module = sys.modules.get("app.runs.stores.redis_store")
+    if module is None or not isinstance(store, module.RedisRunStore):
+        return None
+    return cast("RedisRunStore", store)

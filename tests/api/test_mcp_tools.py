@@ -1,8 +1,10 @@
 """Runs using tools of MCP servers, through the API: a real stdio MCP server (a child process
-built with the SDK), an HTTP one killed mid-run, and one down from the start."""
+built with the SDK), an HTTP one killed mid-run, one down from the start, and one answering
+one run with 50 MB while another run calls it."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +27,7 @@ from tests.api.kit import (
     wait_ended,
     wait_for_status,
 )
-from tests.fakes.mcp_server import ServerState, build_server
+from tests.fakes.mcp_server import ServerState, build_server, http_server_process
 from tests.fakes.service import api_client
 from tests.fakes.serving import Served, loopback_socket
 
@@ -253,3 +255,42 @@ async def test_the_deadline_cancels_the_mcp_request() -> None:
             assert run["result"]["reason"] == "timeout"
             with anyio.fail_after(10):
                 await state.cancelled.wait()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_50_mb_answer_fails_that_call_alone_and_other_runs_go_on(transport: str) -> None:
+    """Run A's call gets 50 MB back while run B's call is in flight on the same server: A
+    sees an is_error observation naming the cap, B's call answers, both runs complete."""
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "stdio":
+            server: dict[str, Any] = dict(FAKE)
+        else:
+            url = await stack.enter_async_context(http_server_process())
+            server = {"url": url, "retry_initial_s": 0.05, "retry_max_s": 0.2}
+        config = settings(mcp_servers={"fake": server}, http_tool_allow_hosts=["127.0.0.1"])
+        client = await stack.enter_async_context(api_client(config))
+        await servers_until(client, "fake", "connected")
+        held_run = scripted(call("fake__hold"), finish("B"), mcp_servers=["fake"])
+        other = await create(client, held_run)
+        big = await create(
+            client,
+            scripted(
+                call("fake__big", size=50_000_000),
+                call("fake__release", holders=1),
+                finish("A"),
+                mcp_servers=["fake"],
+            ),
+        )
+        a, b = await wait_ended(client, big["id"]), await wait_ended(client, other["id"])
+        assert (a["status"], b["status"]) == ("completed", "completed")
+        too_big, released = await observations(client, big["id"])
+        assert too_big["is_error"] is True
+        assert (
+            "passed the cap of 1,000,000 bytes (FINISHLINE_MCP_MAX_RESULT_BYTES)"
+            in (too_big["content"])
+        )
+        assert (released["content"], released["is_error"]) == ("1", False)
+        [held] = await observations(client, other["id"])
+        assert (held["content"], held["is_error"]) == ("held", False)
+        servers = (await client.get("/tools/mcp-servers")).json()
+        assert [s["state"] for s in servers] == ["connected"]

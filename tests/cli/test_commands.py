@@ -201,7 +201,13 @@ def test_serve_runs_uvicorn_with_the_app_factory(
     assert calls == [
         (
             ("app.main:create_app",),
-            {"factory": True, "host": "0.0.0.0", "port": 9001, "timeout_graceful_shutdown": 8},
+            {
+                "factory": True,
+                "host": "0.0.0.0",
+                "port": 9001,
+                "http": "app.api.protocols:HeaderTimeoutProtocol",
+                "timeout_graceful_shutdown": 8,
+            },
         )
     ]
 

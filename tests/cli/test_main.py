@@ -133,3 +133,17 @@ def test_run_asks_for_tools_and_whole_mcp_servers() -> None:
     assert body["tools"] == ["docs__search"]
     assert body["mcp_servers"] == ["files", "web"]
     assert "mcp_servers" not in run_body(build_parser().parse_args(["run", "t"]))
+
+
+def test_without_the_cli_extra_a_command_says_how_to_install_it() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['rich'] = None  # an install without the cli extra\n"
+        "from app.cli import main\n"
+        "sys.exit(main(['runs']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=30
+    )
+    assert done.returncode == 2
+    assert "pip install 'finishline[cli]'" in done.stderr

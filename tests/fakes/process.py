@@ -32,6 +32,7 @@ from typing import Any, Self
 
 import anyio
 
+from app.api.protocols import UVICORN_ARGS
 from tests.fakes.serving import loopback_socket
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -109,6 +110,7 @@ class AppProcess:
                 "app.main:create_app",
                 "--fd",
                 str(sock.fileno()),
+                *UVICORN_ARGS,  # as make run and the image serve it
                 *self.uvicorn_args,
             ]
             self._process = await asyncio.create_subprocess_exec(

@@ -3,6 +3,9 @@
     async with Served(app) as server:          # lifespan="off" by default
         server.url("/path")                    # http://127.0.0.1:PORT/path
 
+The server speaks uvicorn's h11 protocol (or httptools) with the service's deadline on a
+request's headers (app/api/protocols.py; `header_timeout_s`).
+
 The socket is bound to 127.0.0.1:0 and listening before `serve()`, so there is no start-up
 race and no sleep; entering waits for start-up on an event under a bound. The socket says
 IPPROTO_TCP so asyncio turns TCP_NODELAY on (else every response waits ~40 ms on Nagle and
@@ -20,6 +23,8 @@ from typing import Any, Literal, Self
 
 import anyio
 import uvicorn
+
+from app.api.protocols import H11HeaderTimeout, HttpToolsHeaderTimeout, with_header_timeout
 
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues before accept (capped by net.core.somaxconn): with a short
@@ -88,9 +93,13 @@ class Served:
         timeout_graceful_shutdown: float = 5,
         start_timeout_s: float = 10,
         port: int = 0,
+        header_timeout_s: float = 10.0,
+        httptools: bool = False,
     ) -> None:
         self.app = app
         self.port = port
+        base = HttpToolsHeaderTimeout if httptools else H11HeaderTimeout
+        self._protocol = with_header_timeout(base, header_timeout_s)
         self._lifespan = lifespan
         self._grace = timeout_graceful_shutdown
         self._start_timeout_s = start_timeout_s
@@ -107,7 +116,7 @@ class Served:
             config = uvicorn.Config(
                 self.app,
                 interface="asgi3",
-                http="h11",
+                http=self._protocol,
                 ws="none",
                 lifespan=self._lifespan,
                 log_config=None,

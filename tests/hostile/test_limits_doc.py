@@ -27,6 +27,9 @@ CAP_SETTINGS = [
     "http_tool_max_bytes",
     "http_tool_connections_per_run",
     "http_tool_connections_per_key",
+    "mcp_max_result_bytes",
+    "header_timeout_s",
+    "body_timeout_s",
     "token_secret",
 ]
 

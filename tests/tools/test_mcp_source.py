@@ -139,7 +139,8 @@ async def test_a_killed_stdio_child_is_an_error_observation_then_restarted(
         await process.wait()
         with pytest.raises(ToolError, match="MCP server 'fake'"):
             await source.tools()["fake__echo"].call({"text": "x"}, ctx)
-        await until(connection, "connected")
+        with anyio.fail_after(20):  # a new child, its session open
+            await connection.wait_for(lambda c: c.connects == 2 and c.state == "connected")
         again = int(await source.tools()["fake__pid"].call({}, ctx))
         assert again != pid
 

@@ -11,10 +11,14 @@ cancelling it; leaving a stdio session stops its child.
 
 Calls come from run tasks: `call()` sends `tools/call` on the current session. Cancelling
 the caller (tool timeout, deadline, cancel) makes the SDK send `notifications/cancelled`
-for the request. A call that finds the server down, or whose connection breaks, raises
-`ToolError` (an `is_error` observation) and wakes the supervisor to reconnect. A session
-the server no longer knows (an HTTP server restarted between calls) is reopened and the
-call sent once more.
+for the request. One call's failure is that call's: an answer over `max_message_bytes` is
+not read (the transports drop it, `stdio.py`, `exchanges.py`) and fails the call alone; a
+call that finds the server down raises `ToolError` (an `is_error` observation). A call
+whose answer broke off, or that was cancelled, makes the supervisor check the session
+(`tools/list` within `connect_timeout_s`) rather than drop it under the other runs' calls:
+a session that answers is kept, one that does not (a dead or hung server) is reopened.
+Calls arriving during the check wait for it. A session the server no longer knows (an
+HTTP server restarted between calls) is reopened and the call sent once more.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 import structlog
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, Implementation, Tool, ToolListChangedNotification
@@ -33,23 +37,36 @@ from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 from pydantic import ValidationError
 
 from app import __version__
+from app.engine.errors import FinishlineError
 from app.tools.base import ToolError
+from app.tools.mcp import unread
 from app.tools.mcp.config import McpHttpServer, McpServerConfig
 from app.tools.mcp.network import NetworkGuard, guarded_mcp_client
+from app.tools.mcp.stdio import stdio_transport
 
 log = structlog.get_logger("finishline.mcp")
 
 State = Literal["connecting", "connected", "reconnecting", "closed"]
 MAX_PAGES = 100
 """A server whose tools/list pages never end is cut here."""
+MAX_MESSAGE_BYTES = 1_000_000
+"""Default cap on one message from a server (FINISHLINE_MCP_MAX_RESULT_BYTES)."""
 
 
 class ServerConnection:
     """The session with one configured server, and what it last listed."""
 
-    def __init__(self, name: str, config: McpServerConfig, guard: NetworkGuard) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: McpServerConfig,
+        guard: NetworkGuard,
+        *,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
         self.name = name
         self.config = config
+        self.max_message_bytes = max_message_bytes
         self.state: State = "connecting"
         self.error: str | None = None
         self.tools: list[Tool] = []
@@ -63,6 +80,8 @@ class ServerConnection:
         self._wake = asyncio.Event()
         self._stale = False
         self._dead = False
+        self._checking = False
+        """A call's answer broke off or it was cancelled: the supervisor checks the session."""
         self._closing = False
         self._changed = asyncio.Condition()
 
@@ -95,10 +114,12 @@ class ServerConnection:
                     await self._serve(client)
                     live = True
             except Exception as exc:  # any failure to connect or to list: retry later
+                self._checking = False
                 if not self._closing:
                     await self._set("reconnecting", describe_failure(exc))
             finally:
                 self._client = None
+                self._checking = False
             if self.closing:  # set by close() while we awaited
                 break
             if live:  # the session died under a call: reconnect at once
@@ -115,7 +136,8 @@ class ServerConnection:
 
     async def _serve(self, client: Client) -> None:
         """Until the session dies or the source closes; list again when told to, and every
-        `health_interval_s` (which also finds a server that died while idle)."""
+        `health_interval_s` (which also finds a server that died while idle), and when a
+        call asks for a check; a listing that fails or times out ends the session."""
         while True:
             try:
                 async with asyncio.timeout(self.config.health_interval_s):
@@ -127,8 +149,17 @@ class ServerConnection:
                 return
             if self._stale:
                 self._stale = False
-                async with asyncio.timeout(self.config.connect_timeout_s):
-                    await self._list(client)
+                try:
+                    async with asyncio.timeout(self.config.connect_timeout_s):
+                        await self._list(client)
+                except TimeoutError:
+                    wait = self.config.connect_timeout_s
+                    raise NotAnsweringError(f"no answer to tools/list within {wait} s") from None
+                if self._checking:
+                    self._checking = False
+                    log.info("mcp_session_checked", server=self.name)
+                    async with self._changed:
+                        self._changed.notify_all()
 
     async def _wait_closing(self) -> None:
         while not self._closing:
@@ -140,16 +171,15 @@ class ServerConnection:
         info = Implementation(name="finishline", version=__version__)
         if isinstance(config, McpHttpServer):
             http = guarded_mcp_client(
-                self._guard, config.headers, connect_timeout_s=config.connect_timeout_s
+                self._guard,
+                config.headers,
+                connect_timeout_s=config.connect_timeout_s,
+                max_message_bytes=self.max_message_bytes,
+                server=self.name,
             )
-            server: Any = _OwnedHttp(config.url, http)
+            server: Any = _OwnedHttp(config.url, http, self.max_message_bytes)
         else:
-            server = StdioServerParameters(
-                command=config.command[0],
-                args=config.command[1:],
-                env=config.env or None,
-                cwd=config.cwd,
-            )
+            server = stdio_transport(self.name, config, max_message_bytes=self.max_message_bytes)
         return Client(
             server,
             mode="legacy",
@@ -212,6 +242,12 @@ class ServerConnection:
                 raise ToolError(f"MCP server {self.name!r} refused the session again") from exc
 
     async def _call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+        if self._checking:  # wait for the check rather than use a session that may be dead
+            try:
+                async with asyncio.timeout(self.config.connect_timeout_s):
+                    await self.wait_for(lambda c: not c._checking or c._closing)
+            except TimeoutError:
+                pass
         client = self._client
         if client is None:
             reason = f": {self.error}" if self.error else ""
@@ -221,22 +257,38 @@ class ServerConnection:
             )
         try:
             return await client.call_tool(tool, arguments)
+        except asyncio.CancelledError:
+            self._check(client)  # a server that hung is found now, not by the next call
+            raise
         except MCPError as exc:
+            if unread.is_too_large(exc):
+                raise ToolError(
+                    f"MCP server {self.name!r} sent too much: {exc.message}; ask for less at a time"
+                ) from exc
             if exc.code == INVALID_REQUEST and "session" in exc.message.lower():
                 self._lost(client, exc)
                 raise _SessionExpiredError from exc
             if exc.code != CONNECTION_CLOSED:
                 refusal = f"MCP server {self.name!r} refused the call: {exc.message}"
                 raise ToolError(refusal) from exc
-            self._lost(client, exc)
-            raise ToolError(f"the connection to MCP server {self.name!r} was lost") from exc
+            self._check(client)
+            raise ToolError(
+                f"the answer of MCP server {self.name!r} broke off: {exc.message}"
+            ) from exc
         except ValidationError as exc:
             raise ToolError(f"MCP server {self.name!r} sent an invalid result") from exc
         except Exception as exc:
-            self._lost(client, exc)
+            self._check(client)
             raise ToolError(
                 f"the connection to MCP server {self.name!r} failed: {describe_failure(exc)}"
             ) from exc
+
+    def _check(self, client: Client) -> None:
+        """Have the supervisor check the session (one check at a time); calls wait for it."""
+        if self._client is client and not self._checking:
+            self._checking = True
+            self._stale = True
+            self._wake.set()
 
     def _lost(self, client: Client, exc: BaseException) -> None:
         if self._client is client:
@@ -256,6 +308,10 @@ class ServerConnection:
         self._wake.set()
 
 
+class NotAnsweringError(FinishlineError):
+    """A live session's server did not list its tools in time (it hangs)."""
+
+
 class _SessionExpiredError(Exception):
     """The server answered that it does not know the session (HTTP 404 after a restart)."""
 
@@ -263,16 +319,20 @@ class _SessionExpiredError(Exception):
 class _OwnedHttp:
     """`streamable_http_client` over our guarded `httpx2` client, closing it afterwards."""
 
-    def __init__(self, url: str, http: Any) -> None:
+    def __init__(self, url: str, http: Any, max_message_bytes: int) -> None:
         self._url = url
         self._http = http
+        self._max = max_message_bytes
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Any:
         await self._stack.enter_async_context(self._http)
-        return await self._stack.enter_async_context(
-            streamable_http_client(self._url, http_client=self._http)
+        # the SDK's own cap on an event, behind the exchanges' (which count the same bytes
+        # and more: they always stop first)
+        client = streamable_http_client(
+            self._url, http_client=self._http, max_sse_event_size=self._max
         )
+        return await self._stack.enter_async_context(client)
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self._stack.__aexit__(*exc_info)

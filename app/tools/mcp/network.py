@@ -4,8 +4,9 @@ The MCP SDK speaks HTTP through `httpx2`, so the guard is wired in at its connec
 pool: every connection resolves its host through the `NetworkGuard` (allow-list, then every
 address checked) and connects to exactly the checked addresses, as `app.tools.transport`
 does for the HTTP tools. No proxies (`trust_env=False`), no redirects off the endpoint's
-origin (the SDK follows none). This module is the one place the MCP source imports the
-guard from.
+origin (the SDK follows none). Over it, `McpExchanges` caps each answer and abandons the
+exchanges of cancelled calls (exchanges.py). This module is the one place the MCP source
+imports the guard from.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import httpcore2
 import httpx2
 
 from app.tools.base import ToolError
+from app.tools.mcp.exchanges import McpExchanges
 from app.tools.netguard import NetworkGuard, Resolver, check_url_allowed
 
 __all__ = ["NetworkGuard", "Resolver", "check_url_allowed", "guarded_mcp_client"]
@@ -65,12 +67,20 @@ class _GuardedBackend(httpcore2.AsyncNetworkBackend):
 
 
 def guarded_mcp_client(
-    guard: NetworkGuard, headers: Mapping[str, str], *, connect_timeout_s: float
+    guard: NetworkGuard,
+    headers: Mapping[str, str],
+    *,
+    connect_timeout_s: float,
+    max_message_bytes: int,
+    server: str,
 ) -> httpx2.AsyncClient:
-    """An `httpx2.AsyncClient` for one MCP server: guarded connections, its headers.
+    """An `httpx2.AsyncClient` for one MCP server: guarded connections, its headers, each
+    answer capped at `max_message_bytes`, uncompressed.
 
     Reads may wait long (a server holds its event stream open); one tool call's time is
-    bounded by the run's `tool_timeout_s`, not here.
+    bounded by the run's `tool_timeout_s`, not here, and so is a wait for a pooled
+    connection: with every connection busy, a call waits its turn (a pool timeout would
+    fail the SDK's writer, and with it the session of every run).
     """
     transport = httpx2.AsyncHTTPTransport(trust_env=False)
     transport._pool = httpcore2.AsyncConnectionPool(
@@ -80,9 +90,12 @@ def guarded_mcp_client(
         network_backend=_GuardedBackend(guard),
     )
     return httpx2.AsyncClient(
-        transport=transport,
-        headers=dict(headers),
-        timeout=httpx2.Timeout(connect_timeout_s, read=300.0),
+        transport=McpExchanges(transport, cap=max_message_bytes, server=server),
+        headers={
+            **{name: value for name, value in headers.items() if name.lower() != "accept-encoding"},
+            "accept-encoding": "identity",
+        },
+        timeout=httpx2.Timeout(connect_timeout_s, read=300.0, pool=None),
         follow_redirects=False,
         trust_env=False,
     )

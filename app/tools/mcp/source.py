@@ -20,12 +20,12 @@ from typing import Any
 import structlog
 from mcp.types import Tool as McpToolInfo
 
-from app.engine.errors import FinishlineError
 from app.engine.ports import ToolContext
 from app.tools.base import SchemaTool, ToolError
 from app.tools.mcp.config import McpHttpServer, McpServerConfig
-from app.tools.mcp.connection import ServerConnection
+from app.tools.mcp.connection import MAX_MESSAGE_BYTES, ServerConnection
 from app.tools.mcp.content import render_result
+from app.tools.mcp.errors import UnknownServerError
 from app.tools.mcp.naming import exposed_name
 from app.tools.mcp.network import NetworkGuard, Resolver, check_url_allowed
 
@@ -33,15 +33,6 @@ log = structlog.get_logger("finishline.mcp")
 
 CLOSE_GRACE_S = 10.0
 """How long closing waits for sessions to end (stdio children to exit) before cancelling."""
-
-
-class UnknownServerError(FinishlineError, LookupError):
-    """Servers were named that are not configured, or have not listed their tools yet."""
-
-    def __init__(self, message: str, unknown: Sequence[str], available: Sequence[str]) -> None:
-        super().__init__(message)
-        self.unknown = list(unknown)
-        self.available = list(available)
 
 
 class McpTool(SchemaTool):
@@ -96,6 +87,7 @@ class McpToolSource:
         *,
         allow_hosts: Sequence[str] = (),
         resolver: Resolver | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         problems = [
             f"server {name!r}: {problem}"
@@ -111,7 +103,8 @@ class McpToolSource:
             )
         guard = NetworkGuard(allow_hosts, resolver)
         self.connections = {
-            name: ServerConnection(name, config, guard) for name, config in servers.items()
+            name: ServerConnection(name, config, guard, max_message_bytes=max_message_bytes)
+            for name, config in servers.items()
         }
         self._tools: dict[str, McpTool] = {}
         self._by_server: dict[str, list[McpTool]] = {name: [] for name in servers}
