@@ -9,7 +9,7 @@ from typing import Any
 
 from app.engine.guard import Guard
 from app.engine.policies import Limits
-from app.engine.ports import ChatModel, Clock, Tool, ToolContext
+from app.engine.ports import ChatModel, Clock, Price, Tool, ToolContext
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 
@@ -35,3 +35,5 @@ class RunContext:
     """Names of the tools whose calls wait for a person's approval (DESIGN §9)."""
     deadline: float = 0.0
     """The whole-run deadline by `clock`, set when the run starts."""
+    price: Price | None = None
+    """The model's price, read once when the run starts; None: its calls are unpriced."""

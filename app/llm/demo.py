@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from app.engine.ports import DeltaSink, Message, Reply, ToolCall, ToolSpec
+from app.engine.ports import FREE, DeltaSink, Message, Price, Reply, ToolCall, ToolSpec
 
 DEMO_NOTICE = (
     "I am finishline's built-in demo model, not a real LLM: no model endpoint is configured, "
@@ -34,8 +34,9 @@ def _call(n: int, name: str, arguments: dict[str, object]) -> ToolCall:
 class DemoModel:
     name = "demo"
 
-    def __init__(self, *, delay_s: float = 0.3) -> None:
+    def __init__(self, *, delay_s: float = 0.3, price: Price | None = FREE) -> None:
         self.delay_s = delay_s
+        self.price = price
 
     async def complete(
         self,

@@ -8,12 +8,12 @@ stops the service with a message naming the server and the field.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from app.jsonsetting import json_setting
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_)){0,31}$")
 """1 to 32 letters, digits, '-' or '_', starting with a letter or digit, no '__' (the
@@ -76,22 +76,9 @@ def parse_mcp_servers(value: Any) -> dict[str, McpServerConfig]:
 
     Raises `ValueError` with one line per problem, each naming the server and the field.
     """
-    source = "FINISHLINE_MCP_SERVERS"
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("@"):
-            path = Path(text[1:]).expanduser()
-            source = f"{source} file {str(path)!r}"
-            try:
-                text = path.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ValueError(f"{source}: cannot read it: {exc.strerror or exc}") from None
-        if not text:
-            return {}
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{source}: invalid JSON: {exc}") from None
+    value, source = json_setting(value, "FINISHLINE_MCP_SERVERS")
+    if value is None:
+        return {}
     if not isinstance(value, dict):
         raise ValueError(f"{source}: must be a JSON object of server name -> server")
     problems = [
