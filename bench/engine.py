@@ -6,9 +6,10 @@ them alike:
 
 - **engine**: `run_react` with every guard on: the stop tool, repetition detection,
   truncation, progress messages, a context cap, a token budget and a cost budget (all too
-  large to trigger, so their checks run every step; the scripted model is priced, at 0), the run-wide deadline and cancel guard; each
-  step recorded into an in-memory sink that does what `RunManager` does per step minus
-  storage (`step.payload()` into a dict with seq/type/step, appended to a list).
+  large to trigger, so their checks run every step; the scripted model is priced, at 0),
+  the run-wide deadline and cancel guard; each step recorded into an in-memory sink that
+  does what `RunManager` does per step minus storage (`step.payload()` into a dict with
+  seq/type/step, appended to a list).
 - **floor**: a minimal hand-written asyncio loop making the same calls (`complete` on the
   same `ScriptedModel`, the no-op tool) and appending the same assistant and tool messages,
   nothing else.

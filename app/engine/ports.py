@@ -82,7 +82,8 @@ class Price:
 
     def prompt_cost(self, prompt_tokens: int) -> float:
         """USD of a prompt of `prompt_tokens` at the input rate (the cost budget's look-ahead)."""
-        return prompt_tokens * self.rates_for(prompt_tokens).input / 1_000_000
+        r = self.rates_for(prompt_tokens) if self.tiers else self.rates
+        return prompt_tokens * r.input / 1_000_000
 
 
 FREE = Price(Rates(0.0, 0.0, 0.0))

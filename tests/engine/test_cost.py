@@ -234,3 +234,10 @@ async def test_the_capped_model_the_service_runs_keeps_its_models_price() -> Non
     assert model.price is PRICE
     steps = await collect(run_react(task="t", model=model))
     assert ending(steps).usage.cost_usd == 0.003
+
+
+def test_the_look_ahead_prices_a_prompt_at_its_tiers_input_rate() -> None:
+    tiered = Price(Rates(2.0, 10.0, 0.5), tiers=((200_000, Rates(4.0, 15.0, 1.0)),))
+    assert tiered.prompt_cost(200_000) == pytest.approx(0.4)
+    assert tiered.prompt_cost(200_001) == pytest.approx(0.800004)
+    assert PRICE.prompt_cost(1000) == 0.002
