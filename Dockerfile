@@ -65,6 +65,7 @@
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_RUN=8  HTTP tool requests in flight per run
 #     FINISHLINE_HTTP_TOOL_CONNECTIONS_PER_KEY=32  ... per API key
 #     FINISHLINE_MCP_SERVERS=                    MCP servers: JSON or @/path/to/file.json (mount it)
+#     FINISHLINE_AGENTS=                         agent profiles: JSON or @/path/to/file.json (mount it)
 #     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
@@ -83,6 +84,7 @@
 #     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
+#     FINISHLINE_PLANNING_INTERVAL=              FINISHLINE_PLANNING_INTERVAL_LIMIT=100
 #   traces (OpenTelemetry, off unless an endpoint is set; README "Traces")
 #     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318
 #     OTEL_SERVICE_NAME=finishline               and the other standard OTEL_* variables

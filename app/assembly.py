@@ -14,13 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from app.agents import VARIABLE as AGENTS_VARIABLE
+from app.agents import apply_profile
 from app.caps import check_sizes
 from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import Tool
-from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
+from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
 from app.engine.replycap import CappedModel
-from app.llm.models import ModelFactory, ModelUnavailableError
+from app.llm.models import SCRIPTED, ModelFactory, ModelUnavailableError
 from app.offload import off_loop
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
@@ -33,6 +35,7 @@ from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
 from app.tools.mcp.source import UnknownServerError
 from app.tools.netguard import check_url_allowed
+from app.tools.plan import UpdatePlanTool
 from app.tools.registry import ToolRegistry, UnknownToolError
 
 
@@ -65,6 +68,10 @@ class RunAssembly:
     # -- at creation ------------------------------------------------------------------------
 
     async def check(self, request: RunRequest, *, sized: bool = False) -> CheckedRequest:
+        if request.agent is not None:
+            # a profile's own sizes were checked at start-up, the request's when it was read:
+            # only HTTP tools beside the other's tools can add up past a cap, checked below
+            request = self.with_profile(request)
         if sized and not request.http_tools:
             # nothing in proportion to the request's size is left: no hop to the worker
             # thread, whose one-at-a-time queue every POST /runs would wait in under load
@@ -78,7 +85,41 @@ class RunAssembly:
         check_sizes(request, self.settings)
         return compile_schemas(request.http_tools)
 
-    def _check(self, request: RunRequest, schemas: list[CompiledSchema]) -> CheckedRequest:
+    def with_profile(self, request: RunRequest) -> RunRequest:
+        """`request` with the values of the agent profile it names as its defaults."""
+        profiles = self.settings.agents
+        profile = profiles.get(request.agent or "")
+        if profile is None:
+            available = sorted(profiles)
+            raise InvalidRunError(
+                "agent",
+                f"no agent profile {request.agent!r} on this server; "
+                f"profiles: {', '.join(available) or 'none'}",
+                unknown=[request.agent],
+                available=available,
+            )
+        return apply_profile(request, profile)
+
+    def check_profiles(self) -> None:
+        """Every agent profile against this server: caps, tools, MCP servers, hosts, model.
+        At start-up, so that a bad profile stops it: ValueError, one line per problem, each
+        naming the profile and the field. MCP tools need only name a configured server (their
+        servers connect in the background), and a scripted model no script (its runs bring it)."""
+        problems = []
+        for name, profile in self.settings.agents.items():
+            request = profile.defaults
+            try:
+                check_sizes(request, self.settings)
+                self._check(request, compile_schemas(request.http_tools), profile=True)
+            except InvalidRunError as exc:
+                problems.append(f"profile {name!r}: {exc}")
+        if problems:
+            raise ValueError(f"{AGENTS_VARIABLE}: " + "; ".join(problems))
+
+    def _check(
+        self, request: RunRequest, schemas: list[CompiledSchema], *, profile: bool = False
+    ) -> CheckedRequest:
+        """`profile`: `request` holds an agent profile's values, checked at start-up."""
         server = self.settings
         if len(request.task) > server.max_task_chars:
             raise InvalidRunError(
@@ -97,11 +138,22 @@ class RunAssembly:
         try:
             self.registry.resolve(request.tools)
         except UnknownToolError as exc:
-            raise InvalidRunError(
-                "tools", str(exc), unknown=exc.unknown, available=exc.available
-            ) from exc
-        mcp_names = [tool.name for tool in self._mcp_tools(request.mcp_servers)]
-        taken = {TASK_FINISHED, *request.tools, *mcp_names}
+            if not profile or not all(self._mcp_named(name) for name in exc.unknown):
+                raise InvalidRunError(
+                    "tools", str(exc), unknown=exc.unknown, available=exc.available
+                ) from exc
+        if profile:  # a server need only be configured: it connects in the background
+            unconfigured = [n for n in request.mcp_servers if n not in server.mcp_servers]
+            if unconfigured:
+                raise InvalidRunError(
+                    "mcp_servers",
+                    f"not MCP servers of this server: {', '.join(unconfigured)}",
+                    unknown=unconfigured,
+                    available=sorted(server.mcp_servers),
+                )
+        mcp_names = [tool.name for tool in self._mcp_tools(request.mcp_servers, lenient=profile)]
+        planning = [UPDATE_PLAN] if limits.planning_interval is not None else []
+        taken = {TASK_FINISHED, *request.tools, *mcp_names, *planning}
         for index, tool in enumerate(request.http_tools):
             where = f"http_tools[{index}]"
             if tool.name in taken:
@@ -134,8 +186,9 @@ class RunAssembly:
                 raise InvalidRunError("webhook", problem)
         elif request.webhook_events is not None:
             raise InvalidRunError("webhook_events", "needs a webhook")
+        scripted = request.model_script is not None or (profile and request.model == SCRIPTED)
         try:
-            model = self.models.resolve(request.model, has_script=request.model_script is not None)
+            model = self.models.resolve(request.model, has_script=scripted)
         except ModelUnavailableError as exc:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
@@ -146,7 +199,7 @@ class RunAssembly:
                 "the server can price it with FINISHLINE_MODEL_PRICES",
                 model=model,
             )
-        names = [*dict.fromkeys([*request.tools, *mcp_names])]
+        names = [*dict.fromkeys([*request.tools, *mcp_names, *planning])]
         names += [t.name for t in request.http_tools]
         if request.approval is not None:
             unknown = sorted(set(request.approval.tools) - set(names))
@@ -157,7 +210,7 @@ class RunAssembly:
                     unknown=unknown,
                     available=names,
                 )
-        return CheckedRequest(model=model, limits=limits, tool_names=names)
+        return CheckedRequest(model=model, limits=limits, tool_names=names, request=request)
 
     def resolve_settings(self, requested: RunSettingsIn) -> Limits:
         """Every per-run setting: the request's value, else the server default; none over a cap."""
@@ -173,7 +226,7 @@ class RunAssembly:
                     f"settings.{name}", "must not be null; omit it for the default"
                 )
             cap = server.cap(name)
-            if cap is not None:
+            if cap is not None and not (value is None and item.spec.null_is_off):
                 unbounded = value is None or (item.spec.zero_is_unbounded and value == 0)
                 if unbounded or value > cap:
                     shown = (
@@ -203,6 +256,8 @@ class RunAssembly:
         tools += [t for t in mcp if t.name not in request.tools]
         tools += [self._http_tool(t, c) for t, c in zip(request.http_tools, schemas, strict=True)]
         limits = record.settings
+        if limits.planning_interval is not None and all(t.name != UPDATE_PLAN for t in tools):
+            tools.append(UpdatePlanTool())  # plan-then-execute plans with it
         script = [entry.model_dump() for entry in request.model_script or ()]
         model = self.models.create(record.model, script, start=record.usage.llm_calls)
         prompts = self.prompts[limits.prompt_language]
@@ -214,6 +269,11 @@ class RunAssembly:
             prompts=prompts,
             approval=self.approval_tools(request),
         )
+
+    def _mcp_named(self, name: str) -> bool:
+        """Whether `name` is `SERVER__TOOL` of a configured MCP server (listed or not yet)."""
+        server, separator, _ = name.partition("__")
+        return bool(separator) and server in self.settings.mcp_servers
 
     def _mcp_tools(self, servers: list[str], *, lenient: bool = False) -> list[Tool]:
         """Every tool of the MCP servers a request enables whole (`mcp_servers`); `lenient`

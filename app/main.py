@@ -19,7 +19,7 @@ from app.api.auth import StreamTokens
 from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
-from app.api.routes import events, health, runs, tools, ui
+from app.api.routes import agents, events, health, runs, tools, ui
 from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.heap import served_heap
 from app.llm.models import ModelFactory
@@ -87,8 +87,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.mcp_servers
             else None
         )
-        store = open_store(settings.store_url, retention_s=settings.retention_s)
-        await store.open()
         registry = builtin_registry(
             http_allow_hosts=settings.http_tool_allow_hosts,
             http_max_bytes=settings.http_tool_max_bytes,
@@ -97,11 +95,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 per_run=settings.http_tool_connections_per_run,
                 per_key=settings.http_tool_connections_per_key,
             ),
-        )
-        webhook_fetcher = (  # a client and pool of their own: tools cannot starve them
-            HttpFetcher(registry.http.guard, timeout_s=settings.webhook_timeout_s)
-            if registry.http is not None
-            else None
         )
         if mcp is not None:
             registry.use_mcp(mcp)  # registry.aclose() closes its sessions
@@ -114,17 +107,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_response_bytes=settings.llm_max_response_bytes,
             prices=settings.model_prices,
         )
+        assembly = RunAssembly(settings=settings, registry=registry, models=models, prompts=prompts)
+        try:  # a bad agent profile stops start-up here, before the store opens
+            assembly.check_profiles()
+            store = open_store(settings.store_url, retention_s=settings.retention_s)
+            await store.open()
+        except BaseException:
+            await registry.aclose()
+            raise
+        webhook_fetcher = (  # a client and pool of their own: tools cannot starve them
+            HttpFetcher(registry.http.guard, timeout_s=settings.webhook_timeout_s)
+            if registry.http is not None
+            else None
+        )
         metrics = RunMetrics()
         waiting, messages = shared_parts(store, max_pending_messages=settings.max_pending_messages)
         tracing = start_tracing()  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
         manager = RunManager(
             store=store,
-            assembler=RunAssembly(
-                settings=settings,
-                registry=registry,
-                models=models,
-                prompts=prompts,
-            ),
+            assembler=assembly,
             metrics=metrics,
             webhooks=WebhookSender(
                 store=store,
@@ -173,6 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "settings": settings,
                             "registry": registry,
                             "models": models,
+                            "assembly": assembly,
                             "metrics": metrics,
                             "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
                             "tracing": tracing,
@@ -203,7 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, events, tools):
+    for module in (runs, events, tools, agents):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

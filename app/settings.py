@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from pydantic import AliasChoices, Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.agents import AgentProfile, parse_agents
 from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
@@ -209,6 +210,13 @@ class ServerSettings(BaseSettings):
         '{"NAME": {"url": "https://…/mcp", "headers": {…}}} or '
         '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See README.',
     )
+    agents: Annotated[dict[str, AgentProfile], NoDecode] = Field(
+        default_factory=dict,
+        description="Agent profiles runs may name (JSON, or @path to a JSON file): "
+        '{"NAME": {"description": "…", "system_prompt": "…", "model": "…", "tools": […], '
+        '"settings": {…}, …}}; a request\'s "agent": "NAME" takes one as its defaults. Read '
+        "once at start-up; a bad profile stops it. See README.",
+    )
     approval_tools: CommaList = Field(
         default_factory=list,
         description="Registered tools whose every call waits for a person's approval "
@@ -232,6 +240,11 @@ class ServerSettings(BaseSettings):
     def _parse_mcp_servers(cls, value: Any) -> Any:
         return parse_mcp_servers(value)
 
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _parse_agents(cls, value: Any) -> Any:
+        return parse_agents(value)
+
     def run_defaults(self) -> Limits:
         """Every per-run setting at this server's default."""
         return Limits(**{name: getattr(self, name) for name in RUN_SETTINGS})
@@ -247,6 +260,8 @@ class ServerSettings(BaseSettings):
             if limit is None:
                 continue
             if default is None:
+                if RUN_SETTINGS[setting].spec.null_is_off:
+                    continue  # off by default: the cap bounds the values a request asks for
                 raise ValueError(
                     f"FINISHLINE_{setting.upper()} must be set when FINISHLINE_{cap.upper()} is"
                 )

@@ -11,6 +11,7 @@ from fastapi import Depends, Header, Query, Request
 
 from app.api.auth import Caller, StreamTokens, key_matches, owner_of
 from app.api.errors import ApiError
+from app.assembly import RunAssembly
 from app.runs.errors import RunNotFoundError
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
@@ -33,6 +34,11 @@ async def get_registry(request: Request) -> ToolRegistry:
     return registry
 
 
+async def get_assembly(request: Request) -> RunAssembly:
+    assembly: RunAssembly = request.state.assembly  # set by the app's lifespan
+    return assembly
+
+
 async def get_metrics(request: Request) -> RunMetrics:
     metrics: RunMetrics = request.state.metrics  # set by the app's lifespan
     return metrics
@@ -47,6 +53,7 @@ ManagerDep = Annotated[RunManager, Depends(get_manager)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[ToolRegistry, Depends(get_registry)]
 MetricsDep = Annotated[RunMetrics, Depends(get_metrics)]
+AssemblyDep = Annotated[RunAssembly, Depends(get_assembly)]
 TokensDep = Annotated[StreamTokens, Depends(get_tokens)]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

@@ -1,6 +1,7 @@
 """The OpenAPI document declares what this server enforces: the static schema of the
-request models, plus this server's caps (settings) as maximums, and links from a created run
-to the operations on it (for clients and stateful fuzzers). What no schema can state (a
+request models, plus this server's caps (settings) as maximums, its agent profiles as the
+names `agent` takes, and links from a created run to the operations on it (for clients and
+stateful fuzzers). What no schema can state (a
 combined count, metadata bytes, an allow-list, a registered name) is still checked at
 runtime and refused with a 422 naming the field (docs/limits.md)."""
 
@@ -61,6 +62,12 @@ def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
     ):
         if name in run:
             _bound(run[name], "array", "maxItems", cap)
+    if "agent" in run:  # the profiles are this server's, fixed at start-up: name them
+        names = sorted(settings.agents)
+        if names:
+            _bound(run["agent"], "string", "enum", names)
+        else:
+            run["agent"]["anyOf"] = [b for b in run["agent"]["anyOf"] if b["type"] != "string"]
     per_run = components.get("RunSettingsIn", {}).get("properties", {})
     for name, cap_name in CAPS.items():
         cap = getattr(settings, cap_name)

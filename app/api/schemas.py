@@ -138,6 +138,53 @@ class ToolInfo(BaseModel):
     )
 
 
+class AgentToolInfo(BaseModel):
+    """A tool of an agent profile."""
+
+    name: str = Field(description="The name the model calls it by.")
+    description: str = Field(description="What the model is told it does.")
+    parameters: dict[str, Any] | None = Field(
+        description="JSON schema of its arguments; null for an MCP tool its server has not "
+        "listed yet."
+    )
+    idempotent: bool | None = Field(
+        description="False: repeated identical calls run until past the repetition threshold; "
+        "null while unknown (an MCP tool not listed yet)."
+    )
+    source: str = Field(
+        description="'builtin', 'mcp:NAME' (a tool of the MCP server NAME) or 'http' (an HTTP "
+        "tool the profile declares)."
+    )
+
+
+class AgentInfo(BaseModel):
+    """An agent profile: what a run that names it (`"agent": NAME`) gets unless it says
+    otherwise."""
+
+    name: str = Field(description="What a run names in `agent`.")
+    description: str = Field(description="What the agent is for.")
+    model: str = Field(description="The model its runs get.")
+    tools: list[AgentToolInfo] = Field(
+        description="The tools its runs may call, with their schemas (task_finished aside)."
+    )
+    settings: dict[str, Any] = Field(
+        description="Every per-run setting as its runs get it: the profile's, else the "
+        "server's default."
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="The JSON schema its answers must validate against, if any."
+    )
+    approval_tools: list[str] = Field(
+        default_factory=list, description="Its tools whose calls wait for a person's approval."
+    )
+
+
+class AgentList(BaseModel):
+    """The agent profiles this server offers (FINISHLINE_AGENTS), by name."""
+
+    agents: list[AgentInfo] = Field(description="Each profile, by name.")
+
+
 class McpServerInfo(BaseModel):
     """A configured MCP server and the state of its session."""
 

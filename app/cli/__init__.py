@@ -1,4 +1,5 @@
-"""`finishline`: start runs, watch them live, list, show, follow and cancel them, serve.
+"""`finishline`: start runs, watch them live, list, show, follow and cancel them, list the
+agents a service offers, serve.
 
 A client of the HTTP API (FINISHLINE_URL, FINISHLINE_API_KEY). This module only parses the
 command line, with the standard library, so `finishline --help` imports neither httpx, rich
@@ -91,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a per-run setting (repeatable): max_steps=5, stop_tool=false, max_total_tokens=null",
     )
+    run.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="an agent profile of the service (finishline agents): its tools, model and "
+        "settings are the run's defaults; --tool, --model, --set and --system go on top",
+    )
     run.add_argument("--model", help="model name; 'demo' and 'scripted' are built in")
     run.add_argument(
         "--tool",
@@ -147,6 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
     runs.add_argument("--cursor", help="the next_cursor of the previous page")
     runs.add_argument("--json", action="store_true", help="the raw JSON")
+
+    agents = commands.add_parser(
+        "agents",
+        help="list the agents the service offers, or show one",
+        description="The agent profiles of the service (GET /agents): name, model, tools and "
+        "description; with NAME, one in full, its settings too. Start a run of one with "
+        "finishline run --agent NAME.",
+    )
+    agents.add_argument("name", metavar="NAME", nargs="?", help="one agent, in full")
+    agents.add_argument("--json", action="store_true", help="the raw JSON")
 
     show = commands.add_parser("show", help="show one run: status, result, usage, settings")
     show.add_argument("run_id", metavar="ID")

@@ -104,6 +104,12 @@ class Api:
             params["cursor"] = cursor
         return self._json("GET", "/runs", params=params)
 
+    def list_agents(self) -> dict[str, Any]:
+        return self._json("GET", "/agents")
+
+    def get_agent(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"/agents/{quote(name, safe='')}")
+
     def send_message(self, run_id: str, content: str) -> dict[str, Any]:
         return self._json("POST", _run_path(run_id, "/messages"), json={"content": content})
 

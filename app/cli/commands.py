@@ -19,7 +19,7 @@ from app.cli.exits import ExitCode
 from app.cli.follow import Confirm, ask_on, follow_run
 from app.cli.lines import JsonRenderer, LineRenderer, print_raw
 from app.cli.render import RunRenderer
-from app.cli.tables import print_run, print_whole, runs_table
+from app.cli.tables import agent_detail, agents_table, print_run, print_whole, runs_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +92,8 @@ def run_body(args: argparse.Namespace) -> dict[str, Any]:
         body["system_prompt"] = args.system
     if args.previous is not None:
         body["previous_run_id"] = args.previous
+    if args.agent is not None:
+        body["agent"] = args.agent
     model = args.model or ("scripted" if args.script is not None else None)
     if model:
         body["model"] = model
@@ -147,6 +149,20 @@ def list_runs(args: argparse.Namespace, context: Context) -> int:
         print_whole(context.console, runs_table(page["runs"]))
     if page.get("next_cursor"):
         context.err.print(f"more: finishline runs --cursor {page['next_cursor']}", highlight=False)
+    return ExitCode.OK
+
+
+def agents(args: argparse.Namespace, context: Context) -> int:
+    with context.api(args) as api:
+        found = api.get_agent(args.name) if args.name else api.list_agents()
+    if args.json:
+        print_raw(context.console, json.dumps(found, indent=2, ensure_ascii=False))
+    elif args.name:
+        context.console.print(agent_detail(found))
+    elif not found["agents"]:
+        context.console.print("no agents: the service has no profiles (FINISHLINE_AGENTS)")
+    else:
+        print_whole(context.console, agents_table(found["agents"]))
     return ExitCode.OK
 
 
@@ -249,6 +265,7 @@ def serve(args: argparse.Namespace, context: Context) -> int:
 COMMANDS: dict[str, Command] = {
     "run": run,
     "runs": list_runs,
+    "agents": agents,
     "show": show,
     "events": events,
     "say": say,

@@ -193,11 +193,12 @@ class RunRenderer:
         self.status.max_steps = settings.get("max_steps")
         self.status.max_time_s = settings.get("max_time_s")
         tools = ", ".join(run.get("tools") or []) or "none"
+        agent = f" · agent {run['agent']}" if run.get("agent") else ""
         self.console.print(
             Text.assemble(
                 ("run ", "bold"),
                 (str(run.get("id")), "bold cyan"),
-                f" · model {run.get('model')} · tools {tools}",
+                f"{agent} · model {run.get('model')} · tools {tools}",
             )
         )
 

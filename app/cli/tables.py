@@ -1,4 +1,5 @@
-"""Runs as a table (`finishline runs`) and one run in full (`finishline show`)."""
+"""Runs as a table (`finishline runs`) and one run in full (`finishline show`); the agents a
+service offers (`finishline agents`), and one in full."""
 
 from __future__ import annotations
 
@@ -46,6 +47,42 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     return table
 
 
+def agents_table(agents: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    table.add_column("agent", no_wrap=True, style="cyan")
+    table.add_column("model", overflow="ellipsis", no_wrap=True, min_width=6, max_width=24)
+    table.add_column("tools")
+    table.add_column("description", ratio=1)
+    for agent in agents:
+        tools = ", ".join(t.get("name", "?") for t in agent.get("tools", [])) or "none"
+        table.add_row(
+            str(agent.get("name")), str(agent.get("model")), tools, Text(str(agent["description"]))
+        )
+    return table
+
+
+def agent_detail(agent: dict[str, Any]) -> RenderableType:
+    """One agent: what a run of it gets (`finishline agents NAME`)."""
+    facts = Table.grid(padding=(0, 1))
+    facts.add_column(style="bold", no_wrap=True, width=LABEL_WIDTH)
+    facts.add_column(ratio=1)
+    facts.add_row("agent", Text(str(agent.get("name")), style="bold cyan"))
+    facts.add_row("about", Text(str(agent.get("description"))))
+    facts.add_row("model", str(agent.get("model")))
+    tools = [f"{t.get('name')} ({t.get('source')})" for t in agent.get("tools", [])]
+    facts.add_row("tools", ", ".join(tools) or "none")
+    if agent.get("approval_tools"):
+        facts.add_row("approval", ", ".join(agent["approval_tools"]))
+    if agent.get("output_schema") is not None:
+        facts.add_row("output", Text(_value(agent["output_schema"])))
+    settings = Table.grid(padding=(0, 2))
+    settings.add_column(no_wrap=True)
+    settings.add_column()
+    for name, value in sorted((agent.get("settings") or {}).items()):
+        settings.add_row(name, _value(value))
+    return Group(facts, Text(), Text("settings", style="bold"), Padding(settings, (0, 0, 0, 2)))
+
+
 def _duration(run: dict[str, Any]) -> str:
     try:
         start = datetime.fromisoformat(run["started_at"])
@@ -69,6 +106,8 @@ def run_detail(run: dict[str, Any]) -> RenderableType:
     facts.add_column(ratio=1)
     facts.add_row("run", Text(str(run.get("id")), style="bold cyan"))
     facts.add_row("status", _status(str(run.get("status"))))
+    if run.get("agent"):
+        facts.add_row("agent", str(run["agent"]))
     facts.add_row("model", str(run.get("model")))
     facts.add_row("task", Text(str(run.get("task"))))
     if run.get("system_prompt"):

@@ -24,12 +24,18 @@ class LLMGaveUpError(LLMError):
 
 
 async def ask(
-    run: RunContext, specs: Sequence[ToolSpec], deadline: float, *, final: bool = False
+    run: RunContext,
+    specs: Sequence[ToolSpec],
+    deadline: float,
+    *,
+    final: bool = False,
+    force_tool: str | None = None,
 ) -> AsyncIterator[Step | Reply]:
     """One model call for `run`: token deltas as they stream, the `llm.call` record, the
     thought, then the `Reply`. Retries transient failures with backoff (Retry-After wins),
     never sleeping past `deadline`; raises LLMError when it gives up, DeadlineError when
-    `deadline` interrupts the call, CancelRequestedError on a cancel."""
+    `deadline` interrupts the call, CancelRequestedError on a cancel. `force_tool`: the tool
+    the reply must call, where the model can be forced (a planning call)."""
     st, limits = run.state, run.limits
     attempt = 0
     while True:
@@ -41,14 +47,16 @@ async def ask(
             if limits.stream_tokens:
                 deltas: asyncio.Queue[str] = asyncio.Queue()
                 task = asyncio.ensure_future(
-                    run.model.complete(st.messages, specs, on_delta=deltas.put_nowait)
+                    run.model.complete(
+                        st.messages, specs, on_delta=deltas.put_nowait, force_tool=force_tool
+                    )
                 )
                 async for delta in run.guard.stream(task, deltas, call_deadline):
                     yield TokenDelta(st.step, delta)
                 reply = task.result()
             else:
                 with run.guard.scope(call_deadline):
-                    reply = await run.model.complete(st.messages, specs)
+                    reply = await run.model.complete(st.messages, specs, force_tool=force_tool)
         except DeadlineError:
             if bounded_by_run:
                 raise

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.guard import Guard
-from app.engine.policies import Limits
+from app.engine.policies import InterventionKind, Limits
 from app.engine.ports import ChatModel, Clock, Price, Tool, ToolContext
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
+from app.engine.steps import Intervention
 
 
 @dataclass(slots=True, eq=False)
@@ -37,3 +38,12 @@ class RunContext:
     """The whole-run deadline by `clock`, set when the run starts."""
     price: Price | None = None
     """The model's price, read once when the run starts; None: its calls are unpriced."""
+
+    def inject(self, kind: InterventionKind, text: str) -> Intervention:
+        """`text` joins the conversation as a user message the runtime sent, logged."""
+        self.state.append({"role": "user", "content": text})
+        return self.intervention(kind, text)
+
+    def intervention(self, kind: InterventionKind, text: str) -> Intervention:
+        self.log.info("intervened", kind=kind.value)
+        return Intervention(self.state.step, kind, text)

@@ -34,6 +34,9 @@ class Setting:
     """The cap's default; None: uncapped unless the deployment sets one."""
     zero_is_unbounded: bool = False
     """0 turns the bound off, so a request for 0 exceeds any cap (max_tool_result_chars)."""
+    null_is_off: bool = False
+    """null turns the feature off (planning_interval), so the cap bounds non-null values only;
+    otherwise null is unbounded (max_total_tokens) and exceeds any cap."""
 
     def cap_name(self, name: str) -> str:
         """The server setting that caps `name`: max_steps_limit, max_time_limit_s …"""
@@ -48,6 +51,7 @@ def setting(
     gt: float | None = None,
     cap: Any = NO_CAP,
     zero_is_unbounded: bool = False,
+    null_is_off: bool = False,
 ) -> Any:
     """A `Limits` field: its default, and its `Setting` as the field's metadata."""
     spec = Setting(
@@ -57,6 +61,7 @@ def setting(
         capped=cap is not NO_CAP,
         cap=None if cap is NO_CAP else cap,
         zero_is_unbounded=zero_is_unbounded,
+        null_is_off=null_is_off,
     )
     return dataclasses.field(default=default, metadata={"setting": spec})
 

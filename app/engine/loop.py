@@ -23,6 +23,7 @@ from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
 from app.engine.history import PreviousRun, opening_messages
 from app.engine.pending import Decision
+from app.engine.planning import planning_turns
 from app.engine.policies import (
     LIMIT_INTERVENTIONS,
     InterventionKind,
@@ -31,16 +32,16 @@ from app.engine.policies import (
     nudges_exhausted,
     over_budget,
     past_deadline,
+    planning_due,
 )
 from app.engine.ports import ChatModel, Clock, Reply, Tool, ToolContext
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
-from app.engine.prompts import BUILTIN, TASK_FINISHED, Prompts
+from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
 from app.engine.state import RunState
 from app.engine.steps import (
     Checkpoint,
     Finished,
-    Intervention,
     RunError,
     Step,
     StepStarted,
@@ -137,6 +138,7 @@ class ReactRun:
         self.recorded = recorded or {}
         self.decisions = decisions or {}
         self.suspended: Suspended | None = None
+        self.ended = False
         self.previous = previous
         self.inbox = inbox
         self.limits = limits
@@ -147,6 +149,8 @@ class ReactRun:
         self.tools = {t.name: t for t in tools}
         if len(self.tools) != len(tools) or (limits.stop_tool and TASK_FINISHED in self.tools):
             raise ValueError("tool names must be unique and must not shadow task_finished")
+        if limits.planning_interval is not None and UPDATE_PLAN not in self.tools:
+            raise ValueError("planning_interval needs the update_plan tool among the tools")
         self.specs, self.spec_tokens = tool_specs(tools, limits.stop_tool, prompts)
         self.available_tools = ", ".join(spec.name for spec in self.specs) or "none"
         self.guard = Guard(cancel, clock)
@@ -211,16 +215,18 @@ class ReactRun:
                     if isinstance(begun[-1], Finished):
                         return
 
-                ended = False
                 try:  # no wrapping generator: one fewer per step
-                    async for item in self._turn(redo):  # run out: no finalizer task
-                        yield item
-                        ended = isinstance(item, Finished)
+                    if not redo and planning_due(st.step, limits):  # plan-then-execute
+                        async for item in planning_turns(self.run, self._turn):
+                            yield item
+                    if not self.ended and self.suspended is None:
+                        async for item in self._turn(redo):  # run out: no finalizer task
+                            yield item
                 except (CancelRequestedError, DeadlineError, LLMError) as exc:
                     async for item in self._stopped(exc):
                         yield item
                     return
-                if ended:
+                if self.ended:
                     return
                 redo = False
                 if self.suspended is not None:
@@ -266,6 +272,7 @@ class ReactRun:
             return self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
 
         st.step += 1
+        inject = self.run.inject
         self.ctx.step = st.step
         structlog.contextvars.bind_contextvars(step=st.step)
         steps: list[Step] = [StepStarted(st.step, limits.max_steps)]
@@ -277,30 +284,31 @@ class ReactRun:
                 steps.append(UserMessage(st.step, content))
         elif nudge:
             st.nudges_in_row += 1
-            steps.append(self._inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt))
+            steps.append(inject(InterventionKind.STOP_PROMPT, self.prompts.stop_tool_prompt))
         if limits.progress and st.step > 1:
             text = progress_text(st, limits, self.prompts, self.clock() - self.started)
-            steps.append(self._inject(InterventionKind.PROGRESS, text))
-        if limits.max_context_tokens is not None:
-            notice = trim_notice(st, limits.max_context_tokens, self.spec_tokens, self.prompts)
-            if notice is not None:
-                steps.append(self._intervention(InterventionKind.CONTEXT_TRIM, notice))
+            steps.append(inject(InterventionKind.PROGRESS, text))
         return steps
 
-    async def _turn(self, redo: bool = False) -> AsyncIterator[Step]:
-        """One LLM call and what follows from it; yields `Finished` when the model finished
-        (or answered, with stop_tool off). Cancel, the deadline and a failing model surface
-        as exceptions for the loop to end the run with. The reply's calls checkpoint with
-        `acting` set before they run; `redo` takes the reply of that checkpoint instead."""
-        st = self.state
+    async def _turn(self, redo: bool = False, force_tool: str | None = None) -> AsyncIterator[Step]:
+        """One LLM call (the context trimmed first if capped) and what follows from it; yields
+        `Finished` when the model finished (or answered, with stop_tool off). Cancel, the
+        deadline and a failing model surface as exceptions for the loop to end the run with.
+        The reply's calls checkpoint with `acting` set before they run; `redo` takes the
+        reply of that checkpoint instead."""
+        st, limits = self.state, self.limits
         if redo:
             self.ctx.step = st.step
             structlog.contextvars.bind_contextvars(step=st.step)
             reply = reply_of(st.messages[-1])
             self.log.warning("step_redone", calls=len(reply.tool_calls))
         else:
+            if limits.max_context_tokens is not None:
+                notice = trim_notice(st, limits.max_context_tokens, self.spec_tokens, self.prompts)
+                if notice is not None:
+                    yield self.run.intervention(InterventionKind.CONTEXT_TRIM, notice)
             answer: Reply | None = None
-            async for item in ask(self.run, self.specs, self.run.deadline):
+            async for item in ask(self.run, self.specs, self.run.deadline, force_tool=force_tool):
                 if isinstance(item, Reply):
                     answer = item
                 else:
@@ -309,14 +317,13 @@ class ReactRun:
             reply = answer
             if not reply.tool_calls:
                 st.append({"role": "assistant", "content": reply.content or ""})
-                if not self.limits.stop_tool:
+                if not limits.stop_tool:
                     for ending in self._end(StopReason.ANSWERED, reply.content or ""):
                         yield ending
                 return
             st.nudges_in_row = 0
             st.append(assistant_message(reply))
-            finishing = self.limits.stop_tool and only_finish(reply.tool_calls)
-            if not finishing:
+            if not (limits.stop_tool and only_finish(reply.tool_calls)):  # calls to run
                 st.acting = True
                 yield self._checkpoint()
         acting = ToolStep(self.run, reply, self.recorded if redo else None)
@@ -349,7 +356,7 @@ class ReactRun:
                 yield ending
             return
         prompt = self.prompts.limit_prompt.format(reason=reason.value)
-        yield self._inject(LIMIT_INTERVENTIONS[reason], prompt)
+        yield self.run.inject(LIMIT_INTERVENTIONS[reason], prompt)
         reply: Reply | None = None
         try:
             deadline = self.clock() + self.limits.final_answer_timeout_s
@@ -384,17 +391,10 @@ class ReactRun:
         not checkpointed as it is already), then the one `Finished`."""
         st = self.state
         usage = st.usage()
+        self.ended = True
         self.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
         last: list[Step] = []
         if self.checkpointed != (st.step, len(st.messages)):
             last.append(self._checkpoint())
         last.append(Finished(st.step, reason, answer, degraded, usage, error))
         return last
-
-    def _inject(self, kind: InterventionKind, text: str) -> Intervention:
-        self.state.append({"role": "user", "content": text})
-        return self._intervention(kind, text)
-
-    def _intervention(self, kind: InterventionKind, text: str) -> Intervention:
-        self.log.info("intervened", kind=kind.value)
-        return Intervention(self.state.step, kind, text)

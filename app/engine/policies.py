@@ -37,6 +37,7 @@ class InterventionKind(StrEnum):
     MAX_STEPS = "max_steps"
     TOKEN_BUDGET = "token_budget"
     CONTEXT_TRIM = "context_trim"
+    PLANNING = "planning"  # a planning call's prompt (plan-then-execute), or its nudge
     COST_BUDGET = "cost_budget"
 
 
@@ -131,6 +132,14 @@ class Limits:
         gt=0,
         cap=86400.0,
     )
+    planning_interval: int | None = setting(
+        None,
+        "Plan-then-execute: a planning call (update_plan) before step 1 and every N steps "
+        "after; null = off.",
+        ge=1,
+        cap=100,
+        null_is_off=True,
+    )
 
 
 def past_deadline(now: float, deadline: float) -> StopReason | None:
@@ -161,6 +170,13 @@ def prompt_over_cost_budget(
     if budget is not None and cost_usd + prompt_cost_usd > budget:
         return StopReason.COST_BUDGET
     return None
+
+
+def planning_due(step: int, limits: Limits) -> bool:
+    """Top of step `step`, before its LLM call: whether a planning call comes first (steps 1,
+    N+1, 2N+1 … with `planning_interval` N)."""
+    interval = limits.planning_interval
+    return interval is not None and (step - 1) % interval == 0
 
 
 def repetition_due(count: int, idempotent: bool, limits: Limits) -> bool:

@@ -126,6 +126,9 @@ class ChatModel(Protocol):
     `complete` raises only `app.engine.errors.LLMError` subclasses for failures the caller
     may retry or report; anything else is a bug. With `on_delta`, a model that can stream
     calls it with each text fragment as it arrives, then still returns the whole `Reply`.
+    `force_tool` names one of `tools` the reply must call (a planning call's `update_plan`):
+    a model that can be forced is (OpenAI's `tool_choice`); one that cannot answers as it
+    likes, and the engine, which asks in the prompt too, copes with a reply without it.
     `price` is what its calls cost; None when unknown (their cost is then null, never a guess).
     """
 
@@ -138,6 +141,7 @@ class ChatModel(Protocol):
         tools: Sequence[ToolSpec],
         *,
         on_delta: DeltaSink | None = None,
+        force_tool: str | None = None,
     ) -> Reply: ...
 
 

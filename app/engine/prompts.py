@@ -26,6 +26,10 @@ class Prompts:
     limit_prompt: str
     progress: str
     progress_plan: str
+    planning_prompt: str
+    replanning_prompt: str
+    plan_line: str
+    planning_nudge: str
     truncation_note: str
     context_trim_stub: str
     context_trim_notice: str
@@ -81,6 +85,22 @@ EN = Prompts(
         "Tool calls so far: {tool_calls}."
     ),
     progress_plan=" Plan: completed {completed}/{total}. Next: {next_item}.",
+    planning_prompt=(
+        "Before you act, plan. Call `update_plan` with the steps you will take to complete "
+        "the task, in order: the first 'in_progress', the others 'pending'. Make no other "
+        "tool call in this turn."
+    ),
+    replanning_prompt=(
+        "Review your plan against what you have learned so far (completed {completed}/{total}):"
+        "\n{plan}\nCall `update_plan` with the whole plan brought up to date: mark what is done "
+        "'completed', and change, drop or add steps as needed. Make no other tool call in "
+        "this turn."
+    ),
+    plan_line="{number}. [{status}] {step}",
+    planning_nudge=(
+        "You did not call `update_plan`. Call it now with your whole plan for the task, each "
+        "step 'pending', 'in_progress' or 'completed', before anything else."
+    ),
     truncation_note=(
         "\n\n[Result truncated: showing {shown:,} of {total:,} chars. To see more, narrow "
         "the query, add filters, or ask for a specific range.]"
@@ -136,6 +156,20 @@ ZH = Prompts(
         "已调用工具 {tool_calls} 次。"
     ),
     progress_plan=" 已完成: {completed}/{total}。下一步建议: {next_item}。",
+    planning_prompt=(
+        "行动之前请先制定计划：调用 `update_plan`，按顺序列出完成任务要做的步骤，"
+        "第一步标为 'in_progress'，其余标为 'pending'。本轮不要调用其他工具。"
+    ),
+    replanning_prompt=(
+        "请根据目前获得的信息回顾计划（已完成: {completed}/{total}）：\n{plan}\n"
+        "请调用 `update_plan` 提交更新后的完整计划：已完成的步骤标为 'completed'，"
+        "并按需修改、删除或增加步骤。本轮不要调用其他工具。"
+    ),
+    plan_line="{number}. [{status}] {step}",
+    planning_nudge=(
+        "你没有调用 `update_plan`。请先调用它，给出完成任务的完整计划"
+        "（每一步标为 'pending'、'in_progress' 或 'completed'），再做其他事情。"
+    ),
     truncation_note=(
         "\n\n...（结果已截断，显示 {shown:,}/{total:,} 字符。"
         "如需更多内容，请缩小查询范围、增加过滤条件或指定范围。）"

@@ -90,6 +90,7 @@ class CappedModel:
         tools: Sequence[ToolSpec],
         *,
         on_delta: DeltaSink | None = None,
+        force_tool: str | None = None,
     ) -> Reply:
         sink = on_delta
         if on_delta is not None and self.max_chars > 0:
@@ -101,5 +102,5 @@ class CappedModel:
                     room[0] -= len(kept)
                     on_delta(kept)
 
-        reply = await self.model.complete(messages, tools, on_delta=sink)
+        reply = await self.model.complete(messages, tools, on_delta=sink, force_tool=force_tool)
         return cap_reply(reply, self.max_chars, self.prompts)

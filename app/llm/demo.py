@@ -2,7 +2,9 @@
 
 A fixed, deterministic agent that uses whichever built-in tools the run offers (update_plan,
 calculator, current_time), then finishes, so a newcomer sees a whole run stream with no API
-key. It says plainly that it is the demo model.
+key. It says plainly that it is the demo model. Asked to plan (a planning call's
+`force_tool="update_plan"`, plan-then-execute), it answers with its plan alone, each step
+marked by how far it has got.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from collections.abc import Sequence
 
 from app.engine.ports import FREE, DeltaSink, Message, Price, Reply, ToolCall, ToolSpec
+from app.engine.prompts import UPDATE_PLAN
 
 DEMO_NOTICE = (
     "I am finishline's built-in demo model, not a real LLM: no model endpoint is configured, "
@@ -31,6 +34,33 @@ def _call(n: int, name: str, arguments: dict[str, object]) -> ToolCall:
     return ToolCall(f"demo_{n}_{name}", name, json.dumps(arguments))
 
 
+PLAN = ("Compute with the calculator", "Check the time", "Give the answer")
+
+
+def _plan(done: int) -> dict[str, object]:
+    """update_plan's arguments with the first `done` steps completed, the next in progress."""
+    statuses = ["completed"] * done + ["in_progress"] + ["pending"] * len(PLAN)
+    return {"plan": [{"step": s, "status": t} for s, t in zip(PLAN, statuses, strict=False)]}
+
+
+def _just_planned(messages: Sequence[Message]) -> bool:
+    """Whether the last reply with tool calls only planned (a planning call's)."""
+    for m in reversed(messages):
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            return all(c["function"]["name"] == UPDATE_PLAN for c in m["tool_calls"])
+    return False
+
+
+def _work_turns(messages: Sequence[Message]) -> int:
+    """The replies with tool calls so far, leaving out those that only planned."""
+    return sum(
+        1
+        for m in messages
+        if m["role"] == "assistant"
+        and any(c["function"]["name"] != UPDATE_PLAN for c in m.get("tool_calls") or ())
+    )
+
+
 class DemoModel:
     name = "demo"
 
@@ -44,8 +74,13 @@ class DemoModel:
         tools: Sequence[ToolSpec],
         *,
         on_delta: DeltaSink | None = None,
+        force_tool: str | None = None,
     ) -> Reply:
-        reply = self._next(messages, {t.name for t in tools})
+        names = {t.name for t in tools}
+        if force_tool == UPDATE_PLAN and UPDATE_PLAN in names:
+            reply = self._planned(messages)
+        else:
+            reply = self._next(messages, names)
         if on_delta is not None and reply.content:
             words = reply.content.split(" ")
             for i, word in enumerate(words):
@@ -55,28 +90,35 @@ class DemoModel:
             await asyncio.sleep(self.delay_s)
         return reply
 
+    def _planned(self, messages: Sequence[Message]) -> Reply:
+        """A planning call's answer: the plan alone, as far as the run has got."""
+        done = min(_work_turns(messages), len(PLAN) - 1)
+        planned = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
+        text = (
+            f"{DEMO_NOTICE} Asked to plan first, I record my plan."
+            if done == 0
+            else ("Asked to review my plan, I record how far I have got.")
+        )
+        call = ToolCall(f"demo_plan_{planned}", UPDATE_PLAN, json.dumps(_plan(done)))
+        return Reply(content=text, tool_calls=(call,), finish_reason="tool_calls")
+
     def _next(self, messages: Sequence[Message], tools: set[str]) -> Reply:
         task = next((m["content"] for m in messages if m["role"] == "user"), "")
-        turns = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
+        turns = _work_turns(messages)
         results = [m["content"] for m in messages if m["role"] == "tool"]
         if not tools:  # the degraded final call: answer from what we have
             return Reply(content=self._answer(results), finish_reason="stop")
         expression = _expression(str(task))
-        plan = ["Compute with the calculator", "Check the time", "Give the answer"]
         if turns == 0 and "calculator" in tools:
             calls = [_call(1, "calculator", {"expression": expression})]
-            if "update_plan" in tools:
-                statuses = ["in_progress", "pending", "pending"]
-                steps = [{"step": s, "status": t} for s, t in zip(plan, statuses, strict=True)]
-                calls.insert(0, _call(1, "update_plan", {"plan": steps}))
+            if UPDATE_PLAN in tools and not _just_planned(messages):
+                calls.insert(0, _call(1, UPDATE_PLAN, _plan(0)))
             text = f"{DEMO_NOTICE} First I will compute {expression} with the calculator."
             return Reply(content=text, tool_calls=tuple(calls), finish_reason="tool_calls")
         if turns <= 1 and "current_time" in tools and not any("UTC" in r for r in results):
             calls = [_call(2, "current_time", {"timezone": "UTC"})]
-            if "update_plan" in tools:
-                statuses = ["completed", "in_progress", "pending"]
-                steps = [{"step": s, "status": t} for s, t in zip(plan, statuses, strict=True)]
-                calls.append(_call(2, "update_plan", {"plan": steps}))
+            if UPDATE_PLAN in tools:
+                calls.append(_call(2, UPDATE_PLAN, _plan(1)))
             text = "Next I will look up the current time."
             return Reply(content=text, tool_calls=tuple(calls), finish_reason="tool_calls")
         answer = self._answer(results)

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.engine.ports import Price, Rates
-from app.jsonsetting import json_setting
+from app.jsonsource import json_setting
 
 
 class ModelPriceIn(BaseModel):
@@ -37,8 +37,6 @@ def parse_model_prices(value: Any) -> dict[str, ModelPriceIn]:
 
     Raises `ValueError` with one line per problem, each naming the model and the field."""
     value, source = json_setting(value, "FINISHLINE_MODEL_PRICES")
-    if value is None:
-        return {}
     if not isinstance(value, dict):
         raise ValueError(f"{source}: must be a JSON object of model name -> price")
     prices: dict[str, ModelPriceIn] = {}

@@ -57,6 +57,8 @@ class ModelFactory:
         self.demo_delay_s = demo_delay_s
         self.max_response_bytes = max_response_bytes
         self._clients: dict[int, httpx.AsyncClient] = {}
+        self._unforced: set[str] = set()
+        """Models whose endpoint refused `tool_choice` (app.llm.openai), for this process."""
         self._ssl: ssl.SSLContext | None = None
         self._created = 0
 
@@ -113,6 +115,7 @@ class ModelFactory:
             client=client,
             max_response_bytes=self.max_response_bytes,
             price=price,
+            unforced=self._unforced,
         )
 
     async def aclose(self) -> None:

@@ -21,6 +21,13 @@ Failures are translated at this boundary, most specific first, so the engine see
 
 The adapter never retries and never enforces a per-call deadline: the engine does both. The
 client it creates has a generous timeout only as a backstop against a silent peer.
+
+Forcing a tool (`force_tool`, a planning call's `update_plan`) sends OpenAI's
+`tool_choice: {"type": "function", "function": {"name": …}}`, the form OpenAI's API (and
+servers that follow it closely, such as vLLM) take. An endpoint that refuses it (a 400 or 422
+whose message names tool_choice) is asked again at once without it, within the same call, and
+the refusal is remembered for that model (`unforced`, shared by the adapters of one factory),
+so later calls do not send it: the engine asks for the tool in the prompt as well.
 """
 
 from __future__ import annotations
@@ -84,9 +91,12 @@ class OpenAIChatModel:
         extra_headers: Mapping[str, str] | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         price: Price | None = None,
+        unforced: set[str] | None = None,
     ) -> None:
         self.name = model
         self.price = price
+        self.unforced = unforced if unforced is not None else set()
+        """Models whose endpoint refused `tool_choice`: not sent to them again."""
         self.max_response_bytes = max_response_bytes
         self.url = f"{base_url.rstrip('/')}/chat/completions"
         self._owns_client = client is None
@@ -109,18 +119,27 @@ class OpenAIChatModel:
         tools: Sequence[ToolSpec],
         *,
         on_delta: DeltaSink | None = None,
+        force_tool: str | None = None,
     ) -> Reply:
         body: dict[str, Any] = {"model": self.name, "messages": list(messages)}
         if tools:
             body["tools"] = [tool.to_openai() for tool in tools]
+            if force_tool is not None and self.name not in self.unforced:
+                body["tool_choice"] = {"type": "function", "function": {"name": force_tool}}
+        if on_delta is not None:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         started = time.monotonic()
         with _translated_errors(self.url):
-            if on_delta is None:
-                reply = await self._post(body)
-            else:
-                body["stream"] = True
-                body["stream_options"] = {"include_usage": True}
-                reply = await self._stream(body, on_delta)
+            try:
+                reply = await self._send(body, on_delta)
+            except LLMStatusError as exc:
+                if "tool_choice" not in body or not _refuses_tool_choice(exc):
+                    raise
+                self.unforced.add(self.name)
+                log.warning("tool_choice_refused", model=self.name, error=str(exc))
+                del body["tool_choice"]
+                reply = await self._send(body, on_delta)
         log.debug(
             "llm_call_completed",
             model=self.name,
@@ -141,6 +160,9 @@ class OpenAIChatModel:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    async def _send(self, body: dict[str, Any], on_delta: DeltaSink | None) -> Reply:
+        return await (self._post(body) if on_delta is None else self._stream(body, on_delta))
 
     async def _post(self, body: dict[str, Any]) -> Reply:
         headers = {"Accept": "application/json", **self._headers}
@@ -197,6 +219,12 @@ def _translated_errors(url: str) -> Iterator[None]:
         raise LLMResponseError(f"undecodable response body: {_describe(exc)}") from exc
     except httpx.HTTPError as exc:
         raise LLMConnectionError(f"{_describe(exc)} calling {url}") from exc
+
+
+def _refuses_tool_choice(error: LLMStatusError) -> bool:
+    """Whether an endpoint answered that it does not take `tool_choice` (or this one)."""
+    text = error.message.lower()
+    return error.status in (400, 422) and ("tool_choice" in text or "tool choice" in text)
 
 
 async def _status_error(response: httpx.Response) -> LLMStatusError:

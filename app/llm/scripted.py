@@ -1,7 +1,8 @@
 """Deterministic models: `ScriptedModel` answers from a list, `FunctionModel` from a function.
 
 Both record what they were sent (`calls`), for tests and for clients' own tests (DESIGN §6:
-`"model": "scripted"` with a `model_script`).
+`"model": "scripted"` with a `model_script`). Neither can be forced to call a tool: a call's
+`force_tool` is recorded, and the reply is the script's (or the function's) all the same.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class ModelCall:
 
     messages: list[Message]
     tools: list[str]
+    force_tool: str | None = None
+    """The tool the call asked the reply to call (a planning call's update_plan), if any."""
 
 
 def reply_from_script(entry: Mapping[str, Any], index: int) -> Reply:
@@ -82,9 +85,10 @@ class ScriptedModel:
         tools: Sequence[ToolSpec],
         *,
         on_delta: DeltaSink | None = None,
+        force_tool: str | None = None,
     ) -> Reply:
         index = self._start + len(self.calls)
-        self.calls.append(ModelCall(list(messages), [t.name for t in tools]))
+        self.calls.append(ModelCall(list(messages), [t.name for t in tools], force_tool))
         if index >= len(self._replies):
             raise ScriptExhaustedError(
                 f"the model script has {len(self._replies)} replies and call {index + 1} "
@@ -122,8 +126,9 @@ class FunctionModel:
         tools: Sequence[ToolSpec],
         *,
         on_delta: DeltaSink | None = None,
+        force_tool: str | None = None,
     ) -> Reply:
-        self.calls.append(ModelCall(list(messages), [t.name for t in tools]))
+        self.calls.append(ModelCall(list(messages), [t.name for t in tools], force_tool))
         result = self._fn(list(messages), list(tools))
         reply = await result if inspect.isawaitable(result) else result
         _stream(reply, on_delta)

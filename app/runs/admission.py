@@ -91,6 +91,7 @@ class AdmissionRuns:
             if existing is not None:
                 return self._replay(existing, digest), False
         checked = await self.assembler.check(request, sized=sized)
+        request = checked.request  # with its agent profile applied, if it names one
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
@@ -156,6 +157,7 @@ class AdmissionRuns:
             "tools": checked.tool_names,
             "settings": settings_dict(record.settings),
             **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
+            **({"agent": request.agent} if request.agent else {}),
         }
         try:  # the run and its run.queued event in one write
             await self.store.create(record, first_event=(EventType.RUN_QUEUED, 0, queued))

@@ -17,12 +17,14 @@ from app.runs.spec import RunRequest
 
 @dataclass(frozen=True, slots=True)
 class CheckedRequest:
-    """A request the server accepts: the model that runs it, every setting resolved, and the
-    names of its tools (registered, then request-declared)."""
+    """A request the server accepts: the model that runs it, every setting resolved, the
+    names of its tools (registered, then request-declared), and the request the run is made
+    of: the one given, with its agent profile's values as defaults when it names one."""
 
     model: str
     limits: Limits
     tool_names: list[str]
+    request: RunRequest
 
 
 @dataclass(slots=True)

@@ -179,7 +179,8 @@ class ApprovalState(BaseModel):
 
 
 class RunRecord(BaseModel):
-    """A run as stored. `request` is what the client asked for; `settings` what it resolved to
+    """A run as stored. `request` is what the client asked for (with its agent profile's values
+    where it named one and gave none: what the run is made of); `settings` what it resolved to
     (every per-run setting, the server's default where the request named none).
 
     Stored as JSON: `request` without its null fields, as sent; `settings` as an object of

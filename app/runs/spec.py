@@ -248,6 +248,14 @@ class RunRequest(BaseModel):
         "run, attempts recorded on it) and/or 'requires_action' (each time the run begins to "
         "wait for a person; attempts are logged, not recorded).",
     )
+    agent: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+        description="An agent profile of this server (GET /agents): its values are this run's "
+        "defaults. Any field this request gives replaces the profile's (lists such as `tools` "
+        "whole); `settings` merge key by key, the request's winning; caps hold as always. "
+        "An unknown name is a 422.",
+    )
     previous_run_id: str | None = Field(
         None,
         pattern=r"^run_[0-9A-Z]{26}$",

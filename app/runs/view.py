@@ -49,6 +49,10 @@ class RunView(BaseModel):
         None,
         description="The system prompt it runs with: the request's, or the one inherited from its previous run.",
     )
+    agent: str | None = Field(
+        None,
+        description="The agent profile it was made from (its values the run's defaults), or null.",
+    )
     model: str = Field(description="The model that runs it.")
     tools: list[str] = Field(description="Tools it may call, as the request named them.")
     mcp_servers: list[str] = Field(
@@ -115,6 +119,7 @@ def to_view(record: RunRecord) -> RunView:
         ended_at=record.ended_at,
         task=request.task,
         system_prompt=record.system_prompt,
+        agent=request.agent,
         model=record.model,
         tools=list(request.tools),
         mcp_servers=list(request.mcp_servers),

@@ -36,6 +36,8 @@ PROTECTED = [
     ("POST", f"/runs/{RUN}/stream-token"),
     ("GET", "/tools"),
     ("GET", "/settings"),
+    ("GET", "/agents"),
+    ("GET", "/agents/researcher"),
 ]
 
 

@@ -60,3 +60,32 @@ async def test_a_run_sees_the_overridden_text(tmp_path: Path) -> None:
         e for e in page["events"] if e["type"] == "intervention" and e["kind"] == "stop_prompt"
     ]
     assert [n["message"] for n in nudges] == ["CUSTOM STOP PROMPT"]
+
+
+async def test_a_planned_run_sees_the_overridden_planning_texts(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[zh]\nplanning_prompt = "先计划"\nplanning_nudge = "请调用 update_plan"\n'
+    )
+    script = [
+        {"content": "no plan"},
+        {"content": "still none"},
+        {"tool_calls": [{"name": "task_finished", "arguments": {"answer": "a"}}]},
+    ]
+    body = {
+        "task": "t",
+        "model": "scripted",
+        "model_script": script,
+        "settings": {"planning_interval": 1, "prompt_language": "zh"},
+    }
+    async with api_client(service_settings(prompts_file=path)) as client:
+        run = (await client.post("/runs", json=body)).json()
+        await client.get(f"/runs/{run['id']}/wait", params={"timeout_s": 5})
+        page = (
+            await client.get(f"/runs/{run['id']}/events", headers={"Accept": "application/json"})
+        ).json()
+    planning = [
+        e["message"]
+        for e in page["events"]
+        if e["type"] == "intervention" and e["kind"] == "planning"
+    ]
+    assert planning == ["先计划", "请调用 update_plan"]

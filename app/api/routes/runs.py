@@ -72,7 +72,7 @@ def _run(view: RunView, status: int) -> Response:
         415: {"model": ErrorBody},
         422: {
             "model": ErrorBody,
-            "description": "Unknown field, a value over a server cap, an unknown tool or model, a host not allowed.",
+            "description": "Unknown field, a value over a server cap, an unknown tool, model or agent profile, a host not allowed.",
         },
         429: {
             "model": ErrorBody,

@@ -51,10 +51,12 @@ async function boot() {
   });
   let info;
   let tools;
+  let agents;
   try {
     info = await get("settings");
     auth.required = info.auth;
     tools = await get("tools");
+    agents = (await get("agents")).agents;
   } catch (error) {
     banner.textContent =
       error.status === 401
@@ -64,7 +66,7 @@ async function boot() {
     return;
   }
   $("#key-button").hidden = !auth.required;
-  form.fill(info, tools);
+  form.fill(info, tools, agents);
   window.addEventListener("hashchange", () => route());
   route({ initial: true });
   await runs.refresh();

@@ -1,6 +1,8 @@
-// The "start a run" form: task, model, tools and every per-run setting, built from
-// GET /settings and GET /tools. Only settings changed from their default are sent, so the
-// server stays the judge of caps: its 4xx message is shown next to the form.
+// The "start a run" form: an agent profile, task, model, tools and every per-run setting,
+// built from GET /settings, GET /tools and GET /agents. Only settings changed from their
+// default are sent (with an agent picked: from the agent's), so the server stays the judge
+// of caps: its 4xx message is shown next to the form. Picking an agent shows its tools,
+// model and settings in the form; the run names it and sends only what was changed.
 
 import { ApiError, post } from "./api.js";
 import { clear, count, el } from "./dom.js";
@@ -15,6 +17,7 @@ export class RunForm {
     this.form = form;
     this.onCreated = onCreated;
     this.settings = {};
+    this.agents = {};
     this.error = form.querySelector("#form-error");
     this.submit = form.querySelector("button[type=submit]");
     form.addEventListener("submit", (event) => {
@@ -30,8 +33,9 @@ export class RunForm {
     });
   }
 
-  fill(info, tools) {
+  fill(info, tools, agents = []) {
     this.settings = info.settings;
+    this.defaultModel = info.default_model;
     const models = this.form.querySelector("#model-list");
     clear(models).append(...info.models.map((name) => el("option", { value: name })));
     const model = this.form.querySelector("#model");
@@ -53,6 +57,45 @@ export class RunForm {
     for (const [name, setting] of Object.entries(info.settings)) {
       grid.append(settingField(name, setting));
     }
+
+    this.agents = Object.fromEntries(agents.map((agent) => [agent.name, agent]));
+    const picker = this.form.querySelector("#agent");
+    picker.replaceChildren(picker.options[0],
+      ...agents.map((agent) => el("option", { value: agent.name }, agent.name)));
+    this.agentHint = this.form.querySelector("#agent-hint");
+    this.agentHintText = this.agentHint.textContent;
+    picker.addEventListener("change", () => this.#pick(picker.value));
+    this.form.querySelector("#agent-field").hidden = agents.length === 0;
+  }
+
+  /** The agent picked, or null. */
+  get agent() {
+    return this.agents[this.form.querySelector("#agent").value] ?? null;
+  }
+
+  /** The form shows what a run gets from agent `name` (or from the server alone: ""). */
+  #pick(name) {
+    const agent = this.agents[name] ?? null;
+    const form = this.form;
+    const own = new Set((agent?.tools ?? []).map((tool) => tool.name));
+    for (const box of form.querySelectorAll("input[name=tools]")) {
+      box.checked = agent ? own.has(box.value) : true;
+    }
+    form.querySelector("#model").placeholder = agent?.model ?? this.defaultModel;
+    for (const input of form.querySelectorAll("[data-setting]")) {
+      const value = this.#initial(input.dataset.setting);
+      if (input.type === "checkbox") input.checked = value === true;
+      else input.value = value ?? "";
+    }
+    this.agentHint.textContent = agent
+      ? `${agent.description} Tools: ${[...own].join(", ") || "none"}; model ${agent.model}.`
+      : this.agentHintText;
+  }
+
+  /** A setting's value when the form leaves it alone: the agent's, else the server's. */
+  #initial(name) {
+    const agent = this.agent;
+    return agent ? agent.settings[name] : this.settings[name].default;
   }
 
   showError(message, field = null) {
@@ -70,13 +113,17 @@ export class RunForm {
   #body() {
     const form = this.form;
     const body = { task: form.querySelector("#task").value.trim() };
+    const agent = this.agent;
+    if (agent) body.agent = agent.name;
     const model = form.querySelector("#model").value.trim();
     if (model) body.model = model;
-    body.tools = [...form.querySelectorAll("input[name=tools]:checked")].map((i) => i.value);
+    const tools = [...form.querySelectorAll("input[name=tools]:checked")].map((i) => i.value);
+    if (!agent || !sameTools(tools, agent, form)) body.tools = tools;
     const settings = {};
     for (const input of form.querySelectorAll("[data-setting]")) {
       const name = input.dataset.setting;
-      const { default: initial, kind } = this.settings[name];
+      const { kind } = this.settings[name];
+      const initial = this.#initial(name);
       let value;
       if (kind === "boolean") {
         value = input.checked;
@@ -132,6 +179,13 @@ class FormError extends Error {
     super(message);
     this.field = field;
   }
+}
+
+/** Whether the boxes checked are the agent's tools among those the form lists. */
+function sameTools(checked, agent, form) {
+  const listed = new Set([...form.querySelectorAll("input[name=tools]")].map((i) => i.value));
+  const own = agent.tools.map((tool) => tool.name).filter((name) => listed.has(name));
+  return checked.length === own.length && own.every((name) => checked.includes(name));
 }
 
 function firstSentence(text) {

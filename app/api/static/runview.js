@@ -162,7 +162,8 @@ export class RunView {
     this.task.textContent = run.task;
     const names = [...run.tools, ...(run.mcp_servers || []).map((name) => `${name}__*`)];
     const tools = names.length ? ` · tools ${names.join(", ")}` : "";
-    this.model.textContent = `model ${run.model}${tools}`;
+    const agent = run.agent ? `agent ${run.agent} · ` : "";
+    this.model.textContent = `${agent}model ${run.model}${tools}`;
     if (run.previous_run_id) {
       const href = `#/runs/${encodeURIComponent(run.previous_run_id)}`;
       this.previous.append("Follow-up of ", el("a", { href }, el("code", { text: run.previous_run_id })));
@@ -306,6 +307,7 @@ export class RunView {
     const run = this.run;
     // request-declared HTTP tools are not carried over: their header values come back masked
     const body = { task, previous_run_id: this.id, model: run.model, tools: run.tools };
+    if (run.agent) body.agent = run.agent; // the same agent goes on (its settings, its prompt)
     const created = await post("runs", body);
     this.onCreated?.(created);
   }

@@ -8,6 +8,7 @@ const INTERVENTIONS = {
   repetition: { label: "Repetition hint", tone: "repeat" },
   progress: { label: "Progress", tone: "info" },
   context_trim: { label: "Context trimmed", tone: "info" },
+  planning: { label: "Planning", tone: "info" },
   timeout: { label: "Limit: time", tone: "limit" },
   max_steps: { label: "Limit: steps", tone: "limit" },
   token_budget: { label: "Limit: token budget", tone: "limit" },

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.jsonsetting import json_setting
+from app.jsonsource import json_setting
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_)){0,31}$")
 """1 to 32 letters, digits, '-' or '_', starting with a letter or digit, no '__' (the
@@ -77,8 +77,6 @@ def parse_mcp_servers(value: Any) -> dict[str, McpServerConfig]:
     Raises `ValueError` with one line per problem, each naming the server and the field.
     """
     value, source = json_setting(value, "FINISHLINE_MCP_SERVERS")
-    if value is None:
-        return {}
     if not isinstance(value, dict):
         raise ValueError(f"{source}: must be a JSON object of server name -> server")
     problems = [
