@@ -17,6 +17,7 @@ from app.engine.replycap import CappedModel
 from app.engine.state import RunState
 from app.engine.steps import Checkpoint, Intervention, LLMCalled
 from app.llm.scripted import FunctionModel, ScriptedModel
+from app.tools.plan import UpdatePlanTool
 from tests.engine.kit import call, collect, echo_tool, ending, finish, of_type, says
 
 PRICE = Price(Rates(input=2.0, output=10.0, cached_input=0.5))
@@ -241,3 +242,16 @@ def test_the_look_ahead_prices_a_prompt_at_its_tiers_input_rate() -> None:
     assert tiered.prompt_cost(200_000) == pytest.approx(0.4)
     assert tiered.prompt_cost(200_001) == pytest.approx(0.800004)
     assert PRICE.prompt_cost(1000) == 0.002
+
+
+async def test_planning_calls_are_priced_and_count_in_the_runs_cost() -> None:
+    planned = Reply(tool_calls=(call("update_plan", {"plan": [{"step": "answer"}]}),))
+    replies = [
+        Reply(tool_calls=planned.tool_calls, usage=used(1000, 100)),  # the planning call
+        done(used(1000, 100)),
+    ]
+    model = ScriptedModel(replies, price=PRICE)
+    limits = Limits(planning_interval=3)
+    steps = await collect(run_react(task="t", model=model, tools=[UpdatePlanTool()], limits=limits))
+    assert [c.cost_usd for c in of_type(steps, LLMCalled)] == [0.003, 0.003]
+    assert ending(steps).usage.cost_usd == 0.006
