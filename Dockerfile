@@ -56,6 +56,8 @@
 #     FINISHLINE_LLM_API_KEY=                    bearer key of that endpoint (or OPENAI_API_KEY)
 #     FINISHLINE_LLM_MODEL=gpt-4o-mini           model name sent when a run names none
 #     FINISHLINE_LLM_MAX_RESPONSE_BYTES=8388608  most of one LLM response read; more fails
+#     FINISHLINE_MODEL_PRICES=                   prices of models by name, over genai-prices':
+#                                                JSON or @/path/to/file.json (mount it)
 #     FINISHLINE_SCRIPTED_MODEL_ENABLED=true     allow model "scripted" with a model_script
 #     FINISHLINE_DEMO_DELAY_S=0.3                pause per demo-model reply
 #     FINISHLINE_PROMPTS_FILE=                   TOML file overriding runtime texts (mount it)
@@ -80,6 +82,7 @@
 #     FINISHLINE_REPETITION_THRESHOLD=2          FINISHLINE_REPETITION_THRESHOLD_LIMIT=100
 #     FINISHLINE_MAX_TOOL_RESULT_CHARS=2000      FINISHLINE_MAX_TOOL_RESULT_CHARS_LIMIT=100000
 #     FINISHLINE_MAX_TOTAL_TOKENS=               FINISHLINE_MAX_TOTAL_TOKENS_LIMIT=
+#     FINISHLINE_MAX_COST_USD=                   FINISHLINE_MAX_COST_USD_LIMIT=
 #     FINISHLINE_MAX_CONTEXT_TOKENS=             FINISHLINE_MAX_CONTEXT_TOKENS_LIMIT=
 #     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false

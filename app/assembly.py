@@ -181,6 +181,13 @@ class RunAssembly:
         except ModelUnavailableError as exc:
             field_name = "model_script" if "model_script is only" in str(exc) else "model"
             raise InvalidRunError(field_name, str(exc)) from exc
+        if limits.max_cost_usd is not None and self.models.price(model) is None:
+            raise InvalidRunError(  # a budget that cannot be measured is refused, not ignored
+                "settings.max_cost_usd",
+                f"model {model!r} has no known price, so a cost budget cannot be measured: "
+                "the server can price it with FINISHLINE_MODEL_PRICES",
+                model=model,
+            )
         names = [*dict.fromkeys([*request.tools, *mcp_names, *planning])]
         names += [t.name for t in request.http_tools]
         if request.approval is not None:  # (client tools wait for their result anyway)

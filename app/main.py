@@ -42,7 +42,8 @@ Run ReAct LLM agents over HTTP, and know when they are done.
 
 POST a task to `/runs`; follow every thought, tool call and result over SSE at
 `/runs/{id}/events`; every run ends with exactly one terminal event and one reason
-(finished, answered, max_steps, timeout, token_budget, nudge_limit, cancelled, error).
+(finished, answered, max_steps, timeout, token_budget, cost_budget, nudge_limit, cancelled,
+error).
 """
 
 
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             scripted_enabled=settings.scripted_model_enabled,
             demo_delay_s=settings.demo_delay_s,
             max_response_bytes=settings.llm_max_response_bytes,
+            prices=settings.model_prices,
         )
         assembly = RunAssembly(settings=settings, registry=registry, models=models, prompts=prompts)
         metrics = RunMetrics()

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from app.agents import AgentProfile, parse_agents
 from app.engine.declarations import Declared, declared
 from app.engine.policies import Limits
+from app.llm.model_prices import ModelPriceIn, parse_model_prices
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 CommaList = Annotated[list[str], NoDecode]
@@ -192,6 +193,12 @@ class ServerSettings(BaseSettings):
         description="Most of one LLM response body read; a larger one fails the call "
         "(llm_response_too_large, not retried).",
     )
+    model_prices: Annotated[dict[str, ModelPriceIn], NoDecode] = Field(
+        default_factory=dict,
+        description="Prices of models by the name a run uses, over genai-prices' (JSON, or "
+        '@path to a JSON file): {"MODEL": {"input_per_mtok": USD, "output_per_mtok": USD, '
+        '"cached_input_per_mtok": USD}} (cached optional). See README, "What a run costs".',
+    )
     scripted_model_enabled: bool = Field(
         True, description="Allow runs with model 'scripted' and a model_script."
     )
@@ -247,6 +254,11 @@ class ServerSettings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _parse_model_prices(cls, value: Any) -> Any:
+        return parse_model_prices(value)
 
     @field_validator("mcp_servers", mode="before")
     @classmethod

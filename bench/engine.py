@@ -5,10 +5,11 @@ by round (the order shuffled each round) so that drift (CPU frequency, other loa
 them alike:
 
 - **engine**: `run_react` with every guard on: the stop tool, repetition detection,
-  truncation, progress messages, a context cap and a token budget (both too large to
-  trigger, so their checks run every step), the run-wide deadline and cancel guard; each
-  step recorded into an in-memory sink that does what `RunManager` does per step minus
-  storage (`step.payload()` into a dict with seq/type/step, appended to a list).
+  truncation, progress messages, a context cap, a token budget and a cost budget (all too
+  large to trigger, so their checks run every step; the scripted model is priced, at 0),
+  the run-wide deadline and cancel guard; each step recorded into an in-memory sink that
+  does what `RunManager` does per step minus storage (`step.payload()` into a dict with
+  seq/type/step, appended to a list).
 - **floor**: a minimal hand-written asyncio loop making the same calls (`complete` on the
   same `ScriptedModel`, the no-op tool) and appending the same assistant and tool messages,
   nothing else.
@@ -57,6 +58,7 @@ LIMITS = Limits(
     progress=True,
     max_context_tokens=10_000_000,
     max_total_tokens=10_000_000,
+    max_cost_usd=1_000_000.0,
 )
 DEFAULT_LIMITS = Limits(max_steps=100)
 """The per-run defaults: stop tool, repetition and truncation on; no progress, no caps."""

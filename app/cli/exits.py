@@ -23,6 +23,7 @@ class ExitCode(IntEnum):
     FAILED = 8  # the run ended with reason error
     API_ERROR = 9  # the service answered with an error (4xx/5xx), printed with its message
     UNREACHABLE = 10  # cannot connect, or the stream was lost and reconnecting failed
+    COST_BUDGET = 11
     DETACHED = 130  # Ctrl-C while following, run left going
 
 
@@ -32,6 +33,7 @@ REASON_EXIT_CODES: dict[StopReason, ExitCode] = {
     StopReason.MAX_STEPS: ExitCode.MAX_STEPS,
     StopReason.TIMEOUT: ExitCode.TIMEOUT,
     StopReason.TOKEN_BUDGET: ExitCode.TOKEN_BUDGET,
+    StopReason.COST_BUDGET: ExitCode.COST_BUDGET,
     StopReason.NUDGE_LIMIT: ExitCode.NUDGE_LIMIT,
     StopReason.CANCELLED: ExitCode.CANCELLED,
     StopReason.ERROR: ExitCode.FAILED,
@@ -69,6 +71,7 @@ exit codes:
   7    cancelled                         8  failed (reason error)
   9    the service answered with an error (its message is printed)
   10   cannot connect to the service, or the event stream was lost
+  11   the run ended with cost_budget
   130  detached with Ctrl-C; the run goes on
 
 environment:

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from app.cli.client import Event
 from app.cli.exits import reason_of
-from app.cli.text import compact_arguments, local_time, one_line
+from app.cli.text import compact_arguments, local_time, one_line, usd
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 
 
@@ -42,7 +42,8 @@ def event_summary(event: Event) -> str:
         final = " final" if event.get("final") else ""
         return (
             f"{event.get('model')} {event.get('duration_ms')} ms "
-            f"{event.get('prompt_tokens')}+{event.get('completion_tokens')} tokens{final}"
+            f"{event.get('prompt_tokens')}+{event.get('completion_tokens')} tokens "
+            f"{usd(event.get('cost_usd'))}{final}"
         )
     if kind == EventType.USER_MESSAGE:
         late = "" if event.get("delivered", True) else " [not delivered: the run had ended]"
@@ -63,6 +64,7 @@ def event_summary(event: Event) -> str:
             parts.append(f"error={event['error'].get('type')}: {event['error'].get('message')}")
         usage = event.get("usage") or {}
         parts.append(f"steps={usage.get('steps', 0)} tokens={usage.get('total_tokens', 0)}")
+        parts.append(f"cost={usd(usage.get('cost_usd', 0.0))}")
         return " ".join(parts)
     payload = {k: v for k, v in event.items() if k not in ("run_id", "seq", "type", "ts", "step")}
     return one_line(json.dumps(payload, ensure_ascii=False, default=str), 160) if payload else ""

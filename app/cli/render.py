@@ -27,7 +27,7 @@ from rich.text import Text
 
 from app.cli.client import Event
 from app.cli.exits import reason_of
-from app.cli.text import compact_arguments, head, local_time, one_line, usage_text
+from app.cli.text import compact_arguments, head, local_time, one_line, usage_text, usd
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 
 LABEL_WIDTH = 12
@@ -109,8 +109,9 @@ _TERMINAL_STATUS: dict[str, str] = {
 
 
 class _Status:
-    """The live line under the events: steps of max_steps, time of max_time_s, tokens.
-    Rendered afresh at each refresh, so the clock moves between events."""
+    """The live line under the events: steps of max_steps, time of max_time_s, tokens, cost
+    (unknown once a call had no price). Rendered afresh at each refresh, so the clock moves
+    between events."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -120,6 +121,7 @@ class _Status:
         self.started_at: float | None = None  # epoch seconds, from run.started's ts
         self.ended_at: float | None = None
         self.tokens = 0
+        self.cost_usd: float | None = 0.0
 
     def elapsed(self) -> float:
         if self.started_at is None:
@@ -136,6 +138,7 @@ class _Status:
             Text(f"time {self.elapsed():.1f}{time_of}", style="bold"),
             ProgressBar(total=self.max_time_s or None, completed=self.elapsed(), width=20),
             Text(f"tokens {self.tokens}", style="dim"),
+            Text(f"cost {usd(self.cost_usd)}", style="dim"),
         )
         return grid
 
@@ -240,6 +243,11 @@ class RunRenderer:
     def _llm_call(self, event: Event) -> None:
         self.status.tokens += int(event.get("prompt_tokens") or 0)
         self.status.tokens += int(event.get("completion_tokens") or 0)
+        cost, spent = event.get("cost_usd"), self.status.cost_usd
+        if isinstance(cost, int | float) and spent is not None:
+            self.status.cost_usd = spent + cost
+        else:
+            self.status.cost_usd = None
 
     def _llm_retry(self, event: Event) -> None:
         text = (

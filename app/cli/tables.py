@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli.render import LABEL_WIDTH, STATUS_STYLES, ending_rows
-from app.cli.text import local_time
+from app.cli.text import local_time, usd
 
 
 def _status(status: str) -> Text:
@@ -28,6 +28,7 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     table.add_column("reason", no_wrap=True)
     table.add_column("model", overflow="ellipsis", no_wrap=True, min_width=6, max_width=24)
     table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
     table.add_column("created", no_wrap=True)
     for run in runs:
         result = run.get("result") or {}
@@ -40,6 +41,7 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
             reason,
             str(run.get("model")),
             str((run.get("usage") or {}).get("steps", 0)),
+            usd((run.get("usage") or {}).get("cost_usd")),
             local_time(run.get("created_at")),
         )
     return table

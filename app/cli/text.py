@@ -54,4 +54,15 @@ def usage_text(usage: dict[str, Any] | None) -> str:
         f"steps {usage.get('steps', 0)} · llm calls {usage.get('llm_calls', 0)} · "
         f"tool calls {usage.get('tool_calls', 0)} · tokens {usage.get('total_tokens', 0)} "
         f"({usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion)"
+        f" · cost {usd(usage.get('cost_usd', 0.0))}"
     )
+
+
+def usd(value: Any) -> str:
+    """A cost as a person reads it: `$0.000165`, `$1.5`, `$0`; `unknown` for null (the model
+    has no known price) and for anything else that is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "unknown"
+    if value and abs(value) < 0.000_001:
+        return f"${value:.1e}"
+    return "$" + (f"{value:.6f}".rstrip("0").rstrip(".") or "0")

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from app.engine.context import RunContext
 from app.engine.errors import LLMError, LLMTimeoutError
 from app.engine.guard import DeadlineError
+from app.engine.policies import StopReason, prompt_over_cost_budget
 from app.engine.ports import Reply, ToolSpec
 from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
 from app.engine.tokens import estimate_reply_tokens
@@ -88,13 +89,21 @@ async def ask(
 
 
 def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCalled:
-    """Count the call and its tokens (estimated when the provider reported none)."""
+    """Count the call, its tokens (estimated when the provider reported none) and its cost
+    (from those tokens at the run's price, resolved once; None when it has none)."""
     st = run.state
     usage = reply.usage
     if usage is None:
         usage = estimate_reply_tokens(st.prompt_estimate + run.spec_tokens, reply)
     st.llm_calls += 1
     st.add_tokens(usage)
+    price = run.price
+    cost: float | None = None
+    if price is not None:
+        cost = spent = price.cost(usage)
+        st.cost_usd += spent
+    else:
+        st.unpriced_calls += 1
     return LLMCalled(  # positional, in field order: keywords cost more to match
         st.step,
         run.model.name,
@@ -104,4 +113,19 @@ def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCa
         usage.estimated,
         len(reply.tool_calls),
         final,
+        usage.cached_tokens,
+        cost,
     )
+
+
+def prompt_over_budget(run: RunContext) -> StopReason | None:
+    """Top of a step, with a cost budget: `cost_budget` when the next call's prompt alone
+    would pass it, the prompt estimated as the conversation stands (at most
+    max_context_tokens when capped: the trim keeps it under) and priced at the input rate."""
+    limits, price = run.limits, run.price
+    if limits.max_cost_usd is None or price is None:
+        return None
+    tokens = run.state.prompt_estimate + run.spec_tokens
+    if limits.max_context_tokens is not None:
+        tokens = min(tokens, limits.max_context_tokens)
+    return prompt_over_cost_budget(run.state.cost_usd, price.prompt_cost(tokens), limits)

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.engine.guard import Guard
 from app.engine.policies import InterventionKind, Limits
-from app.engine.ports import ChatModel, Clock, ResumableModel, Tool, ToolContext
+from app.engine.ports import ChatModel, Clock, Price, ResumableModel, Tool, ToolContext
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.steps import Intervention
@@ -36,6 +36,8 @@ class RunContext:
     """Names of the tools whose calls wait for a person's approval (DESIGN §9)."""
     deadline: float = 0.0
     """The whole-run deadline by `clock`, set when the run starts."""
+    price: Price | None = None
+    """The model's price, read once when the run starts; None: its calls are unpriced."""
     resumable: ResumableModel | None = field(init=False, default=None)
     """`model`, when it has state of its own for the checkpoints to carry (else None)."""
 

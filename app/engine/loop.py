@@ -2,8 +2,8 @@
 
 `run_react(...)` yields typed steps (`app.engine.steps`) and always ends with exactly one
 `Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
-max_steps, nudges), around each await (deadline and cancel interrupt in-flight LLM and tool
-calls through `Guard`), and after the step (token budget).
+max_steps, nudges, the next prompt's cost), around each await (deadline and cancel interrupt
+in-flight LLM and tool calls through `Guard`), and after the step (token and cost budgets).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import structlog
 from app.engine.acting import ToolStep, assistant_message, only_finish, reply_of, tool_specs
 from app.engine.acting import task_finished_spec as task_finished_spec  # re-exported
 from app.engine.approving import settle_pending
-from app.engine.asking import ask
+from app.engine.asking import ask, prompt_over_budget
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
@@ -30,7 +30,7 @@ from app.engine.policies import (
     Limits,
     StopReason,
     nudges_exhausted,
-    over_token_budget,
+    over_budget,
     past_deadline,
     planning_due,
 )
@@ -128,6 +128,7 @@ class ReactRun:
             log=log.bind(),  # resolved once per run, with the logging config of the moment
             tool_ctx=ToolContext(run_id=handles.get("run_id", ""), plan=state.plan),
             approval=frozenset(inputs.approval),
+            price=inputs.model.price,
         )
 
     # -- the loop -----------------------------------------------------------------------
@@ -189,8 +190,7 @@ class ReactRun:
                     self.run.log.info("run_suspended", pending=len(self.suspended.pending))
                     yield self.suspended
                     return
-
-                budget = over_token_budget(st.total_tokens, limits)
+                budget = over_budget(st.total_tokens, st.cost_usd, limits)
                 if budget is not None:
                     async for item in self._final_answer(budget):
                         yield item
@@ -212,7 +212,7 @@ class ReactRun:
         if self.run.guard.cancelled:
             return self._end(StopReason.CANCELLED)
         limit = past_deadline(self.run.clock(), self.run.deadline) or (
-            StopReason.MAX_STEPS if st.step >= limits.max_steps else None
+            StopReason.MAX_STEPS if st.step >= limits.max_steps else prompt_over_budget(self.run)
         )
         if limit is not None:
             return limit

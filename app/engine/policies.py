@@ -21,6 +21,7 @@ class StopReason(StrEnum):
     MAX_STEPS = "max_steps"  # max_steps LLM turns used up
     TIMEOUT = "timeout"  # the whole-run deadline passed
     TOKEN_BUDGET = "token_budget"  # max_total_tokens spent
+    COST_BUDGET = "cost_budget"  # max_cost_usd spent, or the next prompt would pass it
     NUDGE_LIMIT = "nudge_limit"  # max_nudges stop prompts in a row went unheeded
     CANCELLED = "cancelled"  # somebody cancelled the run
     ERROR = "error"  # the model was unreachable after retries, or a bug
@@ -37,12 +38,14 @@ class InterventionKind(StrEnum):
     TOKEN_BUDGET = "token_budget"
     CONTEXT_TRIM = "context_trim"
     PLANNING = "planning"  # a planning call's prompt (plan-then-execute), or its nudge
+    COST_BUDGET = "cost_budget"
 
 
 LIMIT_INTERVENTIONS = {
     StopReason.TIMEOUT: InterventionKind.TIMEOUT,
     StopReason.MAX_STEPS: InterventionKind.MAX_STEPS,
     StopReason.TOKEN_BUDGET: InterventionKind.TOKEN_BUDGET,
+    StopReason.COST_BUDGET: InterventionKind.COST_BUDGET,
 }
 
 PromptLanguage = Literal["en", "zh"]
@@ -105,6 +108,12 @@ class Limits:
     max_total_tokens: int | None = setting(
         None, "Token budget of the run; null = none.", ge=1, cap=None
     )
+    max_cost_usd: float | None = setting(
+        None,
+        "Cost budget of the run in USD; null = none. Needs a model with a known price.",
+        gt=0,
+        cap=None,
+    )
     max_context_tokens: int | None = setting(
         None,
         "Cap on one LLM call's prompt; over it the oldest tool results are elided, then a "
@@ -114,7 +123,7 @@ class Limits:
     )
     final_answer_on_limit: bool = setting(
         True,
-        "At a step, time or token limit, ask once more for a best answer without tools.",
+        "At a step, time, token or cost limit, ask once more for a best answer without tools.",
     )
     stream_tokens: bool = setting(False, "Stream LLM output as token events.")
     prompt_language: PromptLanguage = setting("en", "Language of the texts the runtime injects.")
@@ -144,10 +153,23 @@ def nudges_exhausted(nudges_in_row: int, limits: Limits) -> StopReason | None:
     return StopReason.NUDGE_LIMIT if nudges_in_row >= limits.max_nudges else None
 
 
-def over_token_budget(total_tokens: int, limits: Limits) -> StopReason | None:
-    """After a step's tools: the run's token budget."""
+def over_budget(total_tokens: int, cost_usd: float, limits: Limits) -> StopReason | None:
+    """After a step's tools: the run's token budget, then its cost budget. `cost_usd` is what
+    the run's priced calls cost (all of them, unless a call's model had no known price)."""
     if limits.max_total_tokens is not None and total_tokens >= limits.max_total_tokens:
         return StopReason.TOKEN_BUDGET
+    if limits.max_cost_usd is not None and cost_usd >= limits.max_cost_usd:
+        return StopReason.COST_BUDGET
+    return None
+
+
+def prompt_over_cost_budget(
+    cost_usd: float, prompt_cost_usd: float, limits: Limits
+) -> StopReason | None:
+    """Top of a step: the next call's prompt alone would take the spend past the budget."""
+    budget = limits.max_cost_usd
+    if budget is not None and cost_usd + prompt_cost_usd > budget:
+        return StopReason.COST_BUDGET
     return None
 
 

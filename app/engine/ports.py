@@ -37,10 +37,57 @@ class TokenUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     estimated: bool = False
+    cached_tokens: int = 0
+    """Of `prompt_tokens`, those the provider served from its prompt cache (billed lower)."""
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """USD per million tokens (and per call), in one tier of a `Price`."""
+
+    input: float
+    output: float
+    cached_input: float
+    per_call: float = 0.0
+    """USD per request, on top of the tokens (a few providers charge one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """What one model's calls cost. Resolved once per run (`app.llm.pricing`), so pricing a
+    call is a few multiplications, in the engine, with no price data at hand.
+
+    `tiers` are (prompt tokens, rates), ascending: a call whose prompt has more tokens than a
+    tier's start pays that tier's rates on all its tokens (the providers' cliff pricing)."""
+
+    rates: Rates
+    tiers: tuple[tuple[int, Rates], ...] = ()
+
+    def rates_for(self, prompt_tokens: int) -> Rates:
+        for start, rates in reversed(self.tiers):
+            if prompt_tokens > start:
+                return rates
+        return self.rates
+
+    def cost(self, usage: TokenUsage) -> float:
+        """USD of one call: uncached and cached input, output, and the per-call fee."""
+        prompt, cached = usage.prompt_tokens, usage.cached_tokens
+        r = self.rates_for(prompt) if self.tiers else self.rates
+        tokens = (prompt - cached) * r.input + cached * r.cached_input
+        return (tokens + usage.completion_tokens * r.output) / 1_000_000 + r.per_call
+
+    def prompt_cost(self, prompt_tokens: int) -> float:
+        """USD of a prompt of `prompt_tokens` at the input rate (the cost budget's look-ahead)."""
+        r = self.rates_for(prompt_tokens) if self.tiers else self.rates
+        return prompt_tokens * r.input / 1_000_000
+
+
+FREE = Price(Rates(0.0, 0.0, 0.0))
+"""The price of a model that costs nothing: the scripted and demo models, unless priced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +129,11 @@ class ChatModel(Protocol):
     `force_tool` names one of `tools` the reply must call (a planning call's `update_plan`):
     a model that can be forced is (OpenAI's `tool_choice`); one that cannot answers as it
     likes, and the engine, which asks in the prompt too, copes with a reply without it.
+    `price` is what its calls cost; None when unknown (their cost is then null, never a guess).
     """
 
     name: str
+    price: Price | None
 
     async def complete(
         self,

@@ -90,6 +90,7 @@ class CappedModel:
     def __init__(self, model: ChatModel, max_chars: int, prompts: Prompts) -> None:
         self.model = model
         self.name = model.name
+        self.price = model.price
         self.max_chars = max_chars
         self.prompts = prompts
         self._resumable = model if isinstance(model, ResumableModel) else None

@@ -36,6 +36,10 @@ class RunState:
     tool_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost_usd: float = 0.0
+    """What the priced calls cost, in USD."""
+    unpriced_calls: int = 0
+    """Calls whose model had no known price: while there is one, the run's cost is null."""
     nudges_in_row: int = 0
     elapsed_s: float = 0.0
     """Time the run had used when this state was restored (0 for a fresh run)."""
@@ -99,6 +103,7 @@ class RunState:
             tool_calls=self.tool_calls,
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
+            cost_usd=None if self.unpriced_calls else round(self.cost_usd, 12),
         )
 
     def add_tokens(self, usage: TokenUsage) -> None:
@@ -143,6 +148,8 @@ class RunState:
             "tool_calls": self.tool_calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "cost_usd": self.cost_usd,
+            "unpriced_calls": self.unpriced_calls,
             "nudges_in_row": self.nudges_in_row,
             "elapsed_s": elapsed_s,
             "call_counts": self.call_counts.copy(),
@@ -166,6 +173,9 @@ class RunState:
             tool_calls=data["tool_calls"],
             prompt_tokens=data["prompt_tokens"],
             completion_tokens=data["completion_tokens"],
+            # a checkpoint from before costs were kept: its calls' cost is unknown
+            cost_usd=data.get("cost_usd", 0.0),
+            unpriced_calls=data.get("unpriced_calls", data["llm_calls"]),
             nudges_in_row=data["nudges_in_row"],
             elapsed_s=data["elapsed_s"],
             call_counts=dict(data["call_counts"]),

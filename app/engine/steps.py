@@ -28,12 +28,14 @@ class RunUsage:
     tool_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+    """USD; None once a call's model had no known price (a partial sum would understate)."""
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "steps": self.steps,
             "llm_calls": self.llm_calls,
@@ -41,6 +43,7 @@ class RunUsage:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
+            "cost_usd": self.cost_usd,
         }
 
 
@@ -105,7 +108,8 @@ class TokenDelta(_Event):
 
 @dataclass(slots=True)
 class LLMCalled(_Event):
-    """One model call that returned. `final` marks the degraded final-answer call."""
+    """One model call that returned. `final` marks the degraded final-answer call;
+    `cost_usd` is None when the model has no known price, `cached_tokens` part of the prompt."""
 
     type: ClassVar[EventType] = EventType.LLM_CALL
     step: int
@@ -116,6 +120,8 @@ class LLMCalled(_Event):
     estimated: bool
     tool_calls: int
     final: bool = False
+    cached_tokens: int = 0
+    cost_usd: float | None = 0.0
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -126,6 +132,8 @@ class LLMCalled(_Event):
             "estimated": self.estimated,
             "tool_calls": self.tool_calls,
             "final": self.final,
+            "cached_tokens": self.cached_tokens,
+            "cost_usd": self.cost_usd,
         }
 
 

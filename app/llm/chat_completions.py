@@ -9,7 +9,8 @@ actually send (and the ways sloppy ones deviate) is handled in one place:
 - a tool call without an `id` gets a fresh `call_<hex>` one; `arguments` given as a JSON
   object instead of a string are serialised; missing or empty arguments become "{}".
 - `usage` is optional; absent or unreadable usage is None, never an estimate (the engine
-  estimates).
+  estimates). Cached prompt tokens come from `usage.prompt_tokens_details.cached_tokens`
+  (OpenAI's; vLLM and LiteLLM send the same), counted within `prompt_tokens`.
 
 Anything that is not a usable reply raises `LLMResponseError`.
 """
@@ -72,7 +73,10 @@ def parse_usage(raw: Any) -> TokenUsage | None:
     prompt = prompt if _is_count(prompt) else 0
     if not _is_count(completion):
         completion = max(total - prompt, 0) if _is_count(total) else 0
-    return TokenUsage(prompt_tokens=prompt, completion_tokens=completion)
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cached = min(cached, prompt) if _is_count(cached) else 0
+    return TokenUsage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
 
 
 def error_message(body: str, fallback: str) -> str:

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from app.engine.ports import DeltaSink, Message, Reply, ToolCall, ToolSpec
+from app.engine.ports import FREE, DeltaSink, Message, Price, Reply, ToolCall, ToolSpec
 from app.engine.prompts import UPDATE_PLAN
 
 DEMO_NOTICE = (
@@ -64,8 +64,9 @@ def _work_turns(messages: Sequence[Message]) -> int:
 class DemoModel:
     name = "demo"
 
-    def __init__(self, *, delay_s: float = 0.3) -> None:
+    def __init__(self, *, delay_s: float = 0.3, price: Price | None = FREE) -> None:
         self.delay_s = delay_s
+        self.price = price
 
     async def complete(
         self,

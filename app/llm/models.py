@@ -1,6 +1,6 @@
 """Which model a run gets, by name: the configured OpenAI-compatible endpoint, `demo`, or
-`scripted`. Endpoint models share a few HTTP clients (connections are kept alive across
-runs), runs spread over them in turn."""
+`scripted`, each with its price (app.llm.pricing). Endpoint models share a few HTTP clients
+(connections are kept alive across runs), runs spread over them in turn."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from typing import Any
 import httpx
 
 from app.engine.errors import FinishlineError
-from app.engine.ports import ChatModel
+from app.engine.ports import ChatModel, Price
 from app.http_transport import AiohttpTransport
 from app.llm.demo import DemoModel
+from app.llm.model_prices import ModelPriceIn
 from app.llm.openai import DEFAULT_MAX_RESPONSE_BYTES, OpenAIChatModel
+from app.llm.pricing import ModelPrices
 from app.llm.scripted import ScriptedModel
 from app.propagation import propagate
 
@@ -42,9 +44,12 @@ class ModelFactory:
         scripted_enabled: bool = True,
         demo_delay_s: float = 0.3,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        prices: Mapping[str, ModelPriceIn] | None = None,
     ) -> None:
+        """`prices`: FINISHLINE_MODEL_PRICES, over genai-prices' for the endpoint."""
         if base_url is None and api_key is not None:
             base_url = OPENAI_BASE_URL
+        self.prices = ModelPrices(base_url=base_url, overrides=prices)
         self.base_url = base_url
         self.api_key = api_key
         self.default_model = default_model if base_url is not None else DEMO
@@ -75,14 +80,20 @@ class ModelFactory:
             )
         return name
 
+    def price(self, name: str) -> Price | None:
+        """What a run of model `name` starting now pays; None when no price is known."""
+        return self.prices.price(name)
+
     def create(
         self, name: str, script: Sequence[Mapping[str, Any]] | None = None, start: int = 0
     ) -> ChatModel:
-        """`start`: LLM calls the run made before it resumed (the scripted model skips them)."""
+        """`start`: LLM calls the run made before it resumed (the scripted model skips them).
+        Called once per run: the model's price is resolved here, for the whole run."""
+        price = self.prices.price(name)
         if name == SCRIPTED:
-            return ScriptedModel(list(script or ()), start)
+            return ScriptedModel(list(script or ()), start, price=price)
         if name == DEMO:
-            return DemoModel(delay_s=self.demo_delay_s)
+            return DemoModel(delay_s=self.demo_delay_s, price=price)
         assert self.base_url is not None
         self._created += 1
         shard = self._created % CLIENTS
@@ -103,6 +114,7 @@ class ModelFactory:
             api_key=self.api_key,
             client=client,
             max_response_bytes=self.max_response_bytes,
+            price=price,
             unforced=self._unforced,
         )
 

@@ -48,7 +48,7 @@ from app.engine.errors import (
     LLMStatusError,
     LLMTimeoutError,
 )
-from app.engine.ports import DeltaSink, Message, Reply, ToolSpec
+from app.engine.ports import DeltaSink, Message, Price, Reply, ToolSpec
 from app.http_transport import AiohttpTransport
 from app.llm.bodycap import ERROR_BODY_BYTES, capped_lines, read_capped
 from app.llm.chat_completions import (
@@ -77,7 +77,8 @@ class OpenAIChatModel:
     `base_url` is the API root, e.g. "http://localhost:8000/v1" (a trailing slash is fine).
     An injected `client` is used as is (its timeouts, transport, proxies) and left open by
     `aclose()`; otherwise the adapter creates one and closes it. `extra_headers` are sent with
-    every request (e.g. OpenRouter's `HTTP-Referer`, an `OpenAI-Organization`).
+    every request (e.g. OpenRouter's `HTTP-Referer`, an `OpenAI-Organization`). `price` is
+    what its calls cost (`app.llm.pricing`); None: unknown.
     """
 
     def __init__(
@@ -89,9 +90,11 @@ class OpenAIChatModel:
         client: httpx.AsyncClient | None = None,
         extra_headers: Mapping[str, str] | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        price: Price | None = None,
         unforced: set[str] | None = None,
     ) -> None:
         self.name = model
+        self.price = price
         self.unforced = unforced if unforced is not None else set()
         """Models whose endpoint refused `tool_choice`: not sent to them again."""
         self.max_response_bytes = max_response_bytes

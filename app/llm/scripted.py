@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.errors import ScriptExhaustedError
-from app.engine.ports import DeltaSink, Message, Reply, TokenUsage, ToolCall, ToolSpec
+from app.engine.ports import FREE, DeltaSink, Message, Price, Reply, TokenUsage, ToolCall, ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,8 @@ class ScriptedModel:
     """Answers each call with the next reply of its script; fails loudly when it runs out.
 
     A script entry may be a `Reply` or a `model_script` mapping, which may also hold
-    `delay_s` (latency before answering, to script a slow model).
+    `delay_s` (latency before answering, to script a slow model). It costs nothing unless
+    given a `price`.
 
     Its place in the script is state of its own (`ResumableModel`): a run's checkpoint saves
     it, and a run resumed from that checkpoint (another process, another replica) goes on
@@ -70,7 +71,14 @@ class ScriptedModel:
 
     name = "scripted"
 
-    def __init__(self, replies: Sequence[Reply | Mapping[str, Any]], start: int = 0) -> None:
+    def __init__(
+        self,
+        replies: Sequence[Reply | Mapping[str, Any]],
+        start: int = 0,
+        *,
+        price: Price | None = FREE,
+    ) -> None:
+        self.price = price
         self._replies = list(replies)
         self._start = start
         """Replies a run already used before it resumed from a checkpoint."""
@@ -115,9 +123,12 @@ class FunctionModel:
     """Answers each call with `fn(messages, tools)`, sync or async: for replies that depend
     on what the model was sent, or for a model that hangs or fails on cue."""
 
-    def __init__(self, fn: ReplyFunction, *, name: str = "function") -> None:
+    def __init__(
+        self, fn: ReplyFunction, *, name: str = "function", price: Price | None = FREE
+    ) -> None:
         self._fn = fn
         self.name = name
+        self.price = price
         self.calls: list[ModelCall] = []
 
     async def complete(

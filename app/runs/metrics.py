@@ -8,6 +8,11 @@ from app.runs.records import RunRecord
 
 _DURATIONS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
+MODEL_LABELS = 64
+"""Distinct `model` label values at most: requests name models, so past these the rest are
+counted as "other" (a metric's cardinality bounded, whatever clients send)."""
+OTHER_MODELS = "other"
+
 
 class RunMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -35,6 +40,19 @@ class RunMetrics:
             buckets=_DURATIONS,
             registry=r,
         )
+        self.llm_cost = Counter(
+            "finishline_llm_cost_usd",
+            "USD spent on LLM calls with a known price, by model (the final calls included).",
+            ["model"],
+            registry=r,
+        )
+        self.llm_unpriced = Counter(
+            "finishline_llm_unpriced_calls",
+            "LLM calls whose model has no known price (their cost is not in the USD counter).",
+            ["model"],
+            registry=r,
+        )
+        self._models: set[str] = set()
         self.tool_latency = Histogram(
             "finishline_tool_call_seconds",
             "Latency of tool calls.",
@@ -58,8 +76,17 @@ class RunMetrics:
         self.active.set(running)
         self.queued.set(queued)
 
-    def llm_call(self, duration_ms: int) -> None:
+    def llm_call(self, duration_ms: int, model: str, cost_usd: float | None) -> None:
         self.llm_latency.observe(duration_ms / 1000)
+        if model not in self._models:
+            if len(self._models) >= MODEL_LABELS:
+                model = OTHER_MODELS
+            else:
+                self._models.add(model)
+        if cost_usd is None:
+            self.llm_unpriced.labels(model).inc()
+        else:
+            self.llm_cost.labels(model).inc(cost_usd)
 
     def tool_call(self, tool: str, duration_ms: int, *, timed_out: bool) -> None:
         self.tool_latency.labels(tool).observe(duration_ms / 1000)

@@ -92,6 +92,7 @@ class RunRecorder:
                 prompt_tokens=state["prompt_tokens"],
                 completion_tokens=state["completion_tokens"],
                 total_tokens=state["prompt_tokens"] + state["completion_tokens"],
+                cost_usd=None if state["unpriced_calls"] else round(state["cost_usd"], 12),
             )
             await self.store.save_checkpoint(record.id, step.step, state)  # after the queued
             await self.settle(record.id)
@@ -110,7 +111,7 @@ class RunRecorder:
                 data["content"] = step.content[: self.max_event_content_chars]
                 data["content_capped"] = True
         elif step.type == EventType.LLM_CALL:
-            self.metrics.llm_call(data["duration_ms"])
+            self.metrics.llm_call(data["duration_ms"], data["model"], data["cost_usd"])
         queued = self._unsettled.setdefault(record.id, [])
         queued.append(await self.store.append_soon(record.id, step.type, step.step, data))
         if isinstance(step, Action) or len(queued) >= MAX_UNSETTLED:
@@ -122,7 +123,7 @@ class RunRecorder:
         reason: StopReason,
         answer: str | None = None,
         degraded: bool = False,
-        usage: dict[str, int] | None = None,
+        usage: dict[str, Any] | None = None,
         error: RunError | None = None,
     ) -> None:
         """Store the record terminal and the terminal event in one write, after everything
@@ -138,7 +139,7 @@ class RunRecorder:
         reason: StopReason,
         answer: str | None = None,
         degraded: bool = False,
-        usage: dict[str, int] | None = None,
+        usage: dict[str, Any] | None = None,
         error: RunError | None = None,
     ) -> tuple[EventType, int, dict[str, Any]]:
         """Make the record terminal (in memory) and give its terminal event (type, step,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field, field_serializer, model_validator
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.engine.policies import Limits, StopReason
@@ -117,6 +117,19 @@ class Usage(BaseModel):
         0, description="Completion tokens (the provider's, else estimated)."
     )
     total_tokens: int = Field(0, description="prompt_tokens + completion_tokens.")
+    cost_usd: float | None = Field(
+        0.0,
+        description="What the LLM calls cost in USD, the final call included; null when a "
+        "call's model has no known price (see README, What a run costs).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_before_costs(cls, data: Any) -> Any:
+        """A run stored before costs were kept: the cost of its calls is unknown."""
+        if isinstance(data, dict) and "cost_usd" not in data and data.get("llm_calls"):
+            return {**data, "cost_usd": None}
+        return data
 
 
 class WebhookAttempt(BaseModel):

@@ -170,6 +170,8 @@ class OtelRunTrace:
         span.set_attribute("finishline.run.steps", usage.steps)
         span.set_attribute("finishline.run.llm_calls", usage.llm_calls)
         span.set_attribute("finishline.run.tool_calls", usage.tool_calls)
+        if usage.cost_usd is not None:  # absent: a call's model had no known price
+            span.set_attribute("finishline.run.cost_usd", usage.cost_usd)
         if record.error is not None:
             span.set_attribute("error.type", record.error.type)
             span.set_status(Status(StatusCode.ERROR, record.error.message))
@@ -190,6 +192,8 @@ class OtelRunTrace:
             "gen_ai.response.finish_reasons": ("tool_calls" if step.tool_calls else "stop",),
             "finishline.step": step.step,
         }
+        if step.cost_usd is not None:  # absent: the model has no known price
+            attributes["finishline.llm.cost_usd"] = step.cost_usd
         # the exceptions only: each attribute costs the SDK time on every span
         if step.estimated:
             attributes["finishline.llm.tokens_estimated"] = True

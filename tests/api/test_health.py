@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.kit import app_with_state, finishing, run_to_end, scripted, settings
+from app.runs.metrics import MODEL_LABELS, RunMetrics
+from tests.api.kit import app_with_state, finish, finishing, run_to_end, scripted, settings
 from tests.fakes.service import api_client
 
 
@@ -94,3 +96,28 @@ async def test_root_serves_the_run_viewer_page() -> None:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/html")
         assert "<html" in response.text.lower()
+
+
+async def test_metrics_count_llm_cost_by_model_and_unpriced_calls() -> None:
+    prices = {"scripted": {"input_per_mtok": 2.0, "output_per_mtok": 10.0}}
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100}  # $0.003 a call
+    async with api_client(settings(model_prices=prices)) as client:
+        await run_to_end(client, scripted({**finish("1"), "usage": usage}))
+        await run_to_end(client, scripted({**finish("2"), "usage": usage}))
+        values = samples((await client.get("/metrics")).text)
+    assert values[("finishline_llm_cost_usd_total", (("model", "scripted"),))] == 0.006
+    assert ("finishline_llm_unpriced_calls_total", (("model", "scripted"),)) not in values
+
+
+def test_an_unpriced_call_is_counted_and_model_labels_are_bounded() -> None:
+    metrics = RunMetrics()
+    metrics.llm_call(5, "my-llama", None)
+    for n in range(MODEL_LABELS + 10):
+        metrics.llm_call(5, f"model-{n}", 0.5)
+    values = samples(generate_latest(metrics.registry).decode())
+    assert values[("finishline_llm_unpriced_calls_total", (("model", "my-llama"),))] == 1
+    models = {
+        dict(labels)["model"] for name, labels in values if name.startswith("finishline_llm_cost")
+    }
+    assert len(models) == MODEL_LABELS  # 63 models of their own, then "other"
+    assert values[("finishline_llm_cost_usd_total", (("model", "other"),))] == 11 * 0.5

@@ -26,6 +26,7 @@ USAGE_FIELDS = {
     "prompt_tokens",
     "completion_tokens",
     "total_tokens",
+    "cost_usd",
 }
 
 
@@ -63,6 +64,7 @@ async def test_finished_run_is_completed_with_answer_usage_timestamps_settings_m
             "prompt_tokens": 220,
             "completion_tokens": 15,
             "total_tokens": 235,
+            "cost_usd": 0.0,  # the scripted model costs nothing unless priced
         }
         created_at, started_at, ended_at = (
             datetime.fromisoformat(run[key]) for key in ("created_at", "started_at", "ended_at")

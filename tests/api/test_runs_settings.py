@@ -54,6 +54,7 @@ from tests.fakes.service import api_client
             {"max_context_tokens": 800, "max_context_tokens_limit": 800},
             800,
         ),
+        ("max_cost_usd", 2.5, {"max_cost_usd": 1, "max_cost_usd_limit": 2}, 2),
     ],
 )
 async def test_setting_over_its_server_cap_is_422_naming_field_and_cap(
@@ -70,7 +71,7 @@ async def test_setting_over_its_server_cap_is_422_naming_field_and_cap(
         assert error["details"]["value"] == value
 
 
-@pytest.mark.parametrize("name", ["max_total_tokens", "max_context_tokens"])
+@pytest.mark.parametrize("name", ["max_total_tokens", "max_context_tokens", "max_cost_usd"])
 async def test_explicit_null_budget_is_422_when_the_server_caps_it(name: str) -> None:
     server = {name: 1000, f"{name}_limit": 1000}
     async with api_client(settings(**server)) as client:
@@ -112,6 +113,9 @@ async def test_no_truncation_is_422_when_the_server_caps_tool_results() -> None:
         ("max_tool_result_chars", -1),
         ("max_total_tokens", 0),
         ("max_context_tokens", 0),
+        ("max_cost_usd", 0),
+        ("max_cost_usd", -0.01),
+        ("max_cost_usd", "1"),
         ("prompt_language", "fr"),
         ("stop_tool", "sometimes"),
         ("stop_tool", 1),

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.engine.policies import InterventionKind
 
 STATIC = Path(__file__).resolve().parents[2] / "app" / "api" / "static"
 
@@ -46,3 +47,8 @@ def test_the_timeline_renders_every_event_type_and_no_other() -> None:
     endings = object_keys(js_block(timeline, "const ENDINGS = {", "\n};"))
     assert endings == {t.value for t in TERMINAL_EVENT_TYPES}
     assert renderers | endings == {t.value for t in EventType}
+
+
+def test_the_timeline_labels_every_intervention_kind_and_no_other() -> None:
+    kinds = object_keys(js_block(STATIC / "timeline.js", "const INTERVENTIONS = {", "\n};"))
+    assert kinds == {k.value for k in InterventionKind}

@@ -7,7 +7,7 @@ import pytest
 from playwright.async_api import Browser, expect
 
 from tests.browser.conftest import open_viewer
-from tests.fakes.llm_server import FakeLLMServer, FakeReply
+from tests.fakes.llm_server import FakeLLMServer, FakeReply, FakeUsage
 
 pytestmark = pytest.mark.browser
 
@@ -94,3 +94,57 @@ async def test_truncation_interventions_retries_and_a_degraded_answer_are_shown(
         assert await page.locator("#steps-meter").evaluate("n => n.value") == 3
         await expect(page.locator("#usage")).to_contain_text("LLM calls4")
         assert len(llm.requests) == 5
+
+
+async def test_what_each_call_and_the_run_cost_is_shown_and_a_cost_budget_ends_it(
+    browser: Browser,
+) -> None:
+    # gpt-4o-mini at genai-prices' rates: $0.15 / $0.60 per million tokens in / out
+    replies = [
+        FakeReply.call("calculator", {"expression": "6*7"}, usage=FakeUsage(100_000, 1000)),
+        FakeReply(content="42, as far as I got.", usage=FakeUsage(101_000, 10)),
+    ]
+    body = {
+        "task": "What is 6*7?",
+        "model": "gpt-4o-mini",
+        "tools": ["calculator"],
+        "settings": {"max_cost_usd": 0.01},  # the first call costs $0.0156
+    }
+    async with (
+        FakeLLMServer(replies) as llm,
+        open_viewer(browser, llm_base_url=llm.base_url) as v,
+    ):
+        run = (await v.client.post("/runs", json=body)).json()
+        await v.open_run(run["id"])
+        page = v.page
+        await expect(page.locator("#run-status")).to_have_text("incomplete")
+        await expect(page.locator("#run-reason")).to_have_text("cost_budget")
+        ended = (await v.client.get(f"/runs/{run['id']}")).json()
+        calls = [e for e in await v.events(run["id"]) if e["type"] == "llm.call"]
+
+        limit = page.locator(".intervention[data-kind='cost_budget']")
+        await expect(limit).to_contain_text("Limit: cost budget")
+        entries = page.locator(".llm")
+        await expect(entries).to_have_count(2)
+        await expect(entries.nth(0)).to_contain_text("$0.0156")
+        await expect(entries.nth(1)).to_contain_text("Final-answer call")
+        await expect(entries.nth(1)).to_contain_text(f"${calls[1]['cost_usd']:.6f}".rstrip("0"))
+        total = ended["usage"]["cost_usd"]
+        assert total == pytest.approx(0.0156 + calls[1]["cost_usd"])
+        await expect(page.locator("#usage")).to_contain_text(f"Cost${total:.6f}".rstrip("0"))
+        await expect(page.locator("#answer-text")).to_have_text("42, as far as I got.")
+
+
+async def test_a_call_without_a_price_shows_its_cost_as_unknown(browser: Browser) -> None:
+    replies = [FakeReply.finish("42", usage=FakeUsage(100, 10))]
+    async with (
+        FakeLLMServer(replies) as llm,
+        open_viewer(browser, llm_base_url=llm.base_url) as v,
+    ):
+        body = {"task": "What is 6*7?", "model": "my-local-llama"}
+        run = (await v.client.post("/runs", json=body)).json()
+        await v.open_run(run["id"])
+        page = v.page
+        await expect(page.locator("#run-status")).to_have_text("completed")
+        await expect(page.locator(".llm").first).to_contain_text("cost unknown")
+        await expect(page.locator("#usage")).to_contain_text("Costunknown")

@@ -43,11 +43,11 @@ async def test_runs_lists_runs_newest_first_in_a_table(tmp_path: Path) -> None:
         raw = await cli(server, "runs", "--json")
     assert table.code == ExitCode.OK
     header = next(line for line in table.out.splitlines() if "id" in line)
-    assert header.split() == ["id", "status", "reason", "model", "steps", "created"]
+    assert header.split() == ["id", "status", "reason", "model", "steps", "cost", "created"]
     rows = [line.split() for line in table.out.splitlines() if line.startswith("run_")]
     assert [row[0] for row in rows] == [second, first]
     assert rows[0][1:4] == ["failed", "error", "scripted"]
-    assert rows[1][1:4] == ["completed", "finished", "scripted"]
+    assert rows[1][1:6] == ["completed", "finished", "scripted", "1", "$0"]  # scripted: free
     assert [line.split()[0] for line in failed.out.splitlines() if line.startswith("run_")] == [
         second
     ]

@@ -7,7 +7,7 @@ from typing import Any
 from app.cli.lines import LineRenderer, event_summary
 from app.cli.render import RunRenderer
 from app.cli.tables import run_detail
-from app.cli.text import compact_arguments, head
+from app.cli.text import compact_arguments, head, usd
 from tests.cli.kit import console, text_of
 
 
@@ -114,14 +114,49 @@ def test_the_status_line_counts_steps_time_and_tokens() -> None:
     renderer.show(_event("run.queued", task="t", settings={"max_steps": 5, "max_time_s": 60}))
     renderer.show({**_event("run.started"), "ts": "2025-01-01T12:00:00+00:00"})
     renderer.show({**_event("step.started", max_steps=5), "step": 2})
-    renderer.show(_event("llm.call", prompt_tokens=100, completion_tokens=20))
+    renderer.show(_event("llm.call", prompt_tokens=100, completion_tokens=20, cost_usd=0.0002))
+    renderer.show(_event("llm.call", prompt_tokens=10, completion_tokens=0, cost_usd=0.00005))
     status = console()
     status.print(renderer.status)
     line = text_of(status)
     assert "step 2/5" in line
     assert "time 10.0/60s" in line
-    assert "tokens 120" in line
+    assert "tokens 130" in line
+    assert "cost $0.00025" in line
     assert "step 2/5" in text_of(out)  # the step's rule
+    renderer.show(_event("llm.call", prompt_tokens=1, completion_tokens=1, cost_usd=None))
+    renderer.show(_event("llm.call", prompt_tokens=1, completion_tokens=1, cost_usd=0.1))
+    status = console()
+    status.print(renderer.status)
+    assert "cost unknown" in text_of(status)  # once a call had no price, the sum is unknown
+
+
+def test_costs_read_as_dollars_and_unknown_without_a_price() -> None:
+    assert [usd(v) for v in (0.0, 0, 0.000165, 1.5, 12.0, 0.0075, 3e-9)] == [
+        "$0",
+        "$0",
+        "$0.000165",
+        "$1.5",
+        "$12",
+        "$0.0075",
+        "$3.0e-09",
+    ]
+    assert [usd(v) for v in (None, "1", True)] == ["unknown"] * 3
+    line = event_summary(
+        _event(
+            "llm.call",
+            model="m",
+            duration_ms=3,
+            prompt_tokens=5,
+            completion_tokens=2,
+            cost_usd=None,
+        )
+    )
+    assert line == "m 3 ms 5+2 tokens unknown"
+    ended = event_summary(
+        _event("run.completed", result={"reason": "finished"}, usage={"steps": 1, "cost_usd": 0.25})
+    )
+    assert ended.endswith("steps=1 tokens=0 cost=$0.25")
 
 
 def test_event_lines_are_one_line_each_and_cut_to_the_width() -> None:

@@ -218,3 +218,36 @@ def test_a_script_that_is_not_a_json_list_is_a_usage_error(tmp_path: Path) -> No
     code = main(["run", "t", "--script", str(bad)], console=console(), err_console=err, environ={})
     assert code == ExitCode.USAGE == 2
     assert "must hold a JSON list" in text_of(err)
+
+
+PRICED = {"scripted": {"input_per_mtok": 2.0, "output_per_mtok": 10.0}}
+"""The scripted model priced as a deployment would price a self-hosted model."""
+
+
+async def test_run_shows_what_each_call_and_the_run_cost(tmp_path: Path) -> None:
+    replies = [
+        calc(usage={"prompt_tokens": 1000, "completion_tokens": 100}),  # $0.002 + $0.001
+        {**finish("42"), "usage": {"prompt_tokens": 2000, "completion_tokens": 50}},  # + $0.0045
+    ]
+    argv = ["run", "t", "--tool", "calculator", "--script", script(tmp_path, *replies)]
+    async with served_app(cli_settings(model_prices=PRICED)) as (server, _):
+        result = await cli(server, *argv)
+        lines = await cli(server, *argv[:-1], script(tmp_path, *replies), "--json")
+    assert result.code == ExitCode.OK, result
+    out = " ".join(result.out.split())  # the usage row wraps at 100 columns
+    assert "(3000 prompt + 150 completion) · cost $0.0075" in out, result.out
+    events = lines.json_lines()
+    assert [e["cost_usd"] for e in events if e["type"] == "llm.call"] == [0.003, 0.0045]
+    assert events[-1]["usage"]["cost_usd"] == 0.0075
+
+
+async def test_run_exits_with_the_code_of_cost_budget(tmp_path: Path) -> None:
+    replies = [calc(usage={"prompt_tokens": 1000, "completion_tokens": 100})]  # $0.003
+    argv = ["run", "t", "--tool", "calculator", "--script", script(tmp_path, *replies)]
+    argv += ["--set", "max_cost_usd=0.002", "--set", "final_answer_on_limit=false"]
+    async with served_app(cli_settings(model_prices=PRICED)) as (server, _):
+        result = await cli(server, *argv)
+    assert result.code == ExitCode.COST_BUDGET, result
+    assert any(
+        line.startswith("reason") and "cost_budget" in line for line in result.out.splitlines()
+    )

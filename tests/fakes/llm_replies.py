@@ -27,6 +27,9 @@ class FakeToolCall:
 class FakeUsage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
+    """Of prompt_tokens, those served from the prompt cache (OpenAI's
+    `usage.prompt_tokens_details.cached_tokens`, sent as OpenAI does, 0 included)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +39,9 @@ class FakeReply:
     content         the text; a sequence of str gives the exact streamed deltas (joined
                     otherwise); a str is streamed in word-sized deltas
     tool_calls      FakeToolCall(name, arguments, id=None) each
-    usage           "estimate" (default: ~4 chars a token, deterministic), FakeUsage(...),
-                    or None for a server that reports no usage
+    usage           "estimate" (default: ~4 chars a token, deterministic, none cached),
+                    FakeUsage(...) (with cached tokens), or None for a server that
+                    reports no usage
     finish_reason   default "tool_calls" when there are tool calls, else "stop"
     status, error   an HTTP error: `status` >= 400 answers `{"error": {"message": error}}`
     headers         extra response headers, e.g. {"Retry-After": "2"}
@@ -166,7 +170,7 @@ def render(
 
 
 def _stream_chunks(
-    reply: FakeReply, calls: list[dict[str, Any]], finish: str, usage: dict[str, int] | None
+    reply: FakeReply, calls: list[dict[str, Any]], finish: str, usage: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
     def choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
@@ -210,11 +214,13 @@ def _argument_pieces(arguments: str, size: int = 12) -> list[str]:
 
 def _usage(
     reply: FakeReply, request: Mapping[str, Any], calls: list[dict[str, Any]]
-) -> dict[str, int] | None:
+) -> dict[str, Any] | None:
     if reply.usage is None:
         return None
+    cached = 0
     if isinstance(reply.usage, FakeUsage):
         prompt, completion = reply.usage.prompt_tokens, reply.usage.completion_tokens
+        cached = reply.usage.cached_tokens
     else:
         prompt_chars = len(json.dumps(request.get("messages", []))) + len(
             json.dumps(request.get("tools", []))
@@ -227,6 +233,7 @@ def _usage(
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
     }
 
 

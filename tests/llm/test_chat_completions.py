@@ -97,6 +97,34 @@ def test_text_parts_in_a_delta_are_forwarded() -> None:
     [
         ({"prompt_tokens": 3, "completion_tokens": 4}, TokenUsage(3, 4)),
         ({"prompt_tokens": 3, "total_tokens": 10}, TokenUsage(3, 7)),
+        (  # OpenAI's cached prompt tokens, part of prompt_tokens
+            {
+                "prompt_tokens": 30,
+                "completion_tokens": 4,
+                "prompt_tokens_details": {"cached_tokens": 16},
+            },
+            TokenUsage(30, 4, cached_tokens=16),
+        ),
+        (  # more cached than the prompt: at most the prompt
+            {
+                "prompt_tokens": 3,
+                "completion_tokens": 4,
+                "prompt_tokens_details": {"cached_tokens": 9},
+            },
+            TokenUsage(3, 4, cached_tokens=3),
+        ),
+        (
+            {"prompt_tokens": 3, "completion_tokens": 4, "prompt_tokens_details": None},
+            TokenUsage(3, 4),
+        ),
+        (
+            {
+                "prompt_tokens": 3,
+                "completion_tokens": 4,
+                "prompt_tokens_details": {"cached_tokens": -1},
+            },
+            TokenUsage(3, 4),
+        ),
         ({"prompt_tokens": True, "completion_tokens": None}, None),
         ({}, None),
         ("12", None),

@@ -84,3 +84,13 @@ def test_the_view_reads_the_typed_record() -> None:
 def test_a_record_stored_before_a_setting_existed_loads_it_at_its_default() -> None:
     older = {**STORED, "settings": {"max_steps": 4}}
     assert RunRecord.model_validate_json(json.dumps(older)).settings == Limits(max_steps=4)
+
+
+def test_a_record_stored_before_costs_were_kept_loads_its_cost_as_unknown() -> None:
+    record = RunRecord.model_validate_json(json.dumps(STORED))
+    assert record.usage.cost_usd is None  # its LLM call's cost was never recorded: not 0
+    assert json.loads(record.model_dump_json())["usage"]["cost_usd"] is None
+    queued = {**STORED, "usage": {"steps": 0, "llm_calls": 0}}
+    assert RunRecord.model_validate_json(json.dumps(queued)).usage.cost_usd == 0.0  # none made
+    priced = {**STORED, "usage": {**STORED["usage"], "cost_usd": 0.25}}
+    assert RunRecord.model_validate_json(json.dumps(priced)).usage.cost_usd == 0.25

@@ -96,6 +96,8 @@ STATE = {
     "tool_calls": 0,
     "prompt_tokens": 0,
     "completion_tokens": 0,
+    "cost_usd": 0.0,
+    "unpriced_calls": 0,
 }
 
 

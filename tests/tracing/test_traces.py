@@ -17,7 +17,7 @@ import pytest
 
 from tests.api.kit import create, json_events, settings, wait_ended
 from tests.e2e.kit import http_tool
-from tests.fakes.llm_replies import FakeReply, FakeToolCall
+from tests.fakes.llm_replies import FakeReply, FakeToolCall, FakeUsage
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.otlp import OtlpReceiver, ReceivedSpan
 from tests.fakes.service import api_client
@@ -90,6 +90,7 @@ async def test_a_run_is_one_trace_under_the_callers_span_with_genai_spans(
     assert agent.attributes["finishline.run.degraded"] is False
     assert agent.attributes["gen_ai.usage.input_tokens"] == run["usage"]["prompt_tokens"]
     assert agent.attributes["gen_ai.usage.output_tokens"] == run["usage"]["completion_tokens"]
+    assert "finishline.run.cost_usd" not in agent.attributes  # fake-model has no price
     assert agent.status_code != ERROR
 
     chats = by_name(spans, "chat fake-model")
@@ -168,6 +169,31 @@ async def test_message_content_only_with_the_opt_in(otel_env: pytest.MonkeyPatch
     (calc,) = by_name(spans, "execute_tool calculator")
     assert json.loads(calc.attributes["gen_ai.tool.call.arguments"]) == {"expression": "2+3"}
     assert calc.attributes["gen_ai.tool.call.result"] == "5"
+
+
+async def test_spans_carry_what_each_call_and_the_run_cost(otel_env: pytest.MonkeyPatch) -> None:
+    replies = [
+        FakeReply.call("calculator", {"expression": "2+3"}, usage=FakeUsage(1000, 100)),
+        FakeReply.finish("5", usage=FakeUsage(2000, 50, cached_tokens=1000)),
+    ]
+    prices = {
+        "fake-model": {"input_per_mtok": 2, "output_per_mtok": 10, "cached_input_per_mtok": 1}
+    }
+    async with OtlpReceiver() as otlp, FakeLLMServer(replies) as llm:
+        otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        app_settings = settings(
+            llm_base_url=llm.base_url, llm_model="fake-model", model_prices=prices
+        )
+        async with api_client(app_settings) as client:
+            created = await create(client, {"task": "add 2 and 3", "tools": ["calculator"]})
+            run = await wait_ended(client, created["id"])
+            spans = await otlp.wait_for_span("invoke_agent")
+
+    (agent,) = by_name(spans, "invoke_agent")
+    assert run["usage"]["cost_usd"] == 0.0065  # 3000 µ$, then 2000 + 1000 + 500 µ$
+    assert agent.attributes["finishline.run.cost_usd"] == 0.0065
+    chats = sorted(by_name(spans, "chat fake-model"), key=lambda s: s.start_ns)
+    assert [c.attributes["finishline.llm.cost_usd"] for c in chats] == [0.003, 0.0035]
 
 
 async def test_a_failed_run_is_an_error_span_with_its_retries(otel_env: pytest.MonkeyPatch) -> None:

@@ -41,6 +41,16 @@ export function count(n) {
   return integers.format(n ?? 0);
 }
 
+/**
+ * USD as a person reads it: "$0.000165", "$1.5", "$0"; "unknown" for null (the model has no
+ * known price).
+ */
+export function usd(value) {
+  if (typeof value !== "number" || !Number.isFinite(value)) return "unknown";
+  if (value !== 0 && Math.abs(value) < 0.000001) return `$${value.toExponential(1)}`;
+  return `$${value.toFixed(6).replace(/\.?0+$/, "") || "0"}`;
+}
+
 /** Seconds, short: 0.4 s, 12.3 s, 3 min 05 s. */
 export function seconds(s) {
   if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;

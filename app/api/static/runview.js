@@ -4,7 +4,7 @@
 
 import { ApiError, get, post, runPath } from "./api.js";
 import { ApprovalPanel } from "./approvals.js";
-import { clear, count, el, seconds } from "./dom.js";
+import { clear, count, el, seconds, usd } from "./dom.js";
 import { RunStream, TERMINAL } from "./stream.js";
 import { Timeline } from "./timeline.js";
 
@@ -58,7 +58,7 @@ export class RunView {
     this.endedAt = null;
     this.waitingSince = null; // waiting for a person: its time does not count (max_time_s)
     this.pausedMs = 0;
-    this.usage = { steps: 0, llm_calls: 0, tool_calls: 0, total_tokens: 0 };
+    this.usage = { steps: 0, llm_calls: 0, tool_calls: 0, total_tokens: 0, cost_usd: 0 };
     this.#build();
     let run;
     try {
@@ -203,6 +203,8 @@ export class RunView {
       case "llm.call":
         u.llm_calls += 1;
         u.total_tokens += event.prompt_tokens + event.completion_tokens;
+        // unknown (null) once a call had no price: a partial sum would understate the cost
+        u.cost_usd = u.cost_usd == null || event.cost_usd == null ? null : u.cost_usd + event.cost_usd;
         break;
       case "observation":
         u.tool_calls += 1;
@@ -370,6 +372,7 @@ export class RunView {
       ["LLM calls", count(u.llm_calls)],
       ["Tool calls", count(u.tool_calls)],
       ["Tokens", count(u.total_tokens)],
+      ["Cost", usd(u.cost_usd)],
     ];
     clear(this.usageList);
     for (const [term, value] of items) {

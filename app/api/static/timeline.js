@@ -1,7 +1,7 @@
 // A run's timeline: one entry per event (token deltas grow a live thought instead), grouped
 // by step; an observation sits under the action it answers. Every entry carries data-seq.
 
-import { append, clockTime, count, el, prettyJson } from "./dom.js";
+import { append, clockTime, count, el, prettyJson, usd } from "./dom.js";
 
 const INTERVENTIONS = {
   stop_prompt: { label: "Nudge: stop prompt", tone: "nudge" },
@@ -12,6 +12,7 @@ const INTERVENTIONS = {
   timeout: { label: "Limit: time", tone: "limit" },
   max_steps: { label: "Limit: steps", tone: "limit" },
   token_budget: { label: "Limit: token budget", tone: "limit" },
+  cost_budget: { label: "Limit: cost budget", tone: "limit" },
 };
 
 const ENDINGS = {
@@ -100,6 +101,7 @@ const RENDERERS = {
         event.model,
         `${count(event.duration_ms)} ms`,
         event.estimated ? `${tokens} (estimated)` : tokens,
+        event.cost_usd == null ? "cost unknown" : usd(event.cost_usd),
         `${event.tool_calls} tool call${event.tool_calls === 1 ? "" : "s"}`,
       ),
     );
