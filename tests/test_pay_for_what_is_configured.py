@@ -28,7 +28,9 @@ HEAVY_UNLESS_CONFIGURED: dict[str, str] = {
     "opentelemetry.exporter": "the OTLP exporter: OTEL_EXPORTER_OTLP_ENDPOINT",
     "rich": "the CLI's display: the cli extra, which the server does without",
     "pygments": "rich's highlighter: the cli extra",
-    # coming: "a2a" (the A2A SDK), "ag_ui" (AG-UI's protocol package), when configured
+    "genai_prices": "LLM prices: an LLM endpoint (FINISHLINE_LLM_BASE_URL / an API key)",
+    "ag_ui": "AG-UI's protocol package: the first POST /ag-ui",
+    # coming: "a2a" (the A2A SDK), when agent profiles are configured
 }
 
 CLI_EXTRA = ("rich", "pygments", "markdown_it", "mdurl")

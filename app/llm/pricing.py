@@ -9,6 +9,10 @@ file) overrides or adds models by the exact name a run uses:
 (cached input at the input rate when omitted). The scripted and demo models cost 0 unless
 named there. A model found nowhere has no price (None): its calls' cost is null, never a guess.
 
+genai-prices (its data and, through it, an HTTP client) is imported only when a price is
+looked up, or when the factory serves an endpoint (whose runs are priced): a server on the
+demo model alone never loads it.
+
 The price in force when the run starts is the run's (genai-prices knows prices that change
 by date or hour); tiered prices (a higher rate past a prompt size) are kept as tiers. Looking
 a model up costs tens of microseconds and is remembered per model name (the last
@@ -22,12 +26,14 @@ from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-
-from genai_prices.data_snapshot import get_snapshot
-from genai_prices.types import ModelInfo, ModelPrice, Provider, TieredPrices
+from typing import TYPE_CHECKING
 
 from app.engine.ports import FREE, Price, Rates
 from app.llm.model_prices import ModelPriceIn
+
+if TYPE_CHECKING:
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelInfo, ModelPrice, Provider
 
 LOOKUPS_KEPT = 1024
 """Model names whose look-up is remembered (run requests name models: a bound, not a leak)."""
@@ -47,16 +53,27 @@ class ModelPrices:
     ) -> None:
         self.overrides = {name: spec.price() for name, spec in (overrides or {}).items()}
         self.free = frozenset(free)
-        self._providers = get_snapshot().providers
-        self._endpoint = _endpoint_provider(base_url)
-        """The provider genai-prices knows at `base_url`, if any: its models only."""
+        self._base_url = base_url
+        self._data: tuple[list[Provider], Provider | None] | None = None
+        """genai-prices' providers, and the one it knows at `base_url` (its models only)."""
+        if base_url is not None:  # an endpoint's runs are priced: load the data now
+            self._providers()
         self._found: OrderedDict[str, ModelInfo | None] = OrderedDict()
         self._compiled: dict[int, tuple[ModelPrice, Price | None]] = {}
 
     @property
     def provider(self) -> str | None:
         """The id of the endpoint's provider, when genai-prices knows its URL."""
-        return self._endpoint.id if self._endpoint is not None else None
+        endpoint = self._providers()[1]
+        return endpoint.id if endpoint is not None else None
+
+    def _providers(self) -> tuple[list[Provider], Provider | None]:
+        if self._data is None:
+            from genai_prices.data_snapshot import get_snapshot
+
+            snapshot = get_snapshot()
+            self._data = (snapshot.providers, _endpoint_provider(snapshot, self._base_url))
+        return self._data
 
     def price(self, model: str) -> Price | None:
         """`model`'s price for a run starting now; None when it has none known."""
@@ -88,23 +105,23 @@ class ModelPrices:
     def _lookup(self, ref: str) -> ModelInfo | None:
         # genai-prices' own find_provider_model remembers every name it is asked about, found
         # or not, without bound; run requests name models, so this asks the data directly
-        provider = self._endpoint
+        providers, provider = self._providers()
         if provider is None:  # by name alone: the first provider whose models it looks like
-            for candidate in self._providers:
+            for candidate in providers:
                 match = candidate.model_match
                 if match is not None and match.is_match(ref):
                     provider = candidate
                     break
             else:
                 return None
-        return provider.find_model(ref, all_providers=self._providers)
+        return provider.find_model(ref, all_providers=providers)
 
 
-def _endpoint_provider(base_url: str | None) -> Provider | None:
+def _endpoint_provider(snapshot: DataSnapshot, base_url: str | None) -> Provider | None:
     if base_url is None:
         return None
     try:
-        return get_snapshot().find_provider(None, None, base_url)
+        return snapshot.find_provider(None, None, base_url)
     except LookupError:
         return None
 
@@ -116,6 +133,8 @@ def compile_price(prices: ModelPrice) -> Price | None:
     """genai-prices' `ModelPrice` as our `Price`: input, output and cached input per million
     tokens and the per-request fee, each maybe tiered by the prompt's size. None when it
     prices input or output tokens by another measure (characters, audio): not a text price."""
+    from genai_prices.types import TieredPrices  # loaded already: `prices` is its data
+
     values = {key: getattr(prices, key) for key in (*PER_MTOK, "requests_kcount")}
     if values["input_mtok"] is None or values["output_mtok"] is None:
         return None

@@ -174,7 +174,7 @@ async def test_the_cost_survives_a_checkpoint_and_a_resume() -> None:
     first = await collect(run_react(task="t", model=model, tools=[echo_tool()], limits=limits))
     state = RunState.from_checkpoint(of_type(first, Checkpoint)[-1].state)
     assert (state.cost_usd, state.unpriced_calls) == (0.003, 0)
-    resumed = ScriptedModel([done(used(1000, 100))], price=PRICE)
+    resumed = ScriptedModel([echo(1, used(1000, 100)), done(used(1000, 100))], price=PRICE)
     steps = await collect(
         run_react(task="t", model=resumed, tools=[echo_tool()], state=state),
     )
@@ -197,7 +197,7 @@ async def test_a_checkpoint_from_before_costs_makes_the_run_cost_unknown() -> No
     steps = await collect(
         run_react(
             task="t",
-            model=ScriptedModel([done(used(1000, 100))], price=PRICE),
+            model=ScriptedModel([echo(1, used(1000, 100)), done(used(1000, 100))], price=PRICE),
             tools=[echo_tool()],
             state=state,
         )
