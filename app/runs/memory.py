@@ -19,6 +19,7 @@ class MemoryRunStore:
         self._runs: dict[str, RunRecord] = {}
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
+        self._threads: dict[tuple[str | None, str], str] = {}
         self._deltas = CheckpointDeltas()
         self.fanout = Fanout()
         self._closed = False
@@ -138,3 +139,10 @@ class MemoryRunStore:
             return None
         step, saved, chunks = stored
         return {"step": step, "state": assemble(json.loads(saved), chunks)}
+
+    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
+        run_id = self._threads.get((owner, thread_id))
+        return run_id if run_id in self._runs else None  # forgotten with its run
+
+    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
+        self._threads[(owner, thread_id)] = run_id

@@ -342,6 +342,17 @@ class SqliteRunStore:
 
         return await self._read(query)
 
+    # -- conversation threads ---------------------------------------------------------------
+
+    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
+        sql = "SELECT run_id FROM threads WHERE owner = ? AND thread_id = ?"
+        rows = await self._read(_query(sql, (owner or "", thread_id)))
+        return str(rows[0][0]) if rows else None
+
+    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
+        sql = "INSERT OR REPLACE INTO threads (owner, thread_id, run_id) VALUES (?, ?, ?)"
+        await self._write(lambda conn: conn.execute(sql, (owner or "", thread_id, run_id)))
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:

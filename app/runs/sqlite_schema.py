@@ -63,6 +63,17 @@ MIGRATIONS = (
         PRIMARY KEY (run_id, start)
     ) WITHOUT ROWID;
     """,
+    # 4: conversation threads (AG-UI's threadId, DESIGN §16): the run each owner's thread is at,
+    # forgotten with that run. `owner` is '' for runs without one (owners are hex digests).
+    """
+    CREATE TABLE threads (
+        owner TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        PRIMARY KEY (owner, thread_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX threads_by_run ON threads (run_id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")

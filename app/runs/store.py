@@ -118,4 +118,14 @@ class RunStore(Protocol):
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None: ...
 
+    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
+        """The run `owner`'s conversation thread `thread_id` is at (AG-UI's threadId, DESIGN
+        §16), or None for a thread this store does not know. Threads are per owner: another
+        owner's thread of the same id is a thread of its own."""
+
+    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
+        """Point `owner`'s thread `thread_id` at `run_id` (that owner's run), the thread's
+        newest. A store may forget the thread with its run (deleted, expired): the thread is
+        then unknown again."""
+
     async def load_checkpoint(self, run_id: str) -> dict[str, Any] | None: ...

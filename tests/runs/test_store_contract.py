@@ -685,3 +685,28 @@ async def test_a_live_event_equals_its_replay(store: Store) -> None:
     data["text"] = "changed after the append"
     (stored,) = await store.read(made.id)
     assert live.data == stored.data == {"text": "思考", "kind": "finished", "pair": [1, 2]}
+
+
+# -- conversation threads (AG-UI's threadId, DESIGN §16) ------------------------------------
+
+
+async def test_a_thread_points_at_its_newest_run_per_owner(store: Store) -> None:
+    first = await created(store, owner="alice")
+    second = await created(store, owner="alice")
+    bobs = await created(store, owner="bob")
+    assert await store.thread_head("alice", "t-1") is None
+    await store.set_thread_head("alice", "t-1", first.id)
+    await store.set_thread_head("alice", "t-1", second.id)
+    await store.set_thread_head("bob", "t-1", bobs.id)  # the same id: bob's own thread
+    assert await store.thread_head("alice", "t-1") == second.id
+    assert await store.thread_head("bob", "t-1") == bobs.id
+    assert await store.thread_head(None, "t-1") is None
+    assert await store.thread_head("alice", "t-2") is None
+
+
+async def test_a_thread_without_an_owner_is_apart_from_every_owners(store: Store) -> None:
+    anonymous = await created(store)
+    await store.set_thread_head(None, "t", anonymous.id)
+    assert await store.thread_head(None, "t") == anonymous.id
+    assert await store.thread_head("", "t") in (None, anonymous.id)  # '' is no real owner
+    assert await store.thread_head("alice", "t") is None
