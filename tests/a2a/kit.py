@@ -91,8 +91,7 @@ class A2AService:
     async def card(self, name: str) -> AgentCard:
         """The agent's card, resolved by the SDK's resolver from its base URL."""
         if name not in self.cards:
-            resolver = A2ACardResolver(self.http, self.url(f"/a2a/{name}"))
-            self.cards[name] = await resolver.get_agent_card()
+            self.cards[name] = await resolve_card(self.http, self.url(f"/a2a/{name}"))
         return self.cards[name]
 
     async def client(
@@ -106,16 +105,30 @@ class A2AService:
     ) -> Client:
         """The SDK's client for agent `name` (its bearer key given by the auth interceptor)."""
         card = card if card is not None else await self.card(name)
-        http = await self.stack.enter_async_context(
-            httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S))
-        )
-        factory = ClientFactory(
-            ClientConfig(streaming=streaming, polling=polling, httpx_client=http)
-        )
-        interceptors = [AuthInterceptor(Key(key))] if key is not None else []
-        client = factory.create(card, interceptors=interceptors)
-        self.stack.push_async_callback(client.close)
-        return client
+        return await open_client(self.stack, card, key=key, streaming=streaming, polling=polling)
+
+
+async def resolve_card(http: httpx.AsyncClient, agent_url: str) -> AgentCard:
+    """The card of the agent at `agent_url` (`.../a2a/NAME`), by the SDK's resolver."""
+    return await A2ACardResolver(http, agent_url).get_agent_card()
+
+
+async def open_client(
+    stack: AsyncExitStack,
+    card: AgentCard,
+    *,
+    key: str | None = None,
+    streaming: bool = True,
+    polling: bool = False,
+) -> Client:
+    """The SDK's client for `card` (closed with `stack`), its own HTTP client and, with `key`,
+    the auth interceptor giving it for the card's bearer scheme."""
+    http = await stack.enter_async_context(httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S)))
+    factory = ClientFactory(ClientConfig(streaming=streaming, polling=polling, httpx_client=http))
+    interceptors = [AuthInterceptor(Key(key))] if key is not None else []
+    client = factory.create(card, interceptors=interceptors)
+    stack.push_async_callback(client.close)
+    return client
 
 
 @asynccontextmanager

@@ -23,6 +23,7 @@ from tests.a2a.kit import (
     send,
     state_name,
     states,
+    stream,
     text,
 )
 from tests.e2e.kit import e2e_settings
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.e2e
 
 
 def contents(chat_request: dict[str, object]) -> list[str]:
-    return [str(m.get("content")) for m in chat_request["messages"]]  # type: ignore[attr-defined]
+    return [str(m.get("content")) for m in chat_request["messages"]]
 
 
 async def test_a_message_in_a_known_context_continues_its_conversation() -> None:
@@ -177,3 +178,15 @@ async def test_a_run_made_by_post_runs_is_a_context_of_its_own() -> None:
     assert follow_up.context_id == run_id
     assert finishline_of(follow_up)["previous_run_id"] == run_id
     assert state_name(follow_up.status.state) == "TASK_STATE_COMPLETED"
+
+
+async def test_the_same_message_streamed_again_answers_the_task_as_it_stands() -> None:
+    async with a2a_service() as service:
+        client = await service.client("calc")
+        sent = text("once", message_id="streamed-twice")
+        first = await stream(client, sent, finishline=scripted(finish("1")))
+        again = await stream(client, sent, finishline=scripted(finish("1")))
+    assert states(first)[-1] == "TASK_STATE_COMPLETED"
+    (only,) = again  # the task, ended: nothing more to stream
+    assert only.task.id == first[0].task.id
+    assert state_name(only.task.status.state) == "TASK_STATE_COMPLETED"

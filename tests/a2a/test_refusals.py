@@ -23,8 +23,10 @@ from a2a.utils.errors import (
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
+    PushNotificationNotSupportedError,
     TaskNotFoundError,
 )
+from google.protobuf.json_format import ParseDict
 
 from tests.a2a.kit import (
     HANGING,
@@ -35,6 +37,7 @@ from tests.a2a.kit import (
     a2a_settings,
     finish,
     message,
+    request,
     scripted,
     send,
     text,
@@ -121,6 +124,20 @@ async def test_file_parts_and_empty_messages_are_refused() -> None:
         with pytest.raises(InvalidParamsError, match="messageId: at most 256"):
             await send(client, text("a task", message_id="m" * 300))
     assert [e["field"] for e in empty.value.data["errors"]] == ["message.parts"]
+
+
+async def test_push_notifications_and_a_configuration_in_the_message_are_refused() -> None:
+    async with a2a_service() as service:
+        client = await service.client("calc", streaming=False)
+        pushed = request(text("a task"), finishline=scripted(finish()))
+        pushed.configuration.task_push_notification_config.url = "https://example.com/hook"
+        in_message = text("a task")
+        ParseDict({"finishline": scripted(finish())}, in_message.metadata)
+        with anyio.fail_after(TIMEOUT_S):
+            with pytest.raises(PushNotificationNotSupportedError):
+                [r async for r in client.send_message(pushed)]
+            with pytest.raises(InvalidParamsError, match=r"message\.metadata\.finishline"):
+                await send(client, in_message)
 
 
 async def test_a_data_part_of_a_new_task_is_its_json_text() -> None:

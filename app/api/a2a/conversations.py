@@ -8,7 +8,7 @@ body is read and checked exactly as `POST /runs` reads and checks its own
 A2A request holds the field. Its `contextId` is a conversation: kept per API key and agent by
 the run store (`RunStore.thread_head`, AG-UI's threads too), a context's new task continues
 from its last one (`previous_run_id`). A message the server has seen (the same messageId)
-finds the run it made (its idempotency key), on any replica.
+finds the run it made (its idempotency key), on any replica, and streams it from where it is.
 
 A message with a taskId is for that run: a data part `{"decisions": [...]}` decides the calls
 it waits on (`RunManager.decide`); text is a steering message (`RunManager.post_message`,
@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from a2a.types import SendMessageRequest
-from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from fastapi.exceptions import RequestValidationError
 from google.protobuf.json_format import MessageToDict
 
@@ -34,7 +39,7 @@ from app.api.a2a.errors import a2a_error, invalid_params, translated
 from app.api.a2a.parts import read_message, whole_numbers
 from app.api.a2a.tasks import A2A_KEY, context_of, state_name
 from app.api.auth import Caller
-from app.api.follow import last_seq
+from app.api.follow import last_seq, waiting_on
 from app.api.runbody import read_run_body
 from app.runs.errors import InvalidRunError, RunNotFoundError
 from app.runs.manager import RunManager
@@ -125,6 +130,17 @@ class Conversations:
         return record
 
     async def open(self, params: SendMessageRequest, caller: Caller) -> Opened:
+        if params.configuration.HasField("task_push_notification_config"):
+            raise PushNotificationNotSupportedError(
+                "configuration.taskPushNotificationConfig: this agent sends no push "
+                "notifications: stream the task (SendStreamingMessage, SubscribeToTask) or "
+                "poll it (GetTask)"
+            )
+        if "finishline" in MessageToDict(params.message.metadata):
+            raise InvalidParamsError(
+                f"message.metadata.finishline: the run's configuration goes in the request's "
+                f"{PROPS}, not the message's"
+            )
         props = MessageToDict(params.metadata).get("finishline") if params.metadata else None
         if params.message.task_id:
             if props is not None:
@@ -152,7 +168,9 @@ class Conversations:
         key = message_key(self.agent, message_id)
         head = await self.head(context_id, caller)
         if head is not None and head.idempotency_key == key:  # this message made it: again
-            return Opened(head, 0)
+            after = await last_seq(self.manager, head.id)  # first: no event falls in between
+            again = await self.manager.get(head.id, caller.owner, any_owner=caller.any_owner)
+            return Opened(again, after, joined_wait=waiting_on(again))
         if head is not None and not head.status.terminal:
             raise UnsupportedOperationError(
                 f"context {context_id!r} is at task {head.id}, which has not ended "
