@@ -67,8 +67,7 @@ def agent_card(described: dict[str, Any], url: str, *, keys: bool) -> AgentCard:
             SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(
                     scheme="bearer",
-                    description="An API key of the server (FINISHLINE_API_KEYS): "
-                    "Authorization: Bearer <key>. Each task is visible to its key alone.",
+                    description="A finishline API key; each task is visible to its key alone.",
                 )
             )
         )
