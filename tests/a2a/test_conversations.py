@@ -94,8 +94,9 @@ async def test_contexts_are_per_agent() -> None:
         ops = await service.client("ops", streaming=False)
         first = await send(calc, text("one", context_id="c"), finishline=scripted(finish()))
         other = await send(ops, text("two", context_id="c"), finishline=scripted(finish()))
+        again = await send(calc, text("three", context_id="c"), finishline=scripted(finish()))
     assert finishline_of(other).get("previous_run_id") is None
-    assert first.id != other.id
+    assert finishline_of(again)["previous_run_id"] == first.id
 
 
 async def test_the_same_message_sent_again_finds_the_task_it_made() -> None:

@@ -88,10 +88,6 @@ def where(field_name: str) -> str:
     head = re.split(r"[.\[]", field_name, maxsplit=1)[0]
     if head == "task":
         return "message.parts"
-    if head == "previous_run_id":
-        return "message.contextId"
-    if head == "body":
-        return PROPS
     return f"{PROPS}.{field_name}"
 
 
