@@ -16,6 +16,7 @@ from tests.a2a.kit import (
     a2a_settings,
     calculate,
     data_parts,
+    decisions,
     finish,
     finishline_of,
     request,
@@ -137,3 +138,28 @@ async def test_a_cancelled_run_is_canceled() -> None:
     assert state_name(cancelled.status.state) == "TASK_STATE_CANCELED"
     assert state_name(got.status.state) == "TASK_STATE_CANCELED"
     assert finishline_of(got)["reason"] == "cancelled"
+
+
+async def test_a_run_queued_again_after_a_decision_is_working_not_submitted() -> None:
+    async with a2a_service(a2a_settings(max_concurrent_runs=1)) as service:
+        ops = await service.client("ops", streaming=False)
+        ops_polling = await service.client("ops", streaming=False, polling=True)
+        calc = await service.client("calc")
+        waiting = await send(ops, text("2+3?"), finishline=scripted(calculate("2+3"), finish("5")))
+        (call,) = data_parts(waiting.status.message.parts)[0]["pending_approvals"]
+        busy = calc.send_message(request(text("hang"), finishline=scripted(HANGING)))
+        with anyio.fail_after(TIMEOUT_S):
+            async for response in busy:  # the one slot is taken
+                if states([response]) == ["TASK_STATE_WORKING"]:
+                    break
+            decided = await send(
+                ops_polling,
+                decisions({"call_id": call["call_id"], "approve": True}, task_id=waiting.id),
+            )
+            got = await ops_polling.get_task(GetTaskRequest(id=waiting.id))
+            await ops_polling.cancel_task(CancelTaskRequest(id=waiting.id))
+            await busy.aclose()
+
+    assert finishline_of(got)["status"] == "queued"  # behind the busy slot, as it began to wait
+    assert state_name(got.status.state) == "TASK_STATE_WORKING"
+    assert state_name(decided.status.state) == "TASK_STATE_WORKING"
