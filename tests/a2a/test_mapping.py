@@ -61,3 +61,23 @@ def test_a_type_not_known_here_reaches_the_client_as_its_payload() -> None:
     message = MessageToDict(update.status)["message"]
     assert message["parts"][0] == {"text": "agent.started"}
     assert message["parts"][1]["data"] == {"agent": "helper", "child_run_id": "run_2"}
+
+
+def test_a_typed_answer_is_a_data_part_beside_its_text() -> None:
+    result = {
+        "answer": '{"total": 5}',
+        "output": {"total": 5},
+        "reason": "finished",
+        "degraded": False,
+    }
+    artifact, status = mapped("run.completed", {"result": result, "usage": {}})
+    parts = MessageToDict(artifact.artifact)["parts"]
+    assert parts[0] == {"text": '{"total": 5}'}
+    assert parts[1] == {"data": {"total": 5.0}, "mediaType": "application/json"}
+    assert status.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+def test_a_result_without_a_typed_answer_is_text_alone() -> None:
+    result = {"answer": "5", "reason": "finished", "degraded": False}
+    artifact, _ = mapped("run.completed", {"result": result, "usage": {}})
+    assert MessageToDict(artifact.artifact)["parts"] == [{"text": "5"}]
