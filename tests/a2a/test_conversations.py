@@ -191,3 +191,19 @@ async def test_the_same_message_streamed_again_answers_the_task_as_it_stands() -
     (only,) = again  # the task, ended: nothing more to stream
     assert only.task.id == first[0].task.id
     assert state_name(only.task.status.state) == "TASK_STATE_COMPLETED"
+
+
+async def test_a_message_id_sent_again_as_another_message_is_refused() -> None:
+    async with a2a_service() as service:
+        client = await service.client("calc", streaming=False)
+        await send(client, text("one", message_id="reused"), finishline=scripted(finish()))
+        with pytest.raises(InvalidParamsError, match="was sent before") as same_context:
+            await send(client, text("two", message_id="reused"), finishline=scripted(finish()))
+        with pytest.raises(InvalidParamsError, match="was sent before") as elsewhere:
+            await send(
+                client,
+                text("one", message_id="reused", context_id="another"),
+                finishline=scripted(finish()),
+            )
+    assert same_context.value.data["type"] == "idempotency_conflict"
+    assert elsewhere.value.data["type"] == "idempotency_conflict"

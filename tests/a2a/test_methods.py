@@ -118,6 +118,7 @@ async def test_a_stream_says_each_thought_tool_call_and_result_then_the_answer()
     assert answer.artifact.name == "answer"
     assert texts(answer.artifact.parts) == ["5"]
     assert finishline_of(said[-1])["reason"] == "finished"
+    assert finishline_of(said[-1])["usage"]["tool_calls"] == 1
     assert all(u.task_id == first.id and u.context_id == first.context_id for u in said)
 
 

@@ -41,7 +41,7 @@ from app.api.a2a.tasks import A2A_KEY, context_of, state_name
 from app.api.auth import Caller
 from app.api.follow import last_seq, waiting_on
 from app.api.runbody import read_run_body
-from app.runs.errors import InvalidRunError, RunNotFoundError
+from app.runs.errors import IdempotencyConflictError, InvalidRunError, RunNotFoundError
 from app.runs.manager import RunManager
 from app.runs.records import RunRecord
 from app.runs.spec import RunRequest
@@ -95,6 +95,14 @@ def relocated(exc: InvalidRunError) -> InvalidRunError:
     message = exc.message.removeprefix(f"{exc.field}: ")
     details = {k: v for k, v in exc.details.items() if k != "field"}
     return InvalidRunError(where(exc.field), message, **details)
+
+
+def _reused(message_id: str, run_id: Any) -> InvalidParamsError:
+    return InvalidParamsError(
+        f"message.messageId: {message_id!r} was sent before as another message (task "
+        f"{run_id}); give each message an id of its own",
+        data={"type": "idempotency_conflict", "run_id": run_id},
+    )
 
 
 def _checked_id(value: str, name: str) -> str:
@@ -164,6 +172,11 @@ class Conversations:
         key = message_key(self.agent, message_id)
         head = await self.head(context_id, caller)
         if head is not None and head.idempotency_key == key:  # this message made it: again
+            _, digest = await self._request(
+                props, said.text, message_id, context_id, head.previous_run_id
+            )
+            if digest != head.request_hash:
+                raise _reused(message_id, head.id)
             after = await last_seq(self.manager, head.id)  # first: no event falls in between
             again = await self.manager.get(head.id, caller.owner, any_owner=caller.any_owner)
             return Opened(again, after, joined_wait=waiting_on(again))
@@ -173,7 +186,8 @@ class Conversations:
                 f"({state_name(head)}): send this message with its taskId, or once it has ended",
                 data={"type": "run_not_ended", "run_id": head.id},
             )
-        request, digest = await self._request(props, said.text, message_id, context_id, head)
+        previous = head.id if head is not None else None
+        request, digest = await self._request(props, said.text, message_id, context_id, previous)
         with translated():
             try:
                 record, created = await self.manager.create(
@@ -185,7 +199,9 @@ class Conversations:
                 )
             except InvalidRunError as exc:  # a server-side check (a cap, a tool or model name)
                 raise relocated(exc) from None
-        if created:
+            except IdempotencyConflictError as exc:
+                raise _reused(message_id, exc.details.get("run_id")) from None
+        if created or head is None:  # (a message made before its context was kept: keep it)
             await self.threads.set_thread_head(caller.owner, self.thread(context_id), record.id)
         return Opened(record, 0)
 
@@ -213,7 +229,7 @@ class Conversations:
         text: str,
         message_id: str,
         context_id: str,
-        head: RunRecord | None,
+        previous_run_id: str | None,
     ) -> tuple[RunRequest, str]:
         """The new run's request and its digest, read as POST /runs reads its body."""
         props = whole_numbers(props) if props is not None else {}
@@ -230,8 +246,8 @@ class Conversations:
                 )
             metadata = {**metadata, A2A_KEY: {"context_id": context_id, "message_id": message_id}}
         body: dict[str, Any] = {**props, "task": text, "agent": self.agent, "metadata": metadata}
-        if head is not None:
-            body["previous_run_id"] = head.id
+        if previous_run_id is not None:
+            body["previous_run_id"] = previous_run_id
         raw = json.dumps(body, ensure_ascii=False).encode()
         try:
             _, request, digest = await read_run_body(raw, self.settings)

@@ -136,16 +136,21 @@ class UpdateMapper:
         return [self._status(event, TaskState.TASK_STATE_WORKING, message)]
 
     def _ended(self, event: Event) -> list[Update]:
+        """The final updates; the status's metadata also carries the run's usage, its reason
+        and whether the answer is degraded (or its error)."""
         data = event.data
+        usage = data.get("usage") or {}
         if event.type == EventType.RUN_CANCELLED:
-            return [self._status(event, TaskState.TASK_STATE_CANCELED)]
+            return [self._status(event, TaskState.TASK_STATE_CANCELED, usage=usage)]
         if event.type == EventType.RUN_FAILED:
             error = data.get("error") or {}
             text = f"The run failed ({error.get('type')}): {error.get('message')}"
             message = self._message(f"{self.task_id}-{event.seq}", [new_text_part(text)])
-            return [self._status(event, TaskState.TASK_STATE_FAILED, message, error=error)]
+            return [
+                self._status(event, TaskState.TASK_STATE_FAILED, message, error=error, usage=usage)
+            ]
         result = data["result"]
-        extra = {"reason": result["reason"], "degraded": result["degraded"]}
+        extra = {"reason": result["reason"], "degraded": result["degraded"], "usage": usage}
         artifact = answer_artifact(result.get("answer"), result.get("output"))
         if artifact is None:  # incomplete, with no answer
             text = f"The run ended without an answer: {result['reason']}"
