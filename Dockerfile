@@ -69,6 +69,7 @@
 #     FINISHLINE_MCP_SERVERS=                    MCP servers: JSON or @/path/to/file.json (mount it)
 #     FINISHLINE_MCP_MAX_RESULT_BYTES=1000000    most of one MCP message read; more fails that call
 #     FINISHLINE_AGENTS=                         agent profiles: JSON or @/path/to/file.json (mount it)
+#     FINISHLINE_A2A_DEFAULT_AGENT=              the profile whose A2A card is at /.well-known/agent-card.json
 #     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100

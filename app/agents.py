@@ -47,7 +47,7 @@ NOT_YET = {"output_schema": "typed answers (DESIGN §12)", "agents": "sub-agents
 """What the fields DESIGN lists and runs here may not take yet are for, for the refusal."""
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 """1 to 64 letters, digits, '-' or '_', starting with a letter or digit: a name that fits in
-a URL path (`/agents/NAME`, and the A2A endpoints to come) as it is."""
+a URL path (`/agents/NAME`, `/a2a/NAME`) as it is."""
 MAX_DESCRIPTION_CHARS = 2000
 _TASK = "(the profile's defaults)"
 """The task of the request a profile's fields are validated as; never run."""

@@ -19,7 +19,7 @@ from app.api.auth import StreamTokens
 from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
-from app.api.routes import agents, agui, events, health, runs, tools, ui
+from app.api.routes import a2a, agents, agui, events, health, runs, tools, ui
 from app.assembly import FetcherPoster, RunAssembly, load_prompts
 from app.heap import served_heap
 from app.llm.models import ModelFactory
@@ -159,6 +159,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None
         )
+        a2a_agents = None
+        if settings.agents:  # the SDK is imported only by a server that has agents to serve
+            from app.api.a2a.server import A2AAgents
+
+            a2a_agents = A2AAgents(
+                manager=manager, settings=settings, assembly=assembly, threads=store
+            )
         try:
             async with asyncio.TaskGroup() as tasks:
                 if mcp is not None:  # sessions open in the background; start-up does not wait
@@ -185,6 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
                             "tracing": tracing,
                             "threads": store,  # AG-UI's threads (app.api.agui), in the store
+                            "a2a": a2a_agents,  # A2A endpoints (app.api.a2a), or None
                         }
                 finally:
                     undo()
@@ -214,7 +222,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, events, tools, agents, agui):
+    for module in (runs, events, tools, agents, agui, a2a):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

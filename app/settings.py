@@ -242,6 +242,12 @@ class ServerSettings(BaseSettings):
         '"settings": {…}, …}}; a request\'s "agent": "NAME" takes one as its defaults. Read '
         "once at start-up; a bad profile stops it. See README.",
     )
+    a2a_default_agent: str | None = Field(
+        None,
+        description="The agent profile also served as the host's A2A agent: its card at "
+        "/.well-known/agent-card.json (every profile's is at /a2a/NAME/.well-known/"
+        "agent-card.json). Must name a profile of FINISHLINE_AGENTS.",
+    )
     approval_tools: CommaList = Field(
         default_factory=list,
         description="Registered tools whose every call waits for a person's approval "
@@ -277,6 +283,17 @@ class ServerSettings(BaseSettings):
     def cap(self, name: str) -> Any:
         """The server's cap on per-run setting `name`; None when it has none."""
         return getattr(self, CAPS[name]) if name in CAPS else None
+
+    @model_validator(mode="after")
+    def _default_agent_is_a_profile(self) -> Self:
+        name = self.a2a_default_agent
+        if name is not None and name not in self.agents:
+            profiles = ", ".join(sorted(self.agents)) or "none"
+            raise ValueError(
+                f"FINISHLINE_A2A_DEFAULT_AGENT={name!r} names no profile of FINISHLINE_AGENTS "
+                f"(profiles: {profiles})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _defaults_within_caps(self) -> Self:

@@ -135,8 +135,9 @@ def _field(loc: tuple[Any, ...]) -> str:
     return text or ".".join(str(p) for p in loc)
 
 
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+def validation_problems(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """Each problem of a refused body: `{field, message, type}`, the field named as a client
+    wrote it (`settings.max_steps`, `http_tools[0].url`)."""
     problems = []
     for error in exc.errors():
         loc = tuple(error.get("loc", ()))
@@ -149,6 +150,12 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         elif error.get("type") == "json_invalid":
             field, message = "body", f"invalid JSON: {error.get('ctx', {}).get('error', message)}"
         problems.append({"field": field, "message": message, "type": error.get("type")})
+    return problems
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = validation_problems(exc)
     summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
     details: dict[str, Any] = {"errors": problems}
     if len(problems) == 1 and problems[0]["type"] == "json_value":

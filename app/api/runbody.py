@@ -36,13 +36,10 @@ OPENAPI_BODY: dict[str, Any] = {
 """What the route declares, as FastAPI would for a `RunCreate` parameter."""
 
 
-def parse_run_body(
-    raw: bytes, settings: Settings, *, compile_schemas: bool = True
-) -> tuple[RunCreate, RunRequest]:
-    """The request and its run, or RequestValidationError / InvalidRunError (a cap); with
-    `compile_schemas`, its HTTP tools' schemas checked and compiled (remembered) too."""
-    # parsing and validating run in C and Rust, holding the interpreter for their whole
-    # length: bound how many values they may meet first, in a pass over the bytes
+def check_value_count(raw: bytes, settings: Settings) -> None:
+    """Refuse a body of more JSON values than FINISHLINE_MAX_BODY_JSON_VALUES (InvalidRunError,
+    field `body`). Parsing and validating run in C and Rust, holding the interpreter for their
+    whole length: how many values they may meet is bounded first, in a pass over the bytes."""
     values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
     if values > settings.max_body_json_values:
         raise InvalidRunError(
@@ -51,6 +48,14 @@ def parse_run_body(
             f"server cap of {settings.max_body_json_values:,}",
             cap=settings.max_body_json_values,
         )
+
+
+def parse_run_body(
+    raw: bytes, settings: Settings, *, compile_schemas: bool = True
+) -> tuple[RunCreate, RunRequest]:
+    """The request and its run, or RequestValidationError / InvalidRunError (a cap); with
+    `compile_schemas`, its HTTP tools' schemas checked and compiled (remembered) too."""
+    check_value_count(raw, settings)
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:

@@ -49,6 +49,11 @@ EVENT_PAGE = 1000
 CANCELLED_MESSAGE = "cancelled in the client"
 
 
+def store_thread(thread_id: str) -> str:
+    """The AG-UI thread's name among the store's threads (A2A's contexts are `a2a:…`)."""
+    return "ag-ui:" + thread_id
+
+
 class ThreadIndex(Protocol):
     """Where threads are kept: the run store (`app.runs.store.RunStore`)."""
 
@@ -90,7 +95,7 @@ class AguiThreads:
     async def open(self, turn: Turn, caller: Caller, last_event_id: int | None) -> Opened:
         owner, anyone = caller.owner, caller.any_owner
         head: RunRecord | None = None
-        head_id = await self.threads.thread_head(owner, turn.thread_id)
+        head_id = await self.threads.thread_head(owner, store_thread(turn.thread_id))
         if head_id is not None:
             with contextlib.suppress(RunNotFoundError):  # deleted, expired: the thread is new
                 head = await self.manager.get(head_id, owner, any_owner=anyone)
@@ -131,7 +136,7 @@ class AguiThreads:
                 run_id=exc.details.get("run_id"),
             ) from None
         if created:
-            await self.threads.set_thread_head(owner, turn.thread_id, record.id)
+            await self.threads.set_thread_head(owner, store_thread(turn.thread_id), record.id)
         return Opened(record.id, last_event_id or 0, cancel)
 
     async def _answer(self, head: RunRecord | None, turn: Turn, caller: Caller) -> Opened | None:
