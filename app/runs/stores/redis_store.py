@@ -312,20 +312,6 @@ class RedisRunStore:
     def _thread_key(self, owner: str | None, thread_id: str) -> str:
         return f"{self.prefix}thread:{owner_tag(owner)}:{thread_id}"
 
-    # -- conversation threads ---------------------------------------------------------------
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
-        run_id: Any = await self.redis.get(self._thread_key(owner, thread_id))
-        return str(run_id) if run_id is not None else None
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
-        # kept twice a run's retention: past its head run's expiry the thread reads as unknown
-        ttl_ms = int(self.retention_s * 2000)
-        await self.redis.set(self._thread_key(owner, thread_id), run_id, px=ttl_ms)
-
-    def _thread_key(self, owner: str | None, thread_id: str) -> str:
-        return f"{self.prefix}thread:{owner_tag(owner)}:{thread_id}"
-
     # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
 
     async def save_in(self, pipe: Pipeline, record: RunRecord) -> None:
