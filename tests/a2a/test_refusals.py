@@ -61,7 +61,7 @@ async def post_runs_error(
         ({"settings": {"max_steps": 10_000}}, "settings.max_steps"),
         ({"settings": {"nope": 1}}, "settings.nope"),
         ({"tools": ["no_such_tool"]}, "tools"),
-        ({"model": "no-such-model-here", "settings": {"max_cost_usd": 1}}, "settings.max_cost_usd"),
+        ({"model": "no-such-model-here"}, "model"),
         ({"nope": True}, "nope"),
         ({"metadata": "not an object"}, "metadata"),
         ({"model_script": [{"content": "x" * 200_000}]}, "model_script[0]"),
