@@ -27,6 +27,7 @@ from app.runs.errors import (
     RunsError,
     RunUnreadableError,
     ShuttingDownError,
+    StoreUnavailableError,
     TooManyMessagesError,
 )
 
@@ -97,6 +98,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     QueueFullError: (429, "queue_full"),
     TooManyMessagesError: (429, "too_many_messages"),
     ShuttingDownError: (503, "shutting_down"),
+    StoreUnavailableError: (503, "store_unavailable"),  # Redis away: try again, Retry-After
 }
 
 STATUS_TYPES = {
@@ -177,7 +179,9 @@ def runs_error_status(exc: RunsError) -> tuple[int, str]:
 async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunsError)
     status, type_ = runs_error_status(exc)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFullError) else None
+    headers = None
+    if isinstance(exc, QueueFullError | StoreUnavailableError):  # try again after
+        headers = {"Retry-After": str(exc.retry_after_s)}
     return error_response(status, type_, exc.message, exc.details, headers)
 
 

@@ -26,6 +26,7 @@ from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
 from app.engine.toolcalls import CallResult
 from app.runs.approvals import ApprovalDesk, resumed_state, retaken_state
+from app.runs.errors import StoreUnavailableError
 from app.runs.inbox import Inbox
 from app.runs.live import CANCEL_SETTLE_S, ActiveRun, LiveRuns
 from app.runs.observer import RunTraces
@@ -38,6 +39,13 @@ from app.runs.store import LeaseLostError, RunStore
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
+
+GIVEN_UP = (LeaseLostError, StoreUnavailableError)
+"""What makes a run's task here stop without ending the run: another replica took it over,
+or the store (Redis) went away, so that nothing of the run can be written. The task frees its
+slot and drops the run's lease, which lapses; once Redis is back, a replica takes the run
+over and resumes it from its checkpoint (DESIGN §8). On a one-process store neither
+happens."""
 
 
 class _PreviousRunGoneError(Exception):
@@ -96,7 +104,7 @@ class Execution:
         }
         wanted = record.request.webhook_events or ["ended"]
         if record.webhook is not None and event in wanted and self._tasks is not None:
-            task = self._tasks.create_task(sends[event](record.id))
+            task = self._tasks.create_task(_logged(sends[event](record.id), record.id))
             self._webhook_tasks.add(task)
             task.add_done_callback(self._webhook_tasks.discard)
 
@@ -187,20 +195,23 @@ class Execution:
                 self.notify(record, "requires_action")
         except asyncio.CancelledError:
             if not record.status.terminal:
-                with contextlib.suppress(LeaseLostError):
+                with contextlib.suppress(*GIVEN_UP):
                     await asyncio.shield(self.end_cancelled(active))
             raise
         except LeaseLostError:  # another replica took the run over: it is not ours to end
             log.warning("run_given_up", reason="lease lost")
+        except StoreUnavailableError as exc:  # nothing can be written: see GIVEN_UP
+            log.warning("run_given_up", reason="store unavailable", error=exc.message)
         except _PreviousRunGoneError as exc:
             if record.status.terminal:
                 raise
-            await self._undelivered(active)
-            await self.fail(record, RunError("previous_run_gone", str(exc)))
+            with contextlib.suppress(*GIVEN_UP):
+                await self._undelivered(active)
+                await self.fail(record, RunError("previous_run_gone", str(exc)))
         except Exception as exc:  # our bug: log once with the traceback, fail the run
             log.exception("run_crashed")
             if not record.status.terminal:
-                with contextlib.suppress(LeaseLostError):
+                with contextlib.suppress(*GIVEN_UP):
                     await self._undelivered(active)
                     await self.fail(
                         record, RunError("internal", f"internal error: {type(exc).__name__}")
@@ -252,3 +263,12 @@ class Execution:
         for content in active.take_messages():
             message = UserMessage(active.step, content, delivered=False)
             await self.recorder.record(active.record, message)
+
+
+async def _logged(delivery: Coroutine[Any, Any, None], run_id: str) -> None:
+    """A webhook delivery, a task of the app's task group: its failure is logged, never
+    raised into the group (which would stop the service)."""
+    try:
+        await delivery
+    except Exception:
+        log.exception("webhook_failed", run_id=run_id)

@@ -32,12 +32,13 @@ async def each_event(batches: AsyncIterator[list[Event]]) -> AsyncIterator[Event
 
 
 class _Subscriber:
-    __slots__ = ("buffer", "maxlen", "overflowed", "wake")
+    __slots__ = ("buffer", "ended", "maxlen", "overflowed", "wake")
 
     def __init__(self, maxlen: int) -> None:
         self.buffer: deque[Event] = deque()
         self.maxlen = maxlen
         self.overflowed = False
+        self.ended = False
         self.wake = asyncio.Event()
 
     def push(self, event: Event) -> None:
@@ -61,6 +62,13 @@ class Fanout:
     def publish(self, event: Event) -> None:
         for subscriber in self._subscribers.get(event.run_id, ()):
             subscriber.push(event)
+
+    def end(self, run_id: str) -> None:
+        """The run will have no more events though none was terminal (the store lost it):
+        its subscribers' feeds end once they have taken what they hold."""
+        for subscriber in self._subscribers.get(run_id, ()):
+            subscriber.ended = True
+            subscriber.wake.set()
 
     async def follow(self, run_id: str, after: int, read: Reader) -> AsyncIterator[Event]:
         """Events of `run_id` after seq `after`, one at a time (see `follow_batches`)."""
@@ -100,6 +108,8 @@ class Fanout:
                     yield page
                 while not subscriber.overflowed:  # live
                     buffer = subscriber.buffer
+                    if not buffer and subscriber.ended:
+                        return
                     if not buffer:
                         subscriber.wake.clear()
                         await subscriber.wake.wait()

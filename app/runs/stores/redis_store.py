@@ -21,6 +21,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from app.engine.events import EventType
@@ -39,6 +42,7 @@ from app.runs.store import (
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.redis_errors import translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
 from app.runs.stores.redis_scripts import (
     APPEND,
@@ -51,6 +55,12 @@ from app.runs.stores.redis_scripts import (
 )
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
+SOCKET_TIMEOUT_S = 4.0
+"""A command unanswered this long fails (a paused or overloaded Redis): the request that
+needed it is refused 503 `store_unavailable` instead of hanging past its client's timeout.
+Blocking reads block for at most half of it. A `socket_timeout` in the URL overrides it."""
+CONNECT_TIMEOUT_S = 2.0
+"""Likewise for a new connection (`socket_connect_timeout` in the URL)."""
 
 
 def owner_tag(owner: str | None) -> str:
@@ -63,6 +73,7 @@ def tag_owner(tag: str | None) -> str | None:
     return tag.partition(":")[2] if tag is not None and tag.startswith("o") else None
 
 
+@translated
 class RedisRunStore:
     """A `RunStore` in Redis 7. `prefix` starts every key (several deployments can share a
     database); `retention_s` is how long a terminal run is kept."""
@@ -80,7 +91,15 @@ class RedisRunStore:
         self.prefix = prefix
         self.retention_s = retention_s
         self.fanout = Fanout()
-        self.redis: Redis = Redis.from_url(url, decode_responses=True)
+        self.redis: Redis = Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            # once, at once, on a broken connection (a pooled one Redis dropped as it
+            # restarted); a timeout is not tried again: the request is answered
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
@@ -89,7 +108,7 @@ class RedisRunStore:
         self._checkpoint = self.redis.register_script(CHECKPOINT)
         self._delete = self.redis.register_script(DELETE)
         self._follower = StreamFollower(
-            self.redis, self._events_key, self.read, lambda: self.fanout
+            self.redis, self._events_key, self.read, lambda: self.fanout, self._run_key
         )
         self._closed = False
         self._fences: dict[str, str] = {}
@@ -126,12 +145,17 @@ class RedisRunStore:
             await self.redis.aclose()
 
     async def ping(self) -> None:
+        """Redis answers and takes writes: a write, so that a Redis at its `maxmemory` (or a
+        read-only replica) is not ready either."""
         if self._closed:
             raise StoreError("the Redis store is closed")
         try:
-            await self.redis.ping()
+            await self.redis.set(self.prefix + "ready", "1", px=10_000)
         except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis does not answer: {exc}") from exc
+            outage = unavailable(exc)
+            raise StoreError(
+                outage.message if outage is not None else f"Redis does not answer: {exc}"
+            ) from exc
 
     # -- runs -------------------------------------------------------------------------------
 
