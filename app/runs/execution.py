@@ -35,17 +35,17 @@ from app.runs.ports import RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
 from app.runs.resume import recorded_results
-from app.runs.store import LeaseLostError, RunStore
+from app.runs.store import LeaseLostError, RunGoneError, RunStore
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
 
-GIVEN_UP = (LeaseLostError, StoreUnavailableError)
+GIVEN_UP = (LeaseLostError, StoreUnavailableError, RunGoneError)
 """What makes a run's task here stop without ending the run: another replica took it over,
-or the store (Redis) went away, so that nothing of the run can be written. The task frees its
-slot and drops the run's lease, which lapses; once Redis is back, a replica takes the run
-over and resumes it from its checkpoint (DESIGN §8). On a one-process store neither
-happens."""
+the store (Redis) went away, so that nothing of the run can be written, or came back without
+the run. The task frees its slot and drops the run's lease, which lapses; once Redis is back
+with the run, a replica takes it over and resumes it from its checkpoint (DESIGN §8). On a
+one-process store none of these happens."""
 
 
 class _PreviousRunGoneError(Exception):
@@ -202,6 +202,8 @@ class Execution:
             log.warning("run_given_up", reason="lease lost")
         except StoreUnavailableError as exc:  # nothing can be written: see GIVEN_UP
             log.warning("run_given_up", reason="store unavailable", error=exc.message)
+        except RunGoneError:  # Redis came back without it
+            log.warning("run_given_up", reason="no longer stored")
         except _PreviousRunGoneError as exc:
             if record.status.terminal:
                 raise

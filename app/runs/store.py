@@ -62,6 +62,12 @@ class DuplicateRunError(StoreError):
     """A run with this id, or this owner's idempotency key, exists already."""
 
 
+class RunGoneError(StoreError, KeyError):
+    """The run is not stored (a write of a run that does not exist; the stores' contract
+    says KeyError). Under its executing replica: Redis came back without its data, so the
+    run is no longer anybody's to run."""
+
+
 class LeaseLostError(StoreError):
     """This process no longer holds the run's lease (another replica took it over): the
     write was refused, and the run is no longer this process's to change."""

@@ -47,7 +47,7 @@ log = structlog.get_logger("finishline.runs")
 
 GROUP = "runners"
 WEBHOOK_GROUP = "senders"
-BLOCK_MS = 2_000  # half the store's socket timeout (`redis_store.SOCKET_TIMEOUT_S`)
+BLOCK_MS = 2_000  # half the store's socket timeout (`redis_errors.SOCKET_TIMEOUT_S`)
 REDELIVER_IDLE_MS = 10_000
 ADMIT_HOLD_MS = 30_000  # a place taken in the queue by a POST whose replica died meanwhile
 LISTEN_S = 1.0  # a blocking wait for a cancel message, between checks for the drain
@@ -189,9 +189,11 @@ class RedisCoordinator:
     async def _read_failed(self, key: str, group: str, event: str, exc: Exception) -> None:
         """After a failed read: wait (`waited_out`), and make the group again if Redis lost it
         (it restarted without its data)."""
-        await waited_out(exc, event, self.redis)
-        if "NOGROUP" in str(exc):
+        if "NOGROUP" in str(exc):  # Redis came back without its data
+            log.warning(event, error=str(exc), stream=key)
             await self._create_group(key, group)
+            return
+        await waited_out(exc, event, self.redis)
 
     # -- cancel -----------------------------------------------------------------------------
 

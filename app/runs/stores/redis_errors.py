@@ -31,6 +31,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import structlog
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import (
     ClusterDownError,
     MasterDownError,
@@ -47,6 +49,12 @@ from app.runs.errors import StoreUnavailableError
 
 log = structlog.get_logger("finishline.runs")
 
+SOCKET_TIMEOUT_S = 4.0
+"""A command unanswered this long fails (a paused or overloaded Redis): the request that
+needed it is refused 503 `store_unavailable` instead of hanging past its client's timeout.
+Blocking reads block for at most half of it. A `socket_timeout` in the URL overrides it."""
+CONNECT_TIMEOUT_S = 2.0
+"""Likewise for a new connection (`socket_connect_timeout` in the URL)."""
 RETRY_S = 0.5
 """How long a background loop waits after Redis failed it, before it tries again."""
 RETRY_AFTER_S = 2
@@ -69,6 +77,19 @@ REFUSING_REPLIES = {  # the start of a reply redis-py has no class for (or one a
     "BUSY ": "Redis is busy running a script",
     "NOREPLICAS ": "Redis has too few replicas to take writes",
 }
+
+
+def redis_client(url: str) -> Redis:
+    """The client of the Redis at `url`, with the timeouts above. A broken connection (a
+    pooled one Redis dropped as it restarted) is tried once more, at once; a timeout is not:
+    the request is answered instead."""
+    return Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+    )
 
 
 def unavailable(exc: BaseException) -> StoreUnavailableError | None:

@@ -145,7 +145,7 @@ class StreamFollower:
 
     async def _run(self, run_id: str, last: int, reader: _Reader) -> None:
         key = self._stream_key(run_id)
-        outage = False
+        outage = True  # once at the start too: Redis may have lost the run as it began
         while not reader.stopped:
             try:
                 reply: Any = await self._redis.xread({key: f"0-{last}"}, count=PAGE, block=BLOCK_MS)

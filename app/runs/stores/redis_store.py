@@ -21,9 +21,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from app.engine.events import EventType
@@ -35,6 +32,7 @@ from app.runs.store import (
     DuplicateRunError,
     FirstEvent,
     LeaseLostError,
+    RunGoneError,
     StoreError,
     read_record,
     settled,
@@ -42,7 +40,7 @@ from app.runs.store import (
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
-from app.runs.stores.redis_errors import translated, unavailable
+from app.runs.stores.redis_errors import redis_client, translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
 from app.runs.stores.redis_scripts import (
     APPEND,
@@ -55,12 +53,6 @@ from app.runs.stores.redis_scripts import (
 )
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
-SOCKET_TIMEOUT_S = 4.0
-"""A command unanswered this long fails (a paused or overloaded Redis): the request that
-needed it is refused 503 `store_unavailable` instead of hanging past its client's timeout.
-Blocking reads block for at most half of it. A `socket_timeout` in the URL overrides it."""
-CONNECT_TIMEOUT_S = 2.0
-"""Likewise for a new connection (`socket_connect_timeout` in the URL)."""
 
 
 def owner_tag(owner: str | None) -> str:
@@ -91,15 +83,7 @@ class RedisRunStore:
         self.prefix = prefix
         self.retention_s = retention_s
         self.fanout = Fanout()
-        self.redis: Redis = Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            # once, at once, on a broken connection (a pooled one Redis dropped as it
-            # restarted); a timeout is not tried again: the request is answered
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
+        self.redis: Redis = redis_client(url)
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
@@ -278,7 +262,7 @@ class RedisRunStore:
                 raise DuplicateRunError(record.idempotency_key)
         self._fence(run_id, seq)
         if seq is None:
-            raise KeyError(run_id)
+            raise RunGoneError(run_id)
         return stored(run_id, int(seq), type, ts, step, payload)
 
     async def append_soon(
@@ -310,7 +294,7 @@ class RedisRunStore:
             outcome = await self._checkpoint(args=args)
             self._fence(run_id, outcome)
             if outcome is None:
-                raise KeyError(run_id)
+                raise RunGoneError(run_id)
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
