@@ -90,6 +90,11 @@ async def until(check: Callable[[], Awaitable[bool]], bound_s: float, what: str)
         await asyncio.sleep(0.2)
 
 
+async def following(client: httpx.AsyncClient) -> bool:
+    metrics = (await client.get("/metrics")).text
+    return "finishline_sse_subscribers 1.0" in metrics
+
+
 async def ready(client: httpx.AsyncClient) -> bool:
     return (await client.get("/readyz")).status_code == 200
 
@@ -177,6 +182,8 @@ async def test_runs_acknowledged_before_a_redis_crash_resume_when_it_restarts_fr
         async with service(server) as (client, manager):
             runs = [await create(client, busy(f"answer {i}")) for i in range(4)]
             await under_way(client, runs)
+            follower = asyncio.create_task(sse(client, "GET", f"/runs/{runs[0]['id']}/events"))
+            await until(lambda: following(client), BACK_WITHIN_S, "the follower connected")
             server.kill()
 
             await assert_weather(client, "Redis does not answer")
@@ -189,6 +196,12 @@ async def test_runs_acknowledged_before_a_redis_crash_resume_when_it_restarts_fr
                 assert ended["status"] == "completed", ended
                 assert ended["result"]["answer"] == f"answer {i}"
                 assert "run.recovered" in await event_types(client, run["id"])
+            # the follower stayed connected through the outage and saw the run to its end
+            response, events = await asyncio.wait_for(follower, BACK_WITHIN_S)
+            assert response.status_code == 200
+            assert_sequential(events)
+            assert events[-1].event == "run.completed"
+            assert "run.recovered" in [e.event for e in events]
 
 
 async def test_a_paused_redis_is_answered_within_seconds_and_runs_go_on_after(
