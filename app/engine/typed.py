@@ -78,8 +78,19 @@ def json_path(parts: Sequence[str | int]) -> str:
         elif part.isidentifier():
             path += f".{part}"
         else:
-            path += f"[{json.dumps(part, ensure_ascii=False)}]"
+            quoted = json.dumps(part, ensure_ascii=False)
+            if _surrogate(quoted):
+                quoted = json.dumps(part)  # escaped: a lone surrogate is not text
+            path += f"[{quoted}]"
     return path
+
+
+def _surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _unrepresentable(value: Any) -> OutputError | None:
@@ -89,9 +100,7 @@ def _unrepresentable(value: Any) -> OutputError | None:
         parts, item = stack.pop()
         problem = None
         if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
+            if _surrogate(item):
                 problem = "contains a lone UTF-16 surrogate (not text)"
         elif isinstance(item, bool) or item is None:
             continue

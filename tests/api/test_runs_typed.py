@@ -71,7 +71,7 @@ async def test_invalid_answers_are_shown_their_errors_then_end_the_run_invalid_o
     assert result["output_errors"] == [{"path": "$", "message": "'Paris' is not of type 'object'"}]
     kinds = [e["kind"] for e in events if e["type"] == "intervention"]
     assert kinds == ["invalid_output", "invalid_output"]
-    first = [e for e in events if e["type"] == "observation"][0]
+    first = next(e for e in events if e["type"] == "observation")
     assert (first["tool"], first["is_error"]) == ("task_finished", True)
     assert "- $.population: 0 is less than the minimum of 1" in first["content"]
     assert events[-1]["type"] == "run.incomplete"

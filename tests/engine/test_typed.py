@@ -91,7 +91,7 @@ async def test_a_valid_answer_ends_the_run_with_its_value_and_its_json_text() ->
     assert not end.degraded
 
 
-async def test_an_invalid_answer_is_an_error_observation_listing_every_error_and_the_run_goes_on() -> (
+async def test_an_invalid_answer_is_an_error_observation_with_every_error_and_the_run_goes_on() -> (
     None
 ):
     model = ScriptedModel([answers(INVALID), answers(VALID)])
@@ -172,7 +172,8 @@ async def test_at_most_fifty_errors_are_listed_and_the_rest_counted() -> None:
     limits = Limits(max_output_retries=0)
     end = ending(await collect(run_react(task="t", model=model, output=many, limits=limits)))
     assert len(end.output_errors or ()) == MAX_OUTPUT_ERRORS
-    assert end.output_errors is not None and end.output_errors[-1].path == "$[49]"
+    assert end.output_errors is not None
+    assert end.output_errors[-1].path == "$[49]"
 
 
 async def test_the_errors_note_how_many_more_there_were() -> None:
@@ -195,10 +196,8 @@ async def test_without_the_stop_tool_a_json_reply_that_validates_is_the_answer()
     # asked for as response_format, and given in the system prompt
     assert model.calls[0].answer_schema == SCHEMA
     system = model.calls[0].messages[0]
-    assert (
-        system["role"] == "system"
-        and json.dumps(SCHEMA, separators=(",", ":")) in system["content"]
-    )
+    assert system["role"] == "system"
+    assert json.dumps(SCHEMA, separators=(",", ":")) in system["content"]
     # the conversation keeps the answer's JSON text (what a follow-up starts from)
     final = [s for s in steps if isinstance(s, Checkpoint)][-1].state["messages"][-1]
     assert final == {"role": "assistant", "content": json.dumps(VALID)}
@@ -250,7 +249,8 @@ async def test_the_degraded_final_answer_asks_for_json_matching_the_schema_and_i
     final = model.calls[-1]
     assert final.answer_schema == SCHEMA
     prompt = final.messages[-1]["content"]
-    assert "max_steps" in prompt and json.dumps(SCHEMA, separators=(",", ":")) in prompt
+    assert "max_steps" in prompt
+    assert json.dumps(SCHEMA, separators=(",", ":")) in prompt
     end = ending(steps)
     assert (end.reason, end.degraded, end.output) == (StopReason.MAX_STEPS, True, VALID)
 

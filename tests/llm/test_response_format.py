@@ -72,7 +72,7 @@ async def test_a_streamed_call_asks_for_it_too(llm: FakeLLMServer, model: OpenAI
     assert (request["stream"], request["response_format"]) == (True, FORMAT)
 
 
-async def test_an_endpoint_that_refuses_response_format_is_asked_again_without_it_and_never_again() -> (
+async def test_an_endpoint_refusing_response_format_is_asked_again_without_it_and_never_again() -> (
     None
 ):
     async with FakeLLMServer(handler=refusing) as llm:
@@ -119,10 +119,12 @@ async def test_a_refused_tool_choice_and_response_format_are_both_dropped_in_one
         return FakeReply(content="{}")
 
     plan = ToolSpec("update_plan", "Record your plan.", {"type": "object", "properties": {}})
-    async with FakeLLMServer(handler=strict) as llm:
-        async with OpenAIChatModel(base_url=llm.base_url, model="m") as model:
-            await model.complete(MESSAGES, [plan], force_tool="update_plan", answer_schema=SCHEMA)
-            assert (model.unforced, model.unstructured) == ({"m"}, {"m"})
+    async with (
+        FakeLLMServer(handler=strict) as llm,
+        OpenAIChatModel(base_url=llm.base_url, model="m") as model,
+    ):
+        await model.complete(MESSAGES, [plan], force_tool="update_plan", answer_schema=SCHEMA)
+        assert (model.unforced, model.unstructured) == ({"m"}, {"m"})
     sent = [("tool_choice" in r, "response_format" in r) for r in llm.requests]
     assert sent == [(True, True), (False, True), (False, False)]
 
