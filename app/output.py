@@ -19,12 +19,13 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from app.engine.errors import FinishlineError
 from app.engine.ports import OutputError
 from app.engine.typed import json_path
 from app.tools.base import MAX_MESSAGE_CHARS, compiled_schema
 
 
-class InvalidSchemaError(ValueError):
+class InvalidSchemaError(FinishlineError, ValueError):
     """The output schema is not a valid Draft 2020-12 JSON Schema; says where and what."""
 
 

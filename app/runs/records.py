@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, no_type_check
 
 from pydantic import (
     BaseModel,
@@ -141,7 +141,8 @@ class RunResult(BaseModel):
         return result
 
     @model_serializer(mode="wrap")
-    def _output_when_typed(self, handler: SerializerFunctionWrapHandler) -> Any:
+    @no_type_check  # no return annotation: the schema of what is answered is then the fields'
+    def _output_when_typed(self, handler: SerializerFunctionWrapHandler):
         data = handler(self)
         if not self._typed and isinstance(data, dict):
             data.pop("output", None)
