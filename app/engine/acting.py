@@ -84,13 +84,33 @@ def tool_specs(
     specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
     tokens = _estimate_specs(specs)
     if stop_tool and output is not None:
-        finish = finish_spec(output.schema, prompts)
+        finish, finish_tokens = _typed_finish(output.schema, prompts)
         specs.append(finish)
-        tokens += _estimate_specs([finish])
+        tokens += finish_tokens
     elif stop_tool:
         specs.append(task_finished_spec(prompts))
         tokens += _finish_spec_tokens(prompts)
     return specs, tokens
+
+
+_TYPED_FINISHES: dict[tuple[int, int], tuple[Any, Prompts, ToolSpec, int]] = {}
+"""The typed stop tool's spec and its tokens, by the identity of the schema and prompt set
+(kept in the entry, so that an id cannot be reused while it is here): a schema compiled once
+(`app.output`, remembered by content) is one object, shared by the runs that give it."""
+TYPED_FINISHES = 256
+
+
+def _typed_finish(schema: Mapping[str, Any], prompts: Prompts) -> tuple[ToolSpec, int]:
+    key = (id(schema), id(prompts))
+    found = _TYPED_FINISHES.get(key)
+    if found is not None and found[0] is schema and found[1] is prompts:
+        return found[2], found[3]
+    spec = finish_spec(schema, prompts)
+    tokens = _estimate_specs([spec])
+    if len(_TYPED_FINISHES) >= TYPED_FINISHES:
+        del _TYPED_FINISHES[next(iter(_TYPED_FINISHES))]  # the oldest
+    _TYPED_FINISHES[key] = (schema, prompts, spec, tokens)
+    return spec, tokens
 
 
 _NONE: frozenset[str] = frozenset()

@@ -16,9 +16,9 @@ errors like any other.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,13 +117,23 @@ def _unrepresentable(value: Any) -> OutputError | None:
     return None
 
 
+_LONG_DIGITS = re.compile(r"\d{19,}")
+"""A run of digits as long as an integer past 64 bits can be (or a string holding one)."""
+
+
 def check_value(schema: OutputSchema, value: Any) -> CheckedAnswer:
-    """A parsed JSON value against the schema."""
-    problem = _unrepresentable(value)
+    """A parsed JSON value against the schema. What JSON cannot carry on is looked for in
+    the value's JSON text first (C speed); only a suspect text makes the walk that says where."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+        suspect = _LONG_DIGITS.search(text) is not None
+    except (ValueError, UnicodeEncodeError):
+        suspect = True
+    problem = _unrepresentable(value) if suspect else None
     if problem is not None:  # its text escaped to ASCII, so that it can be stored
         return CheckedAnswer(json.dumps(value), None, (problem,))
     errors = schema.errors(value)
-    text = json_text(value)
     if not errors:
         return CheckedAnswer(text, value)
     kept = tuple(errors[:MAX_OUTPUT_ERRORS])
@@ -218,15 +228,10 @@ def finish_parameters(schema: Mapping[str, Any], prompts: Prompts) -> dict[str, 
     return parameters
 
 
-@functools.lru_cache(maxsize=64)
-def _finish_spec(schema_json: str, prompts: Prompts) -> ToolSpec:
-    parameters = finish_parameters(json.loads(schema_json), prompts)
-    return ToolSpec(TASK_FINISHED, prompts.task_finished_description, parameters)
-
-
 def finish_spec(schema: Mapping[str, Any], prompts: Prompts) -> ToolSpec:
-    """The stop tool's spec whose `answer` is `schema` (made once per schema and prompt set)."""
-    return _finish_spec(json.dumps(schema), prompts)  # in its order: the model reads it so
+    """The stop tool's spec whose `answer` is `schema`."""
+    parameters = finish_parameters(schema, prompts)
+    return ToolSpec(TASK_FINISHED, prompts.task_finished_description, parameters)
 
 
 def schema_prompt(prompts: Prompts, output: OutputSchema) -> str:
