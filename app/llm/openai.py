@@ -156,11 +156,14 @@ class OpenAIChatModel:
                         raise
                     if refused == "tool_choice":
                         self.unforced.add(self.name)
-                    elif answer_schema is not None and "invalid schema" in exc.message.lower():
-                        self.unstructured.add(_schema_key(self.name, answer_schema))
+                        log.warning("tool_choice_refused", model=self.name, error=str(exc))
                     else:
-                        self.unstructured.add(self.name)
-                    log.warning(f"{refused}_refused", model=self.name, error=str(exc))
+                        schema_alone = "invalid schema" in exc.message.lower()
+                        if answer_schema is not None and schema_alone:
+                            self.unstructured.add(_schema_key(self.name, answer_schema))
+                        else:
+                            self.unstructured.add(self.name)
+                        log.warning("response_format_refused", model=self.name, error=str(exc))
                     del body[refused]
         log.debug(
             "llm_call_completed",
