@@ -88,6 +88,7 @@
 #     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
+#     FINISHLINE_MAX_OUTPUT_RETRIES=2            FINISHLINE_MAX_OUTPUT_RETRIES_LIMIT=10
 #     FINISHLINE_PLANNING_INTERVAL=              FINISHLINE_PLANNING_INTERVAL_LIMIT=100
 #   traces (OpenTelemetry, off unless an endpoint is set; README "Traces")
 #     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318

@@ -23,6 +23,7 @@ from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
 from app.engine.replycap import CappedModel
 from app.llm.models import SCRIPTED, ModelFactory, ModelUnavailableError
 from app.offload import off_loop
+from app.output import InvalidSchemaError, JsonOutputSchema, output_schema
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
 from app.runs.records import RunRecord
@@ -72,17 +73,19 @@ class RunAssembly:
             # a profile's own sizes were checked at start-up, the request's when it was read:
             # only HTTP tools beside the other's tools can add up past a cap, checked below
             request = self.with_profile(request)
-        if sized and not request.http_tools and not request.client_tools:
+        if sized and not (request.http_tools or request.client_tools or request.output_schema):
             # nothing in proportion to the request's size is left: no hop to the worker
             # thread, whose one-at-a-time queue every POST /runs would wait in under load
             return self._check(request, [])
-        # sizes first, then each HTTP tool's schema checked and its validator built, in a
-        # worker thread: milliseconds a property, 64 KB of schemas would stall the loop
+        # sizes first, then each HTTP tool's schema (and the output schema) checked and its
+        # validator built, in a worker thread: milliseconds a property, 64 KB of schemas
+        # would stall the loop
         schemas = await off_loop(self._sized_and_compiled, request)
         return self._check(request, schemas)
 
     def _sized_and_compiled(self, request: RunRequest) -> list[CompiledSchema]:
         check_sizes(request, self.settings)
+        checked_output(request)
         compile_schemas(request.client_tools)  # checked by `_client_tools` (remembered)
         return compile_schemas(request.http_tools)
 
@@ -111,6 +114,7 @@ class RunAssembly:
             request = profile.defaults
             try:
                 check_sizes(request, self.settings)
+                checked_output(request)
                 self._check(request, compile_schemas(request.http_tools), profile=True)
             except InvalidRunError as exc:
                 problems.append(f"profile {name!r}: {exc}")
@@ -271,6 +275,9 @@ class RunAssembly:
         script = [entry.model_dump() for entry in request.model_script or ()]
         model = self.models.create(record.model, script, start=record.usage.llm_calls)
         prompts = self.prompts[limits.prompt_language]
+        output = None
+        if request.output_schema is not None:  # compiled once per run, off the event loop
+            output = await off_loop(checked_output, request)
         return RunInputs(
             # what one reply brings into the run is capped (app.engine.replycap)
             model=CappedModel(model, self.settings.max_reply_chars, prompts),
@@ -280,6 +287,7 @@ class RunAssembly:
             approval=self.approval_tools(request),
             task=request.task,
             system_prompt=record.system_prompt,
+            output=output,
         )
 
     def _mcp_named(self, name: str) -> bool:
@@ -349,6 +357,17 @@ class RunAssembly:
             timeout_s=tool.timeout_s,
             idempotent=tool.idempotent,
         )
+
+
+def checked_output(request: RunRequest) -> JsonOutputSchema | None:
+    """The request's output schema, checked and compiled (costly: off the event loop);
+    InvalidRunError naming `output_schema` when it is not a valid schema."""
+    if request.output_schema is None:
+        return None
+    try:
+        return output_schema(request.output_schema)
+    except InvalidSchemaError as exc:
+        raise InvalidRunError("output_schema", str(exc)) from exc
 
 
 def _client_tool(tool: ClientToolIn, schema: CompiledSchema) -> ClientTool:

@@ -144,13 +144,14 @@ class ServerSettings(BaseSettings):
     max_tool_schema_bytes: int = Field(
         16_384,
         ge=2,
-        description="Largest parameters schema (JSON) of one request-declared HTTP or client tool.",
+        description="Largest parameters schema (JSON) of one request-declared HTTP or client "
+        "tool, and largest output_schema.",
     )
     max_tool_schemas_total_bytes: int = Field(
         65_536,
         ge=2,
         description="Largest parameters schemas (JSON) of all request-declared HTTP and client "
-        "tools together.",
+        "tools and the output_schema together.",
     )
     max_script_replies: int = Field(
         200, ge=1, le=1000, description="Most replies in a model_script."

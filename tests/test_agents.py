@@ -81,8 +81,8 @@ def test_a_bad_profile_is_refused_naming_the_profile_and_the_field(
         Settings(_env_file=None, agents=value)
 
 
-SAMPLES = {"output_schema": {"type": "object"}, "agents": {"helper": {"description": "Helps."}}}
-"""A value of each field DESIGN §14 lists that runs may not take yet (typed answers, sub-agents)."""
+SAMPLES = {"agents": {"helper": {"description": "Helps."}}}
+"""A value of each field DESIGN §14 lists that runs may not take yet (sub-agents)."""
 
 
 @pytest.mark.parametrize("field", sorted(NOT_YET))
@@ -97,6 +97,25 @@ def test_a_field_runs_do_not_take_yet_is_refused_and_one_they_take_is_a_default(
     (profile,) = parse_agents(value).values()  # once runs take it, profiles do, unchanged
     run = apply_profile(RunRequest.model_validate({"task": "t", "agent": "x"}), profile)
     assert getattr(run, field) == getattr(profile.defaults, field)
+
+
+SCHEMA = {"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}}}
+
+
+def test_a_profiles_output_schema_is_a_default_the_request_may_replace() -> None:
+    assert "output_schema" not in NOT_YET  # runs take it (typed answers, DESIGN §12)
+    (profile,) = parse_agents({"x": {"description": "d", "output_schema": SCHEMA}}).values()
+    assert profile.fields == ["output_schema"]
+    run = apply_profile(RunRequest.model_validate({"task": "t", "agent": "x"}), profile)
+    assert run.output_schema == SCHEMA
+    own = {"type": "string"}
+    request = RunRequest.model_validate({"task": "t", "agent": "x", "output_schema": own})
+    assert apply_profile(request, profile).output_schema == own
+
+
+def test_a_profiles_output_schema_is_validated_as_the_request_field() -> None:
+    with pytest.raises(ValueError, match="profile 'x': output_schema: Input should be a valid"):
+        parse_agents({"x": {"description": "d", "output_schema": [1]}})
 
 
 def test_every_problem_is_named_at_once() -> None:

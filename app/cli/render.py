@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from rich.console import Console, Group, RenderableType
+from rich.json import JSON
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -61,17 +62,31 @@ def _row(label: str, style: str, body: RenderableType) -> Table:
 
 
 def answer_panel(result: dict[str, Any]) -> RenderableType:
+    """The answer; a typed one (a run with an output_schema) as its value, in indented JSON."""
     answer = result.get("answer")
     degraded = bool(result.get("degraded"))
     if answer is None:
         return Text("(no answer)", style="dim")
-    title = "answer (degraded)" if degraded else "answer"
+    typed = "output" in result and not result.get("output_errors")
+    title = ("output" if typed else "answer") + (" (degraded)" if degraded else "")
+    body: RenderableType = Text(answer)
+    if typed:
+        body = JSON(json.dumps(result["output"], ensure_ascii=False), indent=2)
     return Panel(
-        Text(answer),
+        body,
         title=title,
         title_align="left",
         border_style="yellow" if degraded else "green",
     )
+
+
+def output_errors_text(errors: list[dict[str, Any]]) -> Text:
+    """Why a typed answer failed its schema: a line per error, its JSON path first."""
+    text = Text()
+    for n, error in enumerate(errors):
+        text.append(("\n" if n else "") + str(error.get("path")), style="bold")
+        text.append(f"  {error.get('message')}")
+    return text
 
 
 def ending_rows(
@@ -84,6 +99,9 @@ def ending_rows(
     rows: list[RenderableType] = []
     if result is not None:
         rows.append(answer_panel(result))
+        if result.get("output_errors"):
+            errors = output_errors_text(result["output_errors"])
+            rows.append(_row("not valid", "bold red", errors))
         reason = Text(str(result.get("reason")), style="bold")
         if result.get("degraded"):
             reason.append("  DEGRADED", style="bold yellow")

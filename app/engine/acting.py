@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from app.engine.context import RunContext
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
-from app.engine.ports import Message, Reply, Tool, ToolCall, ToolSpec
+from app.engine.ports import Message, OutputSchema, Reply, Tool, ToolCall, ToolSpec
 from app.engine.prompts import TASK_FINISHED, Prompts
 from app.engine.replycap import restored_call
 from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
@@ -36,6 +37,13 @@ from app.engine.toolcalls import (
     timed_out,
 )
 from app.engine.truncate import truncate
+from app.engine.typed import (
+    CheckedAnswer,
+    check_argument,
+    finish_spec,
+    invalid_answer_text,
+    rejected,
+)
 
 
 @functools.lru_cache(maxsize=32)  # prompt sets are made at start-up: a handful
@@ -65,19 +73,48 @@ def _estimate_specs(specs: Sequence[ToolSpec]) -> int:
 
 
 def tool_specs(
-    tools: Sequence[Tool], stop_tool: bool, prompts: Prompts
+    tools: Sequence[Tool],
+    stop_tool: bool,
+    prompts: Prompts,
+    output: OutputSchema | None = None,
 ) -> tuple[list[ToolSpec], int]:
     """The specs sent with each LLM call (the tools', then task_finished's when the stop
-    tool is on) and their estimated tokens; task_finished's estimate is made once."""
+    tool is on, its `answer` the output schema when the run has one) and their estimated
+    tokens; the plain task_finished's estimate is made once."""
     specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
     tokens = _estimate_specs(specs)
-    if stop_tool:
+    if stop_tool and output is not None:
+        finish, finish_tokens = _typed_finish(output.schema, prompts)
+        specs.append(finish)
+        tokens += finish_tokens
+    elif stop_tool:
         specs.append(task_finished_spec(prompts))
         tokens += _finish_spec_tokens(prompts)
     return specs, tokens
 
 
+_TYPED_FINISHES: dict[tuple[int, int], tuple[Any, Prompts, ToolSpec, int]] = {}
+"""The typed stop tool's spec and its tokens, by the identity of the schema and prompt set
+(kept in the entry, so that an id cannot be reused while it is here): a schema compiled once
+(`app.output`, remembered by content) is one object, shared by the runs that give it."""
+TYPED_FINISHES = 256
+
+
+def _typed_finish(schema: Mapping[str, Any], prompts: Prompts) -> tuple[ToolSpec, int]:
+    key = (id(schema), id(prompts))
+    found = _TYPED_FINISHES.get(key)
+    if found is not None and found[0] is schema and found[1] is prompts:
+        return found[2], found[3]
+    spec = finish_spec(schema, prompts)
+    tokens = _estimate_specs([spec])
+    if len(_TYPED_FINISHES) >= TYPED_FINISHES:
+        del _TYPED_FINISHES[next(iter(_TYPED_FINISHES))]  # the oldest
+    _TYPED_FINISHES[key] = (schema, prompts, spec, tokens)
+    return spec, tokens
+
+
 _NONE: frozenset[str] = frozenset()
+_NONE_REJECTED: frozenset[int] = frozenset()
 
 
 def only_finish(calls: tuple[ToolCall, ...]) -> bool:
@@ -119,7 +156,14 @@ class ToolStep:
         self.reply = reply
         self.redo = redo
         self.finished: str | None = None
-        """The answer, when the model called task_finished alone with valid arguments."""
+        """The answer, when the model called task_finished alone with valid arguments (with
+        an output schema: an answer that validates, as JSON text; its value is `output`)."""
+        self.output: Any = None
+        self.invalid: CheckedAnswer | None = None
+        """With an output schema: the reply's answer that failed it, when none validated."""
+        self.invalid_ends = False
+        """The invalid answer was the model's last try (`max_output_retries`)."""
+        self._rejected: list[tuple[PreparedCall, CheckedAnswer]] = []
         self._shown: dict[int, str] = {}
         self.pending: list[PendingCall] = []
         """Calls of tools that need approval: not executed, waiting for a person."""
@@ -145,6 +189,7 @@ class ToolStep:
                 yield ApprovalRequested(st.step, call.id, call.name, item.arguments)
         if self.finished is not None:
             return
+        rejected = self._rejection() if self._rejected else _NONE_REJECTED
         waiting = {p.call_id for p in self.pending} if self.pending else _NONE
         st.pending = list(self.pending)
         st.tool_calls += counted
@@ -156,6 +201,8 @@ class ToolStep:
                     if item.repeated:
                         self.run.log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
+                    elif id(item) in rejected:
+                        yield run.intervention(InterventionKind.INVALID_OUTPUT, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
                     continue
                 if item.call.id in waiting:
@@ -195,6 +242,15 @@ class ToolStep:
                             "content": self._shown[index],
                         }
                     )
+
+    def _rejection(self) -> set[int]:
+        """The reply's answers all failed the output schema: one more invalid answer for the
+        run; each call is told its errors and the tries left (0: the run ends)."""
+        self.invalid = self._rejected[-1][1]
+        left, self.invalid_ends = rejected(self.run, self.invalid)
+        for item, checked in self._rejected:
+            item.reply = invalid_answer_text(self.run.prompts.invalid_output, checked, left)
+        return {id(item) for item, _ in self._rejected}
 
     def _redone(
         self, index: int, item: PreparedCall, recorded: Mapping[str, CallResult]
@@ -263,6 +319,17 @@ class ToolStep:
             item.reply = run.prompts.finish_beside_others
         elif arguments is None:
             item.reply = run.prompts.bad_json.format(tool=call.name, error=error)
+        elif run.output is not None:
+            if "answer" not in arguments:
+                problem = "'answer' is a required property"
+                item.reply = run.prompts.bad_arguments.format(tool=call.name, error=problem)
+            elif self.finished is None:
+                checked = check_argument(run.output, arguments["answer"])
+                if checked.valid:
+                    self.finished, self.output = checked.text, checked.output
+                    item.reply, item.is_error = "", False
+                else:
+                    self._rejected.append((item, checked))
         elif not isinstance(arguments.get("answer"), str):
             problem = "'answer' is a required property and must be a string"
             item.reply = run.prompts.bad_arguments.format(tool=call.name, error=problem)

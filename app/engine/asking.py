@@ -35,8 +35,12 @@ async def ask(
     thought, then the `Reply`. Retries transient failures with backoff (Retry-After wins),
     never sleeping past `deadline`; raises LLMError when it gives up, DeadlineError when
     `deadline` interrupts the call, CancelRequestedError on a cancel. `force_tool`: the tool
-    the reply must call, where the model can be forced (a planning call)."""
+    the reply must call, where the model can be forced (a planning call). With an output
+    schema, a call whose reply may be the answer (the final call; every call with the stop
+    tool off) asks for JSON matching it, where the model can be asked."""
     st, limits = run.state, run.limits
+    output = run.output
+    schema = output.schema if output is not None and (final or not limits.stop_tool) else None
     attempt = 0
     while True:
         call_deadline = min(run.clock() + limits.llm_timeout_s, deadline)
@@ -48,7 +52,11 @@ async def ask(
                 deltas: asyncio.Queue[str] = asyncio.Queue()
                 task = asyncio.ensure_future(
                     run.model.complete(
-                        st.messages, specs, on_delta=deltas.put_nowait, force_tool=force_tool
+                        st.messages,
+                        specs,
+                        on_delta=deltas.put_nowait,
+                        force_tool=force_tool,
+                        answer_schema=schema,
                     )
                 )
                 async for delta in run.guard.stream(task, deltas, call_deadline):
@@ -56,7 +64,9 @@ async def ask(
                 reply = task.result()
             else:
                 with run.guard.scope(call_deadline):
-                    reply = await run.model.complete(st.messages, specs, force_tool=force_tool)
+                    reply = await run.model.complete(
+                        st.messages, specs, force_tool=force_tool, answer_schema=schema
+                    )
         except DeadlineError:
             if bounded_by_run:
                 raise

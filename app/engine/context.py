@@ -9,7 +9,15 @@ from typing import Any
 
 from app.engine.guard import Guard
 from app.engine.policies import InterventionKind, Limits
-from app.engine.ports import ChatModel, Clock, Price, ResumableModel, Tool, ToolContext
+from app.engine.ports import (
+    ChatModel,
+    Clock,
+    OutputSchema,
+    Price,
+    ResumableModel,
+    Tool,
+    ToolContext,
+)
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.steps import Intervention
@@ -38,6 +46,8 @@ class RunContext:
     """The whole-run deadline by `clock`, set when the run starts."""
     price: Price | None = None
     """The model's price, read once when the run starts; None: its calls are unpriced."""
+    output: OutputSchema | None = None
+    """The schema the run's answer must validate against (DESIGN §12); None: any text."""
     resumable: ResumableModel | None = field(init=False, default=None)
     """`model`, when it has state of its own for the checkpoints to carry (else None)."""
 

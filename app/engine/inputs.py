@@ -13,7 +13,7 @@ from typing import TypedDict
 from app.engine.history import PreviousRun
 from app.engine.pending import Decision
 from app.engine.policies import Limits
-from app.engine.ports import ChatModel, Clock, Tool
+from app.engine.ports import ChatModel, Clock, OutputSchema, Tool
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.toolcalls import CallResult
@@ -32,6 +32,8 @@ class RunInputs:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     task: str = ""
     system_prompt: str | None = None
+    output: OutputSchema | None = None
+    """The run's `output_schema`, compiled (DESIGN §12); None: the answer is any text."""
 
     async def aclose(self) -> None:
         for closer in self.closers:

@@ -4,13 +4,14 @@
 `Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
 max_steps, nudges, the next prompt's cost), around each await (deadline and cancel interrupt
 in-flight LLM and tool calls through `Guard`), and after the step (token and cost budgets).
+With an output schema, every answer is checked against it (`app.engine.typed`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Unpack
+from typing import Any, Unpack
 
 import structlog
 
@@ -34,7 +35,7 @@ from app.engine.policies import (
     past_deadline,
     planning_due,
 )
-from app.engine.ports import ChatModel, Reply, Tool, ToolContext
+from app.engine.ports import ChatModel, OutputError, OutputSchema, Reply, Tool, ToolContext
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
@@ -49,10 +50,9 @@ from app.engine.steps import (
     UserMessage,
 )
 from app.engine.trim import trim_notice
+from app.engine.typed import CheckedAnswer, check_text, invalid_answer_text, limit_text, rejected
 
 log = structlog.get_logger("finishline.engine")
-
-"""Takes the messages people sent the run since the last call, oldest first (steering)."""
 
 
 def run_react(
@@ -64,13 +64,14 @@ def run_react(
     system_prompt: str | None = None,
     prompts: Prompts | None = None,
     approval: Collection[str] = (),
+    output: OutputSchema | None = None,
     **handles: Unpack[RunHandles],
 ) -> AsyncIterator[Step]:
     """`react` with its inputs as keywords, defaults for all but the task and the model."""
     limits = limits or Limits()
     prompts = prompts or BUILTIN[limits.prompt_language]
     inputs = RunInputs(model, list(tools), limits, prompts, frozenset(approval))
-    inputs.task, inputs.system_prompt = task, system_prompt
+    inputs.task, inputs.system_prompt, inputs.output = task, system_prompt, output
     return react(inputs, **handles)
 
 
@@ -110,7 +111,7 @@ class ReactRun:
             raise ValueError("tool names must be unique and must not shadow task_finished")
         if limits.planning_interval is not None and UPDATE_PLAN not in by_name:
             raise ValueError("planning_interval needs the update_plan tool among the tools")
-        self.specs, spec_tokens = tool_specs(tools, limits.stop_tool, prompts)
+        self.specs, spec_tokens = tool_specs(tools, limits.stop_tool, prompts, inputs.output)
         self.started = 0.0
         state = handles.get("state") or RunState()
         clock = handles.get("clock", _system_clock)
@@ -129,6 +130,7 @@ class ReactRun:
             tool_ctx=ToolContext(run_id=handles.get("run_id", ""), plan=state.plan),
             approval=frozenset(inputs.approval),
             price=inputs.model.price,
+            output=inputs.output,
         )
 
     # -- the loop -----------------------------------------------------------------------
@@ -138,7 +140,8 @@ class ReactRun:
         st, limits = self.run.state, self.run.limits
         if not st.messages:  # a fresh run; else a resumed one, whose model goes on where it was
             previous, prompts = self.previous, self.run.prompts
-            open_conversation(st, self.system_prompt, self.task, prompts, limits, previous)
+            output = self.run.output
+            open_conversation(st, self.system_prompt, self.task, prompts, limits, previous, output)
         st.resume_model(self.run.resumable)
         if self.run.tool_ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.run.tool_ctx.run_id)
@@ -275,8 +278,8 @@ class ReactRun:
             if not reply.tool_calls:
                 st.append({"role": "assistant", "content": reply.content or ""})
                 if not limits.stop_tool:
-                    for ending in self._end(StopReason.ANSWERED, reply.content or ""):
-                        yield ending
+                    for item in self._answered(reply.content or ""):
+                        yield item
                 return
             st.nudges_in_row = 0
             st.append(assistant_message(reply))
@@ -290,10 +293,34 @@ class ReactRun:
         finally:
             st.acting = False
         if acting.finished is not None:
-            for ending in self._end(StopReason.FINISHED, acting.finished):
+            for ending in self._end(StopReason.FINISHED, acting.finished, output=acting.output):
+                yield ending
+        elif acting.invalid is not None and acting.invalid_ends:
+            for ending in self._invalid_output(acting.invalid):
                 yield ending
         elif acting.pending:
             self.suspended = Suspended(st.step, tuple(acting.pending))
+
+    def _answered(self, text: str) -> list[Step]:
+        """A plain reply with the stop tool off: the answer; with an output schema, only JSON
+        that validates (the conversation keeps its JSON text), else an invalid answer."""
+        run, st = self.run, self.run.state
+        if run.output is None:
+            return self._end(StopReason.ANSWERED, text)
+        checked = check_text(run.output, text)
+        if checked.valid:
+            st.replace(len(st.messages) - 1, {"role": "assistant", "content": checked.text})
+            return self._end(StopReason.ANSWERED, checked.text, output=checked.output)
+        left, ended = rejected(run, checked)
+        if ended:
+            return self._invalid_output(checked)
+        told = invalid_answer_text(run.prompts.invalid_output_reply, checked, left)
+        return [run.inject(InterventionKind.INVALID_OUTPUT, told)]
+
+    def _invalid_output(self, checked: CheckedAnswer) -> list[Step]:
+        """The answers kept failing the schema: the run ends with the last one's errors."""
+        errors = checked.errors
+        return self._end(StopReason.INVALID_OUTPUT, checked.text, degraded=True, invalid=errors)
 
     async def _stopped(self, exc: Exception) -> AsyncIterator[Step]:
         """The end of a run that cancel, the deadline or a failing model interrupted."""
@@ -312,7 +339,7 @@ class ReactRun:
             for ending in self._end(reason):
                 yield ending
             return
-        prompt = self.run.prompts.limit_prompt.format(reason=reason.value)
+        prompt = limit_text(self.run.prompts, reason.value, self.run.output)
         yield self.run.inject(LIMIT_INTERVENTIONS[reason], prompt)
         reply: Reply | None = None
         try:
@@ -343,15 +370,21 @@ class ReactRun:
         *,
         degraded: bool = False,
         error: RunError | None = None,
+        output: Any = None,
+        invalid: tuple[OutputError, ...] | None = None,
     ) -> list[Step]:
         """The run's last steps: its final conversation, for a follow-up to start from (when
-        not checkpointed as it is already), then the one `Finished`."""
+        not checkpointed as it is already), then the one `Finished`. With an output schema, a
+        degraded answer (at a limit, at nudge_limit) is checked here: its value, or why not."""
         st = self.run.state
+        if degraded and answer is not None and self.run.output is not None and invalid is None:
+            checked = check_text(self.run.output, answer)
+            answer, output, invalid = checked.text, checked.output, checked.errors or None
         usage = st.usage()
         self.ended = True
         self.run.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
         last: list[Step] = []
         if self.checkpointed != (st.step, len(st.messages)):
             last.append(self._checkpoint())
-        last.append(Finished(st.step, reason, answer, degraded, usage, error))
+        last.append(Finished(st.step, reason, answer, degraded, usage, error, output, invalid))
         return last

@@ -23,6 +23,7 @@ class StopReason(StrEnum):
     TOKEN_BUDGET = "token_budget"  # max_total_tokens spent
     COST_BUDGET = "cost_budget"  # max_cost_usd spent, or the next prompt would pass it
     NUDGE_LIMIT = "nudge_limit"  # max_nudges stop prompts in a row went unheeded
+    INVALID_OUTPUT = "invalid_output"  # answers kept failing output_schema (max_output_retries)
     CANCELLED = "cancelled"  # somebody cancelled the run
     ERROR = "error"  # the model was unreachable after retries, or a bug
 
@@ -39,6 +40,7 @@ class InterventionKind(StrEnum):
     CONTEXT_TRIM = "context_trim"
     PLANNING = "planning"  # a planning call's prompt (plan-then-execute), or its nudge
     COST_BUDGET = "cost_budget"
+    INVALID_OUTPUT = "invalid_output"  # an answer that failed the run's output_schema
 
 
 LIMIT_INTERVENTIONS = {
@@ -133,6 +135,13 @@ class Limits:
         gt=0,
         cap=86400.0,
     )
+    max_output_retries: int = setting(
+        2,
+        "With output_schema: further tries after an answer that fails the schema; the next "
+        "invalid answer ends the run with invalid_output.",
+        ge=0,
+        cap=10,
+    )
     planning_interval: int | None = setting(
         None,
         "Plan-then-execute: a planning call (update_plan) before step 1 and every N steps "
@@ -171,6 +180,12 @@ def prompt_over_cost_budget(
     if budget is not None and cost_usd + prompt_cost_usd > budget:
         return StopReason.COST_BUDGET
     return None
+
+
+def output_retries_exhausted(invalid_answers: int, limits: Limits) -> StopReason | None:
+    """After an answer that failed the output schema (`invalid_answers` of them so far): the
+    model had its `max_output_retries` further tries already."""
+    return StopReason.INVALID_OUTPUT if invalid_answers > limits.max_output_retries else None
 
 
 def planning_due(step: int, limits: Limits) -> bool:

@@ -44,6 +44,9 @@ class Prompts:
     previous_run_ended: str
     reply_cut_note: str
     arguments_too_long: str
+    invalid_output: str
+    invalid_output_reply: str
+    output_schema_prompt: str
 
     def merged(self, overrides: Mapping[str, str]) -> Prompts:
         """A copy with some texts replaced; an unknown name is an error, not ignored."""
@@ -135,6 +138,20 @@ EN = Prompts(
         "accepts, so the call did not run. Call it with shorter arguments, or split the work "
         "into several smaller calls."
     ),
+    invalid_output=(
+        "The answer does not match the required output schema ({count} errors):\n{errors}\n"
+        "Call task_finished again, alone, with an answer that matches the schema "
+        "({tries_left} tries left)."
+    ),
+    invalid_output_reply=(
+        "Your reply is not a JSON value that matches the required output schema ({count} "
+        "errors):\n{errors}\nIf the task is done, reply with the JSON value alone, matching "
+        "the schema ({tries_left} tries left); if not, continue working with the tools you have."
+    ),
+    output_schema_prompt=(
+        "Give the final answer as a JSON value alone, with no other text, matching this JSON "
+        "Schema:\n{schema}"
+    ),
 )
 
 ZH = Prompts(
@@ -200,6 +217,18 @@ ZH = Prompts(
     arguments_too_long=(
         "{tool} 的参数长 {chars:,} 字符，超过本服务接受的长度，因此没有执行。"
         "请用更短的参数调用，或把工作拆成几次较小的调用。"
+    ),
+    invalid_output=(
+        "答案不符合要求的输出 JSON Schema（{count} 处错误）：\n{errors}\n"
+        "请再次单独调用 task_finished，给出符合该 Schema 的答案（还可尝试 {tries_left} 次）。"
+    ),
+    invalid_output_reply=(
+        "你的回复不是符合要求的输出 JSON Schema 的 JSON 值（{count} 处错误）：\n{errors}\n"
+        "若任务已完成，请只回复符合该 Schema 的 JSON 值（还可尝试 {tries_left} 次）；"
+        "若未完成，请继续使用工具处理。"
+    ),
+    output_schema_prompt=(
+        "最终答案请只给出一个 JSON 值，不要附加其他文字，并符合以下 JSON Schema：\n{schema}"
     ),
 )
 

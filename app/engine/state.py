@@ -41,6 +41,8 @@ class RunState:
     unpriced_calls: int = 0
     """Calls whose model had no known price: while there is one, the run's cost is null."""
     nudges_in_row: int = 0
+    invalid_answers: int = 0
+    """Answers that failed the run's output schema so far (`max_output_retries`)."""
     elapsed_s: float = 0.0
     """Time the run had used when this state was restored (0 for a fresh run)."""
     call_counts: dict[str, int] = field(default_factory=dict)
@@ -151,6 +153,7 @@ class RunState:
             "cost_usd": self.cost_usd,
             "unpriced_calls": self.unpriced_calls,
             "nudges_in_row": self.nudges_in_row,
+            "invalid_answers": self.invalid_answers,
             "elapsed_s": elapsed_s,
             "call_counts": self.call_counts.copy(),
             "earlier_results": self.earlier_results.copy(),
@@ -177,6 +180,7 @@ class RunState:
             cost_usd=data.get("cost_usd", 0.0),
             unpriced_calls=data.get("unpriced_calls", data["llm_calls"]),
             nudges_in_row=data["nudges_in_row"],
+            invalid_answers=int(data.get("invalid_answers", 0)),
             elapsed_s=data["elapsed_s"],
             call_counts=dict(data["call_counts"]),
             earlier_results=dict(data["earlier_results"]),

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from app.engine.events import EventType
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
+from app.engine.ports import OutputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +249,9 @@ class Checkpoint:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """The one way a run ends."""
+    """The one way a run ends. With an output schema (DESIGN §12): `output` is the answer's
+    validated value (`answer` its JSON text); `output_errors` why the answer did not validate
+    (None when it did, or when there is no schema or no answer)."""
 
     step: int
     reason: StopReason
@@ -256,6 +259,8 @@ class Finished:
     degraded: bool
     usage: RunUsage
     error: RunError | None = None
+    output: Any = None
+    output_errors: tuple[OutputError, ...] | None = None
 
 
 Step = (

@@ -9,13 +9,14 @@ when `MAX_UNSETTLED` writes are in flight."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
 
 from app.engine.events import EventType
 from app.engine.policies import StopReason
+from app.engine.ports import OutputError
 from app.engine.steps import (
     Action,
     Checkpoint,
@@ -102,7 +103,16 @@ class RunRecorder:
             return
         if isinstance(step, Finished):
             usage = step.usage.to_dict()
-            await self.end(record, step.reason, step.answer, step.degraded, usage, step.error)
+            await self.end(
+                record,
+                step.reason,
+                step.answer,
+                step.degraded,
+                usage,
+                step.error,
+                output=step.output,
+                output_errors=step.output_errors,
+            )
             return
         data = step.payload()
         if isinstance(step, Observation):
@@ -125,11 +135,23 @@ class RunRecorder:
         degraded: bool = False,
         usage: dict[str, Any] | None = None,
         error: RunError | None = None,
+        *,
+        output: Any = None,
+        output_errors: Sequence[OutputError] | None = None,
     ) -> None:
         """Store the record terminal and the terminal event in one write, after everything
         queued before; then `on_ended`."""
         await self.settle(record.id)  # raises a failed write's error: the caller fails the run
-        terminal = self.ending(record, reason, answer, degraded, usage, error)
+        terminal = self.ending(
+            record,
+            reason,
+            answer,
+            degraded,
+            usage,
+            error,
+            output=output,
+            output_errors=output_errors,
+        )
         await self.store.append(record.id, *terminal, record=record)
         self.ended(record)
 
@@ -141,16 +163,24 @@ class RunRecorder:
         degraded: bool = False,
         usage: dict[str, Any] | None = None,
         error: RunError | None = None,
+        *,
+        output: Any = None,
+        output_errors: Sequence[OutputError] | None = None,
     ) -> tuple[EventType, int, dict[str, Any]]:
         """Make the record terminal (in memory) and give its terminal event (type, step,
-        data), for a caller that stores both itself (in one transaction); then `ended`."""
+        data), for a caller that stores both itself (in one transaction); then `ended`.
+        A run with an output schema gets its `output` and `output_errors` in its result."""
         status = status_for(reason)
         record.status = status
         record.ended_at = utcnow()
         if answer is not None and len(answer) > self.max_answer_chars:
             cap = self.max_answer_chars
             answer = f"{answer[:cap]}\n\n[Answer cut at {cap:,} characters of {len(answer):,}.]"
-        record.result = RunResult(answer=answer, reason=reason, degraded=degraded)
+        typed: dict[str, Any] = {}
+        if record.request.output_schema is not None:
+            errors = [e.to_dict() for e in output_errors] if output_errors is not None else None
+            typed = {"output": output, "output_errors": errors}
+        record.result = RunResult(answer=answer, reason=reason, degraded=degraded, **typed)
         record.error = RunErrorInfo(type=error.type, message=error.message) if error else None
         if usage is not None:
             record.usage = Usage(**usage)

@@ -10,9 +10,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, no_type_check
 
-from pydantic import BaseModel, Field, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+    model_validator,
+)
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.engine.policies import Limits, StopReason
@@ -88,15 +97,57 @@ TERMINAL_EVENTS = {
 }
 
 
-class RunResult(BaseModel):
-    """How a run ended: its answer, if any, and the one reason."""
+class OutputErrorInfo(BaseModel):
+    """One way an answer failed the run's output_schema."""
 
-    answer: str | None = Field(description="The final answer; null when the run produced none.")
+    path: str = Field(description="Where, as a JSON path: `$` is the answer, `$.items[0]` in it.")
+    message: str = Field(description="What is wrong there.")
+
+
+class RunResult(BaseModel):
+    """How a run ended: its answer, if any, and the one reason. `output` and `output_errors`
+    are there for a run with an output_schema only (both, null where there is none): without
+    one, the result is what it always was."""
+
+    answer: str | None = Field(
+        description="The final answer; null when the run produced none. With output_schema: "
+        "the JSON text of `output` (or of the answer that failed the schema)."
+    )
+    output: Any = Field(
+        None,
+        description="With output_schema: the answer's value, validated against the schema; "
+        "null when the run has no schema, no answer, or one that did not validate.",
+    )
+    output_errors: list[OutputErrorInfo] | None = Field(
+        None,
+        description="With output_schema: why the answer did not validate (each error's JSON "
+        "path and message; at most 50); null when it did or there was none.",
+    )
     reason: StopReason = Field(description="Why the run ended.")
     degraded: bool = Field(
         description="True when the answer did not come through the normal ending: a best "
-        "answer asked for at a limit, or the last reply when the model ignored the stop prompts."
+        "answer asked for at a limit, the last reply when the model ignored the stop prompts, "
+        "or the last answer that failed the output schema (invalid_output)."
     )
+    _typed: bool = PrivateAttr(False)
+    """The run has an output schema: `output` and `output_errors` are shown (and stored)."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _typed_when_given(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> RunResult:
+        result: RunResult = handler(data)
+        if isinstance(data, dict) and ("output" in data or "output_errors" in data):
+            result._typed = True
+        return result
+
+    @model_serializer(mode="wrap")
+    @no_type_check  # no return annotation: the schema of what is answered is then the fields'
+    def _output_when_typed(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        if not self._typed and isinstance(data, dict):
+            data.pop("output", None)
+            data.pop("output_errors", None)
+        return data
 
 
 class RunErrorInfo(BaseModel):

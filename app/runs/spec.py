@@ -291,6 +291,28 @@ class RunRequest(BaseModel):
     approval: ApprovalIn | None = Field(
         None, description="Tools whose calls wait for a person's approval."
     )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="A JSON Schema (draft 2020-12) the run's answer must validate against: "
+        "with the stop tool, task_finished's `answer` parameter is this schema; without it, "
+        "the reply must be JSON that matches it. An answer that fails it is shown its errors "
+        "and the run goes on (`settings.max_output_retries` more tries, then the run ends "
+        "incomplete with invalid_output). The value is `result.output`, its JSON text "
+        "`result.answer`. An invalid schema is a 422; its size is capped like an HTTP tool's "
+        "`parameters`.",
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "verdict": {"enum": ["yes", "no"]},
+                        "evidence": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "required": ["verdict", "evidence"],
+                }
+            ]
+        },
+    )
     webhook_events: list[Literal["ended", "requires_action"]] | None = Field(
         None,
         max_length=2,
@@ -335,7 +357,9 @@ class RunRequest(BaseModel):
             )
         return value
 
-    @field_validator("metadata", "http_tools", "client_tools", "model_script", mode="before")
+    @field_validator(
+        "metadata", "http_tools", "client_tools", "model_script", "output_schema", mode="before"
+    )
     @classmethod
     def _not_too_deep(cls, value: Any) -> Any:
         if json_depth(value) > MAX_JSON_DEPTH:

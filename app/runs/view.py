@@ -64,6 +64,11 @@ class RunView(BaseModel):
     client_tools: list[dict[str, Any]] = Field(
         default_factory=list, description="Tools the client runs (each call waits for its result)."
     )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="The JSON Schema its answer must validate against (the value is "
+        "result.output), or null.",
+    )
     settings: dict[str, Any] = Field(description="Every per-run setting, resolved.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="The request's own data, as sent."
@@ -128,6 +133,7 @@ def to_view(record: RunRecord) -> RunView:
         mcp_servers=list(request.mcp_servers),
         http_tools=http_tools,
         client_tools=[t.model_dump(mode="json") for t in request.client_tools],
+        output_schema=request.output_schema,
         settings=settings_dict(record.settings),
         metadata=request.metadata,
         result=record.result,

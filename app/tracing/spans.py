@@ -159,6 +159,9 @@ class OtelRunTrace:
         if record.result is not None:
             span.set_attribute("finishline.run.reason", record.result.reason.value)
             span.set_attribute("finishline.run.degraded", record.result.degraded)
+            if record.result.output_errors:  # a typed answer that failed its schema
+                errors = len(record.result.output_errors)
+                span.set_attribute("finishline.run.output_errors", errors)
             if self._capture and record.result.answer is not None:
                 answer = _text_message(
                     "assistant", record.result.answer, finish_reason=record.result.reason.value

@@ -336,3 +336,26 @@ async def test_a_collector_that_is_down_does_not_hold_the_shutdown(
     await anyio.to_thread.run_sync(lambda: tracing.shutdown(flush_s=0.5))
 
     assert time.monotonic() - started < 10
+
+
+async def test_a_run_whose_answers_fail_its_schema_says_so_on_its_span(
+    otel_env: pytest.MonkeyPatch,
+) -> None:
+    replies = [FakeReply.finish("not an object")]
+    async with OtlpReceiver() as otlp, FakeLLMServer(replies) as llm:
+        otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        app_settings = settings(llm_base_url=llm.base_url, llm_model="fake-model")
+        async with api_client(app_settings) as client:
+            body = {
+                "task": "typed",
+                "output_schema": {"type": "object"},
+                "settings": {"max_output_retries": 0},
+            }
+            run = await wait_ended(client, (await create(client, body))["id"])
+            spans = await otlp.wait_for_span("invoke_agent")
+
+    assert run["result"]["reason"] == "invalid_output"
+    (agent,) = by_name(spans, "invoke_agent")
+    assert agent.attributes["finishline.run.reason"] == "invalid_output"
+    assert agent.attributes["finishline.run.status"] == "incomplete"
+    assert agent.attributes["finishline.run.output_errors"] == 1

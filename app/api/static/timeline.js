@@ -9,6 +9,7 @@ const INTERVENTIONS = {
   progress: { label: "Progress", tone: "info" },
   context_trim: { label: "Context trimmed", tone: "info" },
   planning: { label: "Planning", tone: "info" },
+  invalid_output: { label: "Answer not valid", tone: "nudge" },
   timeout: { label: "Limit: time", tone: "limit" },
   max_steps: { label: "Limit: steps", tone: "limit" },
   token_budget: { label: "Limit: token budget", tone: "limit" },
