@@ -11,8 +11,9 @@ server (caps, tool names, allowed hosts, the model) is checked at start-up next,
 a request that names a profile reads nothing.
 
 A field DESIGN lists that this server's requests do not take yet (`output_schema`, typed
-answers; `agents`, sub-agents) is refused at start-up as not supported yet: a profile is
-never half applied. Once `RunRequest` has the field, profiles take it with no change here.
+answers) is refused at start-up as not supported yet: a profile is never half applied. Once
+`RunRequest` has the field, profiles take it with no change here (as they take `agents`, a
+profile's sub-agents, DESIGN §15).
 
 `apply_profile` makes a request's run: the profile's values are its defaults; a field the
 request gives replaces the profile's (lists such as `tools` whole), except `settings`, which
@@ -43,7 +44,7 @@ PROFILE_FIELDS = (
 )
 """What a profile may set besides its description: the fields of DESIGN §14, named as in
 `POST /runs`."""
-NOT_YET = {"output_schema": "typed answers (DESIGN §12)", "agents": "sub-agents (DESIGN §15)"}
+NOT_YET = {"output_schema": "typed answers (DESIGN §12)"}
 """What the fields DESIGN lists and runs here may not take yet are for, for the refusal."""
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 """1 to 64 letters, digits, '-' or '_', starting with a letter or digit: a name that fits in

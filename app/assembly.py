@@ -2,8 +2,9 @@
 
 `RunAssembly` is the runs layer's `RunAssembler`: server-dependent checks at creation (caps,
 allow-lists, tool and model names), then the model, tools, limits and prompts at start.
-`FetcherPoster` is its `JsonPoster`, for webhooks. Both sit beside `app.main`, so the runs
-layer depends on neither settings, tools nor models."""
+Its `JsonPoster`, for webhooks, is `app.posting.FetcherPoster`. Both sit beside `app.main`, so
+the runs layer depends on neither settings, tools nor models. A request's sub-agents are
+checked and made tools by `app.subagents`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from typing import Any
 from app.agents import VARIABLE as AGENTS_VARIABLE
 from app.agents import apply_profile
 from app.caps import check_sizes
-from app.engine.errors import ToolError
 from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import Tool
 from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
@@ -24,14 +24,14 @@ from app.engine.replycap import CappedModel
 from app.llm.models import SCRIPTED, ModelFactory, ModelUnavailableError
 from app.offload import off_loop
 from app.runs.errors import InvalidRunError
-from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
+from app.runs.ports import CheckedRequest, RunInputs
 from app.runs.records import RunRecord
 from app.runs.spec import ClientToolIn, HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import RUN_SETTINGS, Settings
+from app.subagents import agent_tools, check_agents, nested_http_tools
 from app.tools.base import CompiledSchema, compiled_schema
 from app.tools.bounds import bind_http_scope
 from app.tools.client import ClientTool
-from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
 from app.tools.mcp.errors import UnknownServerError
 from app.tools.netguard import check_url_allowed
@@ -72,7 +72,7 @@ class RunAssembly:
             # a profile's own sizes were checked at start-up, the request's when it was read:
             # only HTTP tools beside the other's tools can add up past a cap, checked below
             request = self.with_profile(request)
-        if sized and not request.http_tools and not request.client_tools:
+        if sized and not request.http_tools and not request.client_tools and not request.agents:
             # nothing in proportion to the request's size is left: no hop to the worker
             # thread, whose one-at-a-time queue every POST /runs would wait in under load
             return self._check(request, [])
@@ -84,6 +84,7 @@ class RunAssembly:
     def _sized_and_compiled(self, request: RunRequest) -> list[CompiledSchema]:
         check_sizes(request, self.settings)
         compile_schemas(request.client_tools)  # checked by `_client_tools` (remembered)
+        compile_schemas(nested_http_tools(request))  # its sub-agents' (checked with each)
         return compile_schemas(request.http_tools)
 
     def with_profile(self, request: RunRequest) -> RunRequest:
@@ -117,10 +118,27 @@ class RunAssembly:
         if problems:
             raise ValueError(f"{AGENTS_VARIABLE}: " + "; ".join(problems))
 
-    def _check(
-        self, request: RunRequest, schemas: list[CompiledSchema], *, profile: bool = False
+    def check_nested(
+        self, request: RunRequest, *, depth: int, inline: bool, priced: bool, profile: bool
     ) -> CheckedRequest:
-        """`profile`: `request` holds an agent profile's values, checked at start-up."""
+        """A sub-agent's child request, checked as a request (`app.subagents`)."""
+        schemas = compile_schemas(request.http_tools)  # remembered: compiled off the loop
+        return self._check(
+            request, schemas, profile=profile, depth=depth, inline=inline, priced=priced
+        )
+
+    def _check(
+        self,
+        request: RunRequest,
+        schemas: list[CompiledSchema],
+        *,
+        profile: bool = False,
+        depth: int = 0,
+        inline: bool = True,
+        priced: bool = False,
+    ) -> CheckedRequest:
+        """`profile`: `request` holds an agent profile's values, checked at start-up; `depth`,
+        `inline`, `priced`: a sub-agent's, see `app.subagents.check_agents`."""
         server = self.settings  # the sizes were checked first (`app.caps.check_sizes`)
         limits = self.resolve_settings(request.settings)
         try:
@@ -200,6 +218,16 @@ class RunAssembly:
                     available=names,
                 )
         names += [t.name for t in request.client_tools]
+        names += check_agents(
+            self,
+            request,
+            taken,
+            model=model,
+            depth=depth,
+            inline=inline,
+            priced=priced or limits.max_cost_usd is not None,
+            profile=profile,
+        )
         return CheckedRequest(model=model, limits=limits, tool_names=names, request=request)
 
     def _client_tools(self, tools: Sequence[ClientToolIn], taken: set[str]) -> None:
@@ -265,6 +293,7 @@ class RunAssembly:
         tools += [self._http_tool(t, c) for t, c in zip(request.http_tools, schemas, strict=True)]
         client = await _compiled_off_loop(request.client_tools)
         tools += [_client_tool(t, c) for t, c in zip(request.client_tools, client, strict=True)]
+        tools += agent_tools(self, request, {})
         limits = record.settings
         if limits.planning_interval is not None and all(t.name != UPDATE_PLAN for t in tools):
             tools.append(UpdatePlanTool())  # plan-then-execute plans with it
@@ -365,27 +394,3 @@ async def _compiled_off_loop(tools: Sequence[HttpToolIn | ClientToolIn]) -> list
     if not tools:
         return []
     return await off_loop(compile_schemas, tools)
-
-
-class FetcherPoster:
-    """POSTs JSON through the registry's guarded fetcher: webhooks pass the same allow-list
-    and address checks as HTTP tools."""
-
-    def __init__(self, fetcher: HttpFetcher) -> None:
-        self.fetcher = fetcher
-
-    async def post_json(
-        self,
-        url: str,
-        body: dict[str, Any],
-        timeout_s: float,
-        headers: Mapping[str, str] | None = None,
-    ) -> PostOutcome:
-        try:
-            response = await self.fetcher.fetch(
-                "POST", url, json=body, headers=headers, timeout_s=timeout_s
-            )
-        except ToolError as exc:
-            return PostOutcome(None, str(exc))
-        error = None if response.ok else f"answered {response.status_line}"
-        return PostOutcome(response.status_code, error)

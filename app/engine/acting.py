@@ -17,7 +17,9 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
 
+from app.engine.children import Delegation, outcome_of
 from app.engine.context import RunContext
+from app.engine.delegating import AgentTool, ChildOutcome
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
@@ -150,6 +152,7 @@ class ToolStep:
         st.tool_calls += counted
 
         runnable: list[int] = []
+        children: Delegation | None = None
         try:
             for index, item in enumerate(prepared):
                 if not item.runnable:
@@ -167,18 +170,38 @@ class ToolStep:
                 if index not in self._shown:
                     runnable.append(index)
             try:
-                if len(runnable) == 1:  # the common case: no task needed
+                agents = {
+                    i: (prepared[i].call, tool)
+                    for i in runnable
+                    if isinstance(tool := prepared[i].tool, AgentTool)
+                }
+                if agents:  # sub-agents: their child runs start first (DESIGN §15)
+                    children = Delegation(run, agents)
+                    async for index, started in children.start():
+                        if isinstance(started, CallResult):  # not started: the model is told
+                            runnable.remove(index)
+                            yield self._observe(index, prepared[index], started)
+                        else:
+                            yield started
+                if len(runnable) == 1 and children is not None and runnable[0] in children.handles:
+                    index = runnable[0]
+                    outcome = await children.wait_alone(index)
+                    for step in self._child_ended(children, index, prepared[index], outcome):
+                        yield step
+                elif len(runnable) == 1:  # the common case: no task needed
                     index = runnable[0]
                     result = await self._execute_alone(prepared[index])
                     yield self._observe(index, prepared[index], result)
                 elif runnable:
-                    async for observation in self._execute_concurrently(prepared, runnable):
-                        yield observation
+                    async for step in self._execute_concurrently(prepared, runnable, children):
+                        yield step
             except (CancelRequestedError, DeadlineError) as exc:
+                if children is not None:
+                    children.stop_unfinished()
                 cancelled = isinstance(exc, CancelRequestedError)
                 reason = StopReason.CANCELLED if cancelled else StopReason.TIMEOUT
                 for index in runnable:
-                    if index not in self._shown:
+                    if index not in self._shown and not self._waits(prepared[index]):
                         item = prepared[index]
                         text = run.prompts.call_interrupted.format(
                             tool=item.call.name, reason=reason.value
@@ -196,11 +219,31 @@ class ToolStep:
                         }
                     )
 
+    def _waits(self, item: PreparedCall) -> bool:
+        """Whether the call waits on a child that waits for a person (no result yet)."""
+        return any(p.call_id == item.call.id for p in self.pending)
+
+    def _child_ended(
+        self, children: Delegation, index: int, item: PreparedCall, outcome: ChildOutcome
+    ) -> list[Step]:
+        """A sub-agent call's child is done for now: ended (its `agent.finished` and the
+        observation), or waiting for a person (the run will wait on the call too)."""
+        steps, result = children.finish(index, outcome)
+        if result is None:
+            self.pending.append(children.waiting_call(index, outcome, item.arguments))
+            self.run.state.pending = list(self.pending)
+            return steps
+        return [*steps, self._observe(index, item, result)]
+
     def _redone(
         self, index: int, item: PreparedCall, recorded: Mapping[str, CallResult]
     ) -> Observation | None:
         """A call of a step redone after an interruption: its recorded result (not logged
-        again: None), nothing for an idempotent tool (it runs again), else outcome unknown."""
+        again: None), nothing for an idempotent tool (it runs again) or a sub-agent (its
+        child is found again: its usage counts, its end is logged again), else outcome
+        unknown."""
+        if isinstance(item.tool, AgentTool):  # re-attaches to its child: never a second one
+            return None
         result = recorded.get(item.call.id)
         if result is not None:
             self._observe(index, item, result)
@@ -226,28 +269,53 @@ class ToolStep:
             return timed_out(item, run.limits.tool_timeout_s, run.prompts)
 
     async def _execute_concurrently(
-        self, prepared: list[PreparedCall], runnable: list[int]
-    ) -> AsyncIterator[Observation]:
-        """Run the calls in tasks of their own; observe each as it ends. On a cancel or the
-        deadline, the unfinished ones are abandoned (the caller reports them interrupted)."""
+        self, prepared: list[PreparedCall], runnable: list[int], children: Delegation | None
+    ) -> AsyncIterator[Step]:
+        """Run the calls in tasks of their own (a sub-agent call awaits its child, bounded
+        by the run's deadline alone); observe each as it ends. While only children are left,
+        the run's slot is lent. On a cancel or the deadline, the unfinished ones are abandoned
+        (the caller reports them interrupted)."""
         limits, ctx, prompts = self.run.limits, self.run.tool_ctx, self.run.prompts
-        tasks = {
-            asyncio.ensure_future(
-                execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)
-            ): i
-            for i in runnable
-        }
+        handles = children.handles if children is not None else {}
+        tasks: dict[asyncio.Future[CallResult | ChildOutcome], int] = {}
+        for i in runnable:
+            work = (
+                outcome_of(handles[i])
+                if i in handles
+                else execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)
+            )
+            tasks[asyncio.ensure_future(work)] = i
         pending = set(tasks)
         try:
             while pending:
-                done = await self.run.guard.wait_any(pending, self.run.deadline)
+                idle = children is not None and children.only_children(tasks[t] for t in pending)
+                done = await self._wait(pending, idle)
                 for task in sorted(done, key=tasks.__getitem__):
                     pending.discard(task)
                     index = tasks[task]
-                    yield self._observe(index, prepared[index], task.result())
+                    result = task.result()
+                    if isinstance(result, ChildOutcome):
+                        assert children is not None
+                        for step in self._child_ended(children, index, prepared[index], result):
+                            yield step
+                    else:
+                        yield self._observe(index, prepared[index], result)
         finally:
             for task in pending:
                 abandon(task)
+
+    async def _wait(
+        self, pending: set[asyncio.Future[CallResult | ChildOutcome]], idle: bool
+    ) -> set[asyncio.Future[CallResult | ChildOutcome]]:
+        """Until one of `pending` is done; `idle` (children alone): the run's slot is lent."""
+        port = self.run.subagents if idle else None
+        if port is not None:
+            port.lend()
+        try:
+            return await self.run.guard.wait_any(pending, self.run.deadline)
+        finally:
+            if port is not None:
+                port.reclaim()
 
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run

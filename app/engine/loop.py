@@ -129,6 +129,7 @@ class ReactRun:
             tool_ctx=ToolContext(run_id=handles.get("run_id", ""), plan=state.plan),
             approval=frozenset(inputs.approval),
             price=inputs.model.price,
+            subagents=handles.get("subagents"),
         )
 
     # -- the loop -----------------------------------------------------------------------
@@ -156,6 +157,13 @@ class ReactRun:
                         yield item
                     return
                 yield self._checkpoint()
+                if st.pending:  # a sub-agent's child waits for a person again
+                    yield Suspended(st.step, tuple(st.pending))
+                    return
+                if st.tree_stop is not None:
+                    async for item in self._final_answer(StopReason(st.tree_stop)):
+                        yield item
+                    return
             redo = st.mid_step(limits.stop_tool)  # resumed before its last reply's calls ended
             while True:
                 if redo:  # that step again, under its own number, from its calls
@@ -190,7 +198,7 @@ class ReactRun:
                     self.run.log.info("run_suspended", pending=len(self.suspended.pending))
                     yield self.suspended
                     return
-                budget = over_budget(st.total_tokens, st.cost_usd, limits)
+                budget = over_budget(st.tree_tokens, st.tree_cost_usd, limits, st.tree_stop)
                 if budget is not None:
                     async for item in self._final_answer(budget):
                         yield item

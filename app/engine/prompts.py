@@ -44,6 +44,14 @@ class Prompts:
     previous_run_ended: str
     reply_cut_note: str
     arguments_too_long: str
+    agent_status: str
+    agent_degraded: str
+    agent_no_answer: str
+    agent_failed: str
+    agent_cancelled: str
+    agent_depth_cap: str
+    agent_runs_cap: str
+    agent_unavailable: str
 
     def merged(self, overrides: Mapping[str, str]) -> Prompts:
         """A copy with some texts replaced; an unknown name is an error, not ignored."""
@@ -135,6 +143,23 @@ EN = Prompts(
         "accepts, so the call did not run. Call it with shorter arguments, or split the work "
         "into several smaller calls."
     ),
+    agent_status="[Sub-agent {agent} (run {run}): {status}, {reason}.]",
+    agent_degraded=(
+        "[Sub-agent {agent} (run {run}) stopped at a limit ({reason}): this is its best answer "
+        "so far, not a finished one.]"
+    ),
+    agent_no_answer="[Sub-agent {agent} (run {run}) ended without an answer: {reason}.]",
+    agent_failed="Sub-agent {agent} (run {run}) failed: {error}",
+    agent_cancelled="Sub-agent {agent} (run {run}) was cancelled before it answered.",
+    agent_depth_cap=(
+        "Sub-agent {agent} was not started: sub-agents may nest only {limit} levels deep. "
+        "Do this part yourself, or answer from what you have."
+    ),
+    agent_runs_cap=(
+        "Sub-agent {agent} was not started: this tree of runs has started the {limit} "
+        "sub-agent runs it may. Do this part yourself, or answer from what you have."
+    ),
+    agent_unavailable="Sub-agent {agent} could not be started: {error}",
 )
 
 ZH = Prompts(
@@ -201,6 +226,23 @@ ZH = Prompts(
         "{tool} 的参数长 {chars:,} 字符，超过本服务接受的长度，因此没有执行。"
         "请用更短的参数调用，或把工作拆成几次较小的调用。"
     ),
+    agent_status="[子代理 {agent}（运行 {run}）：{status}，{reason}。]",
+    agent_degraded=(
+        "[子代理 {agent}（运行 {run}）因达到限制（{reason}）而停止："
+        "这是它目前的最佳回答，并非完成的答案。]"
+    ),
+    agent_no_answer="[子代理 {agent}（运行 {run}）结束时没有给出答案：{reason}。]",
+    agent_failed="子代理 {agent}（运行 {run}）失败：{error}",
+    agent_cancelled="子代理 {agent}（运行 {run}）在回答之前被取消。",
+    agent_depth_cap=(
+        "子代理 {agent} 未启动：子代理最多只能嵌套 {limit} 层。"
+        "请自己完成这部分，或基于已有信息回答。"
+    ),
+    agent_runs_cap=(
+        "子代理 {agent} 未启动：这棵运行树已启动了允许的 {limit} 个子代理运行。"
+        "请自己完成这部分，或基于已有信息回答。"
+    ),
+    agent_unavailable="子代理 {agent} 无法启动：{error}",
 )
 
 BUILTIN: dict[PromptLanguage, Prompts] = {"en": EN, "zh": ZH}

@@ -35,6 +35,7 @@ from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
 from app.runs.resume import recorded_results
 from app.runs.store import LeaseLostError, RunStore
+from app.runs.tree import RunTree
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
@@ -57,7 +58,9 @@ class Execution:
         placement: Placement,
         live: LiveRuns,
         traces: RunTraces,
+        tree: RunTree,
     ) -> None:
+        self.tree = tree
         self.store = store
         self.assembler = assembler
         self.recorder = recorder
@@ -73,6 +76,7 @@ class Execution:
     def open(self, tasks: asyncio.TaskGroup) -> None:
         """Runs' tasks (and webhook deliveries) go into `tasks` from now on."""
         self._tasks = tasks
+        self.tree.open(tasks)
 
     # -- the placement's `Runner` ---------------------------------------------------------
 
@@ -109,6 +113,7 @@ class Execution:
         """The recorder stored the run's end (`RunRecorder.on_ended`)."""
         self.traces.ended(record)
         self.placement.ended(record)
+        self.tree.ended(record)  # its children still going are stopped
 
     async def drain(self, grace_s: float) -> None:
         """Let the runs executing here end within `grace_s`; cancel the rest, each with its
@@ -140,6 +145,8 @@ class Execution:
         try:
             if active.takeover is None:
                 state, decisions = await resumed_state(self.store, record)
+                if state is None and record.tree is not None:  # a child's deadline is the
+                    state = RunState(elapsed_s=_queued_s(record))  # parent's at the latest
                 record.status = RunStatus.RUNNING
                 record.started_at = record.started_at or utcnow()
                 started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
@@ -169,6 +176,7 @@ class Execution:
                     previous=previous,
                     decisions=decisions,
                     recorded=recorded,
+                    subagents=self.tree.port(record),
                 ):
                     active.step = step.step
                     if isinstance(step, Suspended):
@@ -252,3 +260,9 @@ class Execution:
         for content in active.take_messages():
             message = UserMessage(active.step, content, delivered=False)
             await self.recorder.record(active.record, message)
+
+
+def _queued_s(record: RunRecord) -> float:
+    """How long a child run waited for a slot: its time counts from its creation, so its
+    deadline is no later than the one its parent gave it (`tree.bounded`)."""
+    return max(0.0, (utcnow() - record.created_at).total_seconds())

@@ -172,6 +172,28 @@ const RENDERERS = {
     }
   },
 
+  "agent.started"(event) {
+    const action = this.actions.get(event.call_id);
+    const node = el(
+      "div",
+      { class: "entry agent started", "data-seq": event.seq, "data-type": event.type },
+      el("span", { class: "label" }, "Sub-agent started"),
+      meta(event.agent, event.child_run_id ? `run ${event.child_run_id}` : "remote"),
+    );
+    (action ?? this.group(event.step)).append(node);
+  },
+
+  "agent.finished"(event) {
+    const action = this.actions.get(event.call_id);
+    const node = el(
+      "div",
+      { class: `entry agent finished ${event.status}`, "data-seq": event.seq, "data-type": event.type },
+      el("span", { class: "label" }, "Sub-agent ended"),
+      meta(event.agent, event.status, event.reason),
+    );
+    (action ?? this.group(event.step)).append(node);
+  },
+
   "user.message"(event) {
     const node = this.entry(
       event,
