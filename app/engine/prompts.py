@@ -152,8 +152,9 @@ EN = Prompts(
     agent_failed="Sub-agent {agent} (run {run}) failed: {error}",
     agent_cancelled="Sub-agent {agent} (run {run}) was cancelled before it answered.",
     agent_depth_cap=(
-        "Sub-agent {agent} was not started: sub-agents may nest only {limit} levels deep. "
-        "Do this part yourself, or answer from what you have."
+        "Sub-agent {agent} was not started: sub-agents may nest no deeper than depth {limit} "
+        "(the run a request starts is depth 0). Do this part yourself, or answer from what "
+        "you have."
     ),
     agent_runs_cap=(
         "Sub-agent {agent} was not started: this tree of runs has started the {limit} "
@@ -235,7 +236,7 @@ ZH = Prompts(
     agent_failed="子代理 {agent}（运行 {run}）失败：{error}",
     agent_cancelled="子代理 {agent}（运行 {run}）在回答之前被取消。",
     agent_depth_cap=(
-        "子代理 {agent} 未启动：子代理最多只能嵌套 {limit} 层。"
+        "子代理 {agent} 未启动：子代理最多只能嵌套到第 {limit} 层（请求启动的运行为第 0 层）。"
         "请自己完成这部分，或基于已有信息回答。"
     ),
     agent_runs_cap=(

@@ -145,13 +145,13 @@ class Execution:
         try:
             if active.takeover is None:
                 state, decisions = await resumed_state(self.store, record)
-                if state is None and record.tree is not None:  # a child's deadline is the
-                    state = RunState(elapsed_s=_queued_s(record))  # parent's at the latest
                 record.status = RunStatus.RUNNING
                 record.started_at = record.started_at or utcnow()
                 started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
                 if state is not None:
                     started["resumed"] = True
+                elif record.tree is not None:  # a child's deadline: its parent's at the latest
+                    state = RunState(elapsed_s=_queued_s(record))
                 # the record running and its event in one write
                 await self.store.append(record.id, EventType.RUN_STARTED, 0, started, record=record)
                 log.info("run_started", resumed=state is not None)

@@ -102,6 +102,7 @@ class RunManager:
             live=self.live,
             placement=self.placement,
             cancel=lambda run_id: self.cancel(run_id, None, any_owner=True),
+            went_on=self.approvals.went_on,
             max_depth=max_agent_depth,
             max_runs=max_agent_runs,
         )

@@ -116,6 +116,7 @@ class RunTree:
         live: LiveRuns,
         placement: Placement,
         cancel: Canceller,
+        went_on: Callable[[RunRecord], Awaitable[None]] | None = None,
         max_depth: int = 2,
         max_runs: int = 20,
     ) -> None:
@@ -124,6 +125,7 @@ class RunTree:
         self.live = live
         self.placement = placement
         self.cancel = cancel
+        self.went_on = went_on
         self.max_depth = max_depth
         self.max_runs = max_runs
         self._tasks: asyncio.TaskGroup | None = None
@@ -139,9 +141,19 @@ class RunTree:
     # -- a run's end ------------------------------------------------------------------------
 
     def ended(self, record: RunRecord) -> None:
-        """A run ended: its children still going are cancelled (and theirs, as each ends)."""
+        """A run ended: its children still going are cancelled (and theirs, as each ends);
+        a parent waiting on it (its calls waited for a person) goes on."""
         if record.request.agents:
             self._spawn(self._stop_children(record.id), f"stop-children-{record.id}")
+        if record.parent_run_id is not None and self.went_on is not None:
+            self._spawn(self._parent_goes_on(record), f"went-on-{record.id}")
+
+    async def _parent_goes_on(self, record: RunRecord) -> None:
+        assert self.went_on is not None
+        try:
+            await self.went_on(record)
+        except Exception:  # the parent stays waiting; its approval timeout still ends that
+            log.exception("agent_parent_resume_failed", child_run_id=record.id)
 
     def stop(self, run_id: str) -> None:
         """Cancel one child, in the background: its parent stopped waiting on it."""

@@ -243,7 +243,7 @@ async def test_a_child_ending_on_the_trees_budget_ends_its_parent_with_the_same_
 @pytest.mark.parametrize(
     ("refusal", "words"),
     [
-        (ChildRefusedError("depth", "too deep", limit=2), "nest only 2 levels"),
+        (ChildRefusedError("depth", "too deep", limit=2), "no deeper than depth 2"),
         (ChildRefusedError("runs", "too many", limit=20), "the 20 sub-agent runs"),
         (ChildRefusedError("unavailable", "the queue is full"), "the queue is full"),
     ],

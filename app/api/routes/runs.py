@@ -259,7 +259,10 @@ async def post_message(
     "a rejected one gives the model an error observation carrying `message`. Answers with the run.",
     dependencies=[Depends(require_json)],
     responses={
-        **conflict("run_not_waiting: the run is not waiting on that call"),
+        **conflict(
+            "run_not_waiting: the run is not waiting on that call; ambiguous_call: several "
+            "runs of the tree wait on that call id, say which with run_id"
+        ),
         415: {"model": ErrorBody},
         422: {
             "model": ErrorBody,
@@ -278,6 +281,7 @@ async def decide_approvals(
             message=d.message,
             arguments=d.arguments,
             result=d.result,
+            run_id=d.run_id,
         )
         for d in body.decisions
     ]
