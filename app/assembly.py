@@ -28,7 +28,7 @@ from app.runs.ports import CheckedRequest, RunInputs
 from app.runs.records import RunRecord
 from app.runs.spec import ClientToolIn, HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import RUN_SETTINGS, Settings
-from app.subagents import agent_tools, check_agents, nested_http_tools
+from app.subagents import agent_tools, check_agents, nested_http_tools, remote_agents
 from app.tools.base import CompiledSchema, compiled_schema
 from app.tools.bounds import bind_http_scope
 from app.tools.client import ClientTool
@@ -293,7 +293,7 @@ class RunAssembly:
         tools += [self._http_tool(t, c) for t, c in zip(request.http_tools, schemas, strict=True)]
         client = await _compiled_off_loop(request.client_tools)
         tools += [_client_tool(t, c) for t, c in zip(request.client_tools, client, strict=True)]
-        tools += agent_tools(self, request, {})
+        tools += agent_tools(self, request, remote_agents(request, self.registry.http))
         limits = record.settings
         if limits.planning_interval is not None and all(t.name != UPDATE_PLAN for t in tools):
             tools.append(UpdatePlanTool())  # plan-then-execute plans with it

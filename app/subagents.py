@@ -23,6 +23,8 @@ from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest
 from app.runs.spec import HttpToolIn, RunRequest
 from app.settings import Settings
+from app.tools.a2a_agent import RemoteAgent
+from app.tools.fetcher import HttpFetcher
 from app.tools.netguard import check_url_allowed
 
 
@@ -136,3 +138,11 @@ def agent_tools(
             description = found.description if found is not None else spec.agent
         tools.append(AgentTool(name, description or name, remote.get(name)))
     return tools
+
+
+def remote_agents(request: RunRequest, fetcher: HttpFetcher | None) -> dict[str, ChildStarter]:
+    """The run's remote A2A agents, by name, called through the tools' network guard."""
+    remote = {name: a.a2a_url for name, a in (request.agents or {}).items() if a.a2a_url}
+    if not remote or fetcher is None:
+        return {}
+    return {name: RemoteAgent(url, fetcher.guard) for name, url in remote.items()}

@@ -103,6 +103,7 @@ class RunManager:
             placement=self.placement,
             cancel=lambda run_id: self.cancel(run_id, None, any_owner=True),
             went_on=self.approvals.went_on,
+            traces=traces,
             max_depth=max_agent_depth,
             max_runs=max_agent_runs,
         )

@@ -13,9 +13,11 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     create_model,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -211,6 +213,12 @@ class AgentIn(BaseModel):
         description="The child run's own sub-agents (depth: FINISHLINE_MAX_AGENT_DEPTH).",
         json_schema_extra=_agent_names_only,
     )
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The fields given, as given (stored so: it reads back as the same agent)."""
+        data: dict[str, Any] = handler(self)
+        return {name: value for name, value in data.items() if name in self.model_fields_set}
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:

@@ -29,6 +29,7 @@ from app.engine.steps import RunUsage
 from app.runs.admission import Admission
 from app.runs.errors import RunsError
 from app.runs.live import LiveRuns
+from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.records import RunRecord, RunStatus, TreeLink
 from app.runs.store import RunStore
@@ -117,6 +118,7 @@ class RunTree:
         placement: Placement,
         cancel: Canceller,
         went_on: Callable[[RunRecord], Awaitable[None]] | None = None,
+        traces: RunTraces | None = None,
         max_depth: int = 2,
         max_runs: int = 20,
     ) -> None:
@@ -126,6 +128,7 @@ class RunTree:
         self.placement = placement
         self.cancel = cancel
         self.went_on = went_on
+        self.traces = traces
         self.max_depth = max_depth
         self.max_runs = max_runs
         self._tasks: asyncio.TaskGroup | None = None
@@ -270,6 +273,9 @@ class ChildRuns:
                 parent_run_id=parent.id,
                 parent_call_id=call.call_id,
                 bounded=within,
+                traceparent=(
+                    tree.traces.call_traceparent(parent.id, call.call_id) if tree.traces else None
+                ),
             )
         except RunsError as exc:  # refused (a cap, the queue, a shutdown): the model is told
             raise ChildRefusedError("unavailable", exc.message) from exc

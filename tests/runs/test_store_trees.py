@@ -50,3 +50,21 @@ async def test_concurrent_members_of_one_tree_never_pass_the_cap(store: Store) -
         *(store.add_tree_run(root.id, f"m{n}", cap=5) for n in range(20))
     )
     assert sum(counted) == 5
+
+
+async def test_a_run_with_agents_of_every_kind_reads_back_as_it_was_given(store: Store) -> None:
+    agents = {
+        "remote": {"description": "Far away.", "a2a_url": "https://agents.example.com/a2a/x"},
+        "profiled": {"agent": "researcher"},
+        "inline": {
+            "description": "Computes.",
+            "tools": ["calculator"],
+            "settings": {"max_steps": 3},
+            "agents": {"deeper": {"description": "Deeper.", "model": "scripted"}},
+        },
+    }
+    run = await created(store, request={"task": "route", "agents": agents})
+    again = await store.get(run.id)
+    assert again == run
+    assert again is not None
+    assert again.request.model_dump(mode="json", exclude_none=True)["agents"] == agents
