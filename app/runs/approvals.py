@@ -36,7 +36,7 @@ from app.runs.records import (
     utcnow,
 )
 from app.runs.store import RunStore
-from app.runs.tree_approvals import pending_of, split, upward
+from app.runs.trees.approvals import pending_of, split, upward
 from app.runs.waiting import NewEvent, WaitChange, WaitingRuns
 
 log = structlog.get_logger("finishline.runs")

@@ -35,7 +35,7 @@ from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
 from app.runs.resume import recorded_results
 from app.runs.store import LeaseLostError, RunStore
-from app.runs.tree import RunTree
+from app.runs.trees.children import RunTree
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
@@ -264,5 +264,5 @@ class Execution:
 
 def _queued_s(record: RunRecord) -> float:
     """How long a child run waited for a slot: its time counts from its creation, so its
-    deadline is no later than the one its parent gave it (`tree.bounded`)."""
+    deadline is no later than the one its parent gave it (`trees.children.bounded`)."""
     return max(0.0, (utcnow() - record.created_at).total_seconds())
