@@ -4,7 +4,9 @@ A fixed, deterministic agent that uses whichever built-in tools the run offers (
 calculator, current_time), then finishes, so a newcomer sees a whole run stream with no API
 key. It says plainly that it is the demo model. Asked to plan (a planning call's
 `force_tool="update_plan"`, plan-then-execute), it answers with its plan alone, each step
-marked by how far it has got.
+marked by how far it has got. Offered sub-agents (tools of one `task` parameter, DESIGN §15),
+it routes: its first turn hands the task to each of them at once, and it answers from what
+they said (a router and its workers, on the demo model alone).
 """
 
 from __future__ import annotations
@@ -32,6 +34,20 @@ def _expression(task: str) -> str:
 
 def _call(n: int, name: str, arguments: dict[str, object]) -> ToolCall:
     return ToolCall(f"demo_{n}_{name}", name, json.dumps(arguments))
+
+
+def _is_agent(tool: ToolSpec) -> bool:
+    """A sub-agent's tool (DESIGN §15): one parameter, its task."""
+    return list(tool.parameters.get("properties", {})) == ["task"]
+
+
+_RETURNED = re.compile(r"What my tools returned: (.*?)\. Point finishline", re.S)
+
+
+def _gist(result: str) -> str:
+    """What a demo sub-agent found (its tools' results), else its answer's first line."""
+    found = _RETURNED.search(result)
+    return found.group(1) if found else result.strip().splitlines()[0] if result.strip() else ""
 
 
 PLAN = ("Compute with the calculator", "Check the time", "Give the answer")
@@ -80,7 +96,7 @@ class DemoModel:
         if force_tool == UPDATE_PLAN and UPDATE_PLAN in names:
             reply = self._planned(messages)
         else:
-            reply = self._next(messages, names)
+            reply = self._next(messages, names, [t.name for t in tools if _is_agent(t)])
         if on_delta is not None and reply.content:
             words = reply.content.split(" ")
             for i, word in enumerate(words):
@@ -102,12 +118,16 @@ class DemoModel:
         call = ToolCall(f"demo_plan_{planned}", UPDATE_PLAN, json.dumps(_plan(done)))
         return Reply(content=text, tool_calls=(call,), finish_reason="tool_calls")
 
-    def _next(self, messages: Sequence[Message], tools: set[str]) -> Reply:
+    def _next(
+        self, messages: Sequence[Message], tools: set[str], agents: Sequence[str] = ()
+    ) -> Reply:
         task = next((m["content"] for m in messages if m["role"] == "user"), "")
         turns = _work_turns(messages)
         results = [m["content"] for m in messages if m["role"] == "tool"]
         if not tools:  # the degraded final call: answer from what we have
             return Reply(content=self._answer(results), finish_reason="stop")
+        if agents:  # a router: the task to each sub-agent at once, then their answers
+            return self._route(str(task), turns, results, agents, tools)
         expression = _expression(str(task))
         if turns == 0 and "calculator" in tools:
             calls = [_call(1, "calculator", {"expression": expression})]
@@ -129,6 +149,21 @@ class DemoModel:
                 tool_calls=(finish,),
                 finish_reason="tool_calls",
             )
+        return Reply(content=answer, finish_reason="stop")
+
+    def _route(
+        self, task: str, turns: int, results: list[str], agents: Sequence[str], tools: set[str]
+    ) -> Reply:
+        if turns == 0:
+            calls = tuple(_call(1, name, {"task": task}) for name in agents)
+            text = f"{DEMO_NOTICE} I hand the task to my sub-agents: {', '.join(agents)}."
+            return Reply(content=text, tool_calls=calls, finish_reason="tool_calls")
+        said = "; ".join(_gist(r) for r in results) or "nothing"
+        answer = f"[demo model] My sub-agents answered: {said}."
+        if "task_finished" in tools:
+            finish = _call(2, "task_finished", {"answer": answer})
+            text = "My sub-agents have answered, so I will finish."
+            return Reply(content=text, tool_calls=(finish,), finish_reason="tool_calls")
         return Reply(content=answer, finish_reason="stop")
 
     @staticmethod
