@@ -109,13 +109,11 @@ class Admission:
         """A sub-agent's child run (DESIGN §15), admitted as any run is (checked, a place in
         the queue, stored with its `run.queued`), owned by its parent's owner; `bounded`
         gives its settings within what the parent has left, and its place in the tree. The
-        child `key` names (its parent, step and call) when one was made already: a call
-        redone after a takeover finds its child, never a second one."""
+        caller looked for the child `key` names (its parent, step and call) first; one made
+        meanwhile is found as the store refuses a second (a call redone after a takeover
+        finds its child, never a second one)."""
         if self.live.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
-        existing = await self.store.find_by_idempotency_key(owner, key)
-        if existing is not None:
-            return self._live(existing)
         checked = await self.assembler.check(request)
         limits, tree = bounded(checked.limits)
         async with self.placement.reserve():

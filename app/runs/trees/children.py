@@ -146,9 +146,12 @@ class RunTree:
     def ended(self, record: RunRecord) -> None:
         """A run ended: its children still going are cancelled (and theirs, as each ends);
         a parent waiting on it (its calls waited for a person) goes on."""
-        if record.request.agents:
+        if record.request.agents and record.status != RunStatus.COMPLETED:
+            # (a run that finished waited for every child it started: none is left)
             self._spawn(self._stop_children(record.id), f"stop-children-{record.id}")
-        if record.parent_run_id is not None and self.went_on is not None:
+        parent = record.parent_run_id
+        if parent is not None and self.went_on is not None and parent not in self.live:
+            # (a parent live here executes: it waits on the child, not for a person)
             self._spawn(self._parent_goes_on(record), f"went-on-{record.id}")
 
     async def _parent_goes_on(self, record: RunRecord) -> None:
