@@ -299,8 +299,8 @@ class ApprovalDesk:
             undecided = [p for p in state.undecided() if p.run_id is None]  # (a child's: its own)
             if undecided and state.waiting_since.timestamp() + timeout_s > self.clock():
                 return None  # an older wait of a run that waits again: its own entry is armed
-            if not undecided:
-                return None
+            if not undecided and state.undecided():
+                return None  # it waits on its children's calls alone: they time out there
             message = f"no decision within {timeout_s:g} s"
             decisions = [
                 ApprovalDecision(call_id=p.call_id, approved=False, message=message)

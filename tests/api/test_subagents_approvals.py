@@ -144,3 +144,25 @@ async def test_a_child_cancelled_while_its_parent_waits_on_it_lets_the_parent_go
         assert seen["is_error"]
         assert "was cancelled" in seen["content"]
         assert len(await children(client, parent["id"])) == 1  # not started again
+
+
+async def test_a_childs_approval_timeout_rejects_its_call_and_the_tree_goes_on() -> None:
+    hasty = approving_worker()
+    hasty["settings"] = {"approval_timeout_s": 0.2}
+    body = scripted(
+        call("w", "add"),
+        finish("went on"),
+        agents={"w": hasty},
+        settings={"approval_timeout_s": 0.1},  # the parent's own: its child's calls are not its
+    )
+    async with api_client(settings()) as client:
+        parent = (await client.post("/runs", json=body)).json()
+        (child,) = await started_children(client, parent["id"])
+        child = await wait_for_status(client, child["id"], "completed")
+        parent = await wait_for_status(client, parent["id"], "completed")
+        rejected = of_type(await events(client, child["id"]), "approval.decided")
+        assert [(e["approved"], e["message"]) for e in rejected] == [
+            (False, "no decision within 0.2 s")
+        ]
+        mirrored = of_type(await events(client, parent["id"]), "approval.decided")
+        assert [(e["approved"], e["run_id"]) for e in mirrored] == [(False, child["id"])]
