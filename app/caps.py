@@ -36,8 +36,9 @@ def check_sizes(request: RunRequest, server: Settings) -> None:
     if request.model is not None and len(request.model) > server.max_model_name_chars:
         raise _over("model", len(request.model), server.max_model_name_chars, "chars")
     tools = len(request.tools) + len(request.http_tools) + len(request.client_tools)
+    tools += len(request.agents or ())
     if tools > server.max_tools:
-        what = "tools (tools, http_tools and client_tools)"
+        what = "tools (tools, http_tools, client_tools and agents)"
         raise _over("tools", tools, server.max_tools, what)
     total = 0
     declared: list[tuple[str, HttpToolIn | ClientToolIn]] = [

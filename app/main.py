@@ -20,10 +20,12 @@ from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
 from app.api.routes import a2a, agents, agui, events, health, runs, tools, ui
-from app.assembly import FetcherPoster, RunAssembly, load_prompts
+from app.assembly import RunAssembly
+from app.engine.prompts import load_prompts
 from app.heap import served_heap
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
+from app.posting import FetcherPoster
 from app.runs.backends import Capacity, ReplicaOptions, open_backend, open_store
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
@@ -156,6 +158,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_answer_chars=settings.max_answer_chars,
             max_argument_chars=settings.max_reply_chars,  # a person's edits, as a model's
             observer=tracing,
+            max_agent_depth=settings.max_agent_depth,
+            max_agent_runs=settings.max_agent_runs,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

@@ -139,7 +139,7 @@ class ServerSettings(BaseSettings):
         64,
         ge=1,
         le=256,
-        description="Most tools one run may have: tools, http_tools and client_tools.",
+        description="Most tools one run may have: tools, http_tools, client_tools and agents.",
     )
     max_tool_schema_bytes: int = Field(
         16_384,
@@ -248,6 +248,19 @@ class ServerSettings(BaseSettings):
         description="The agent profile also served as the host's A2A agent: its card at "
         "/.well-known/agent-card.json (every profile's is at /a2a/NAME/.well-known/"
         "agent-card.json). Must name a profile of FINISHLINE_AGENTS.",
+    )
+    max_agent_depth: int = Field(
+        2,
+        ge=0,
+        description="How deep sub-agents may nest: the run a request starts is depth 0, its "
+        "children 1, theirs 2. Past it, a sub-agent call is an is_error observation (a request "
+        "that nests its own agents deeper: 422).",
+    )
+    max_agent_runs: int = Field(
+        20,
+        ge=1,
+        description="Child runs one tree of runs may start (its root not counted), across "
+        "replicas; past it, a sub-agent call is an is_error observation.",
     )
     approval_tools: CommaList = Field(
         default_factory=list,

@@ -20,6 +20,7 @@ STEPS = (
     ("client CPU per outbound HTTP call (bench/http_client.py)", ["bench.http_client"]),
     ("service, floors and LangGraph's server (bench/service.py)", ["bench.service", "--extra"]),
     ("AG-UI stream cost next to the native stream (bench/agui.py)", ["bench.agui"]),
+    ("a sub-agent's child run next to a top-level run (bench/subagents.py)", ["bench.subagents"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
 )
 

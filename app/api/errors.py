@@ -17,6 +17,7 @@ from starlette.routing import Match
 
 from app.engine.errors import FinishlineError
 from app.runs.errors import (
+    AmbiguousCallError,
     IdempotencyConflictError,
     InvalidRunError,
     QueueFullError,
@@ -93,6 +94,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunNotEndedError: (409, "run_not_ended"),
     RunAlreadyEndedError: (409, "run_already_ended"),
     RunNotWaitingError: (409, "run_not_waiting"),
+    AmbiguousCallError: (409, "ambiguous_call"),  # a call id several runs of a tree wait on
     RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),
     QueueFullError: (429, "queue_full"),

@@ -188,6 +188,8 @@ class RunRenderer:
             EventType.OBSERVATION: self._observation,
             EventType.INTERVENTION: self._intervention,
             EventType.USER_MESSAGE: self._user_message,
+            EventType.AGENT_STARTED: self._agent_started,
+            EventType.AGENT_FINISHED: self._agent_finished,
             **dict.fromkeys(TERMINAL_EVENT_TYPES, self._terminal),
         }
 
@@ -303,6 +305,24 @@ class RunRenderer:
         body.append("\n" + " · ".join(notes), style="dim")
         label, style = ("error", "bold red") if is_error else ("observation", "bold green")
         self._print(_row(label, style, body))
+
+    def _agent_started(self, event: Event) -> None:
+        child = event.get("child_run_id")
+        where = f"child run {child}" if child else "a remote agent"
+        body = Text.assemble((str(event.get("agent")), "bold"), f" started: {where}")
+        if child:
+            body.append(f"\nfollow it: finishline events {child} --follow", style="dim")
+        self._print(_row("sub-agent", "bold magenta", body))
+
+    def _agent_finished(self, event: Event) -> None:
+        status = str(event.get("status"))
+        body = Text.assemble(
+            (str(event.get("agent")), "bold"),
+            " ",
+            (status, STATUS_STYLES.get(status, "")),
+            f" ({event.get('reason')})",
+        )
+        self._print(_row("sub-agent", "bold magenta", body))
 
     def _intervention(self, event: Event) -> None:
         text = Text.assemble(

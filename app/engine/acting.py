@@ -14,19 +14,19 @@ outcome is unknown, and the model decides what to do.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from app.engine.children import Delegation, outcome_of
 from app.engine.context import RunContext
+from app.engine.delegating import AgentTool, ChildOutcome
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
-from app.engine.ports import Message, OutputSchema, Reply, Tool, ToolCall, ToolSpec
-from app.engine.prompts import TASK_FINISHED, Prompts
-from app.engine.replycap import restored_call
+from app.engine.ports import Reply, ToolCall
+from app.engine.prompts import TASK_FINISHED
+from app.engine.specs import only_finish
 from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
-from app.engine.tokens import estimate_tokens
 from app.engine.toolcalls import (
     CallResult,
     PreparedCall,
@@ -40,110 +40,12 @@ from app.engine.truncate import truncate
 from app.engine.typed import (
     CheckedAnswer,
     check_argument,
-    finish_spec,
     invalid_answer_text,
     rejected,
 )
 
-
-@functools.lru_cache(maxsize=32)  # prompt sets are made at start-up: a handful
-def task_finished_spec(prompts: Prompts) -> ToolSpec:
-    """The stop tool's spec in `prompts`' language: made once per prompt set, shared."""
-    return ToolSpec(
-        name=TASK_FINISHED,
-        description=prompts.task_finished_description,
-        parameters={
-            "type": "object",
-            "properties": {
-                "answer": {"type": "string", "description": prompts.task_finished_answer}
-            },
-            "required": ["answer"],
-            "additionalProperties": False,
-        },
-    )
-
-
-@functools.lru_cache(maxsize=32)  # prompt sets are made at start-up: a handful
-def _finish_spec_tokens(prompts: Prompts) -> int:
-    return _estimate_specs([task_finished_spec(prompts)])
-
-
-def _estimate_specs(specs: Sequence[ToolSpec]) -> int:
-    return estimate_tokens([{"content": str(s.to_openai())} for s in specs])
-
-
-def tool_specs(
-    tools: Sequence[Tool],
-    stop_tool: bool,
-    prompts: Prompts,
-    output: OutputSchema | None = None,
-) -> tuple[list[ToolSpec], int]:
-    """The specs sent with each LLM call (the tools', then task_finished's when the stop
-    tool is on, its `answer` the output schema when the run has one) and their estimated
-    tokens; the plain task_finished's estimate is made once."""
-    specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
-    tokens = _estimate_specs(specs)
-    if stop_tool and output is not None:
-        finish, finish_tokens = _typed_finish(output.schema, prompts)
-        specs.append(finish)
-        tokens += finish_tokens
-    elif stop_tool:
-        specs.append(task_finished_spec(prompts))
-        tokens += _finish_spec_tokens(prompts)
-    return specs, tokens
-
-
-_TYPED_FINISHES: dict[tuple[int, int], tuple[Any, Prompts, ToolSpec, int]] = {}
-"""The typed stop tool's spec and its tokens, by the identity of the schema and prompt set
-(kept in the entry, so that an id cannot be reused while it is here): a schema compiled once
-(`app.output`, remembered by content) is one object, shared by the runs that give it."""
-TYPED_FINISHES = 256
-
-
-def _typed_finish(schema: Mapping[str, Any], prompts: Prompts) -> tuple[ToolSpec, int]:
-    key = (id(schema), id(prompts))
-    found = _TYPED_FINISHES.get(key)
-    if found is not None and found[0] is schema and found[1] is prompts:
-        return found[2], found[3]
-    spec = finish_spec(schema, prompts)
-    tokens = _estimate_specs([spec])
-    if len(_TYPED_FINISHES) >= TYPED_FINISHES:
-        del _TYPED_FINISHES[next(iter(_TYPED_FINISHES))]  # the oldest
-    _TYPED_FINISHES[key] = (schema, prompts, spec, tokens)
-    return spec, tokens
-
-
 _NONE: frozenset[str] = frozenset()
 _NONE_REJECTED: frozenset[int] = frozenset()
-
-
-def only_finish(calls: tuple[ToolCall, ...]) -> bool:
-    """Whether every call is of task_finished (`all(...)` without a generator: per step)."""
-    for call in calls:  # noqa: SIM110 (a generator per step costs more than this loop)
-        if call.name != TASK_FINISHED:
-            return False
-    return True
-
-
-def assistant_message(reply: Reply) -> Message:
-    return {
-        "role": "assistant",
-        "content": reply.content,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in reply.tool_calls
-        ],
-    }
-
-
-def reply_of(message: Message) -> Reply:
-    """The reply an assistant message with tool calls came from (`assistant_message`'s
-    inverse), for a step redone after an interruption."""
-    calls = tuple(
-        restored_call(ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]))
-        for c in message.get("tool_calls") or ()
-    )
-    return Reply(content=message.get("content"), tool_calls=calls)
 
 
 class ToolStep:
@@ -195,6 +97,7 @@ class ToolStep:
         st.tool_calls += counted
 
         runnable: list[int] = []
+        children: Delegation | None = None
         try:
             for index, item in enumerate(prepared):
                 if not item.runnable:
@@ -214,18 +117,38 @@ class ToolStep:
                 if index not in self._shown:
                     runnable.append(index)
             try:
-                if len(runnable) == 1:  # the common case: no task needed
+                agents = {
+                    i: (prepared[i].call, tool)
+                    for i in runnable
+                    if isinstance(tool := prepared[i].tool, AgentTool)
+                }
+                if agents:  # sub-agents: their child runs start first (DESIGN §15)
+                    children = Delegation(run, agents)
+                    async for index, started in children.start():
+                        if isinstance(started, CallResult):  # not started: the model is told
+                            runnable.remove(index)
+                            yield self._observe(index, prepared[index], started)
+                        else:
+                            yield started
+                if len(runnable) == 1 and children is not None and runnable[0] in children.handles:
+                    index = runnable[0]
+                    outcome = await children.wait_alone(index)
+                    for step in self._child_ended(children, index, prepared[index], outcome):
+                        yield step
+                elif len(runnable) == 1:  # the common case: no task needed
                     index = runnable[0]
                     result = await self._execute_alone(prepared[index])
                     yield self._observe(index, prepared[index], result)
                 elif runnable:
-                    async for observation in self._execute_concurrently(prepared, runnable):
-                        yield observation
+                    async for step in self._execute_concurrently(prepared, runnable, children):
+                        yield step
             except (CancelRequestedError, DeadlineError) as exc:
+                if children is not None:
+                    children.stop_unfinished()
                 cancelled = isinstance(exc, CancelRequestedError)
                 reason = StopReason.CANCELLED if cancelled else StopReason.TIMEOUT
                 for index in runnable:
-                    if index not in self._shown:
+                    if index not in self._shown and not self._waits(prepared[index]):
                         item = prepared[index]
                         text = run.prompts.call_interrupted.format(
                             tool=item.call.name, reason=reason.value
@@ -252,11 +175,31 @@ class ToolStep:
             item.reply = invalid_answer_text(self.run.prompts.invalid_output, checked, left)
         return {id(item) for item, _ in self._rejected}
 
+    def _waits(self, item: PreparedCall) -> bool:
+        """Whether the call waits on a child that waits for a person (no result yet)."""
+        return any(p.call_id == item.call.id for p in self.pending)
+
+    def _child_ended(
+        self, children: Delegation, index: int, item: PreparedCall, outcome: ChildOutcome
+    ) -> list[Step]:
+        """A sub-agent call's child is done for now: ended (its `agent.finished` and the
+        observation), or waiting for a person (the run will wait on the call too)."""
+        steps, result = children.finish(index, outcome)
+        if result is None:
+            self.pending.append(children.waiting_call(index, outcome, item.arguments))
+            self.run.state.pending = list(self.pending)
+            return steps
+        return [*steps, self._observe(index, item, result)]
+
     def _redone(
         self, index: int, item: PreparedCall, recorded: Mapping[str, CallResult]
     ) -> Observation | None:
         """A call of a step redone after an interruption: its recorded result (not logged
-        again: None), nothing for an idempotent tool (it runs again), else outcome unknown."""
+        again: None), nothing for an idempotent tool (it runs again) or a sub-agent (its
+        child is found again: its usage counts, its end is logged again), else outcome
+        unknown."""
+        if isinstance(item.tool, AgentTool):  # re-attaches to its child: never a second one
+            return None
         result = recorded.get(item.call.id)
         if result is not None:
             self._observe(index, item, result)
@@ -282,28 +225,53 @@ class ToolStep:
             return timed_out(item, run.limits.tool_timeout_s, run.prompts)
 
     async def _execute_concurrently(
-        self, prepared: list[PreparedCall], runnable: list[int]
-    ) -> AsyncIterator[Observation]:
-        """Run the calls in tasks of their own; observe each as it ends. On a cancel or the
-        deadline, the unfinished ones are abandoned (the caller reports them interrupted)."""
+        self, prepared: list[PreparedCall], runnable: list[int], children: Delegation | None
+    ) -> AsyncIterator[Step]:
+        """Run the calls in tasks of their own (a sub-agent call awaits its child, bounded
+        by the run's deadline alone); observe each as it ends. While only children are left,
+        the run's slot is lent. On a cancel or the deadline, the unfinished ones are abandoned
+        (the caller reports them interrupted)."""
         limits, ctx, prompts = self.run.limits, self.run.tool_ctx, self.run.prompts
-        tasks = {
-            asyncio.ensure_future(
-                execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)
-            ): i
-            for i in runnable
-        }
+        handles = children.handles if children is not None else {}
+        tasks: dict[asyncio.Future[CallResult | ChildOutcome], int] = {}
+        for i in runnable:
+            work = (
+                outcome_of(handles[i])
+                if i in handles
+                else execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)
+            )
+            tasks[asyncio.ensure_future(work)] = i
         pending = set(tasks)
         try:
             while pending:
-                done = await self.run.guard.wait_any(pending, self.run.deadline)
+                idle = children is not None and children.only_children(tasks[t] for t in pending)
+                done = await self._wait(pending, idle)
                 for task in sorted(done, key=tasks.__getitem__):
                     pending.discard(task)
                     index = tasks[task]
-                    yield self._observe(index, prepared[index], task.result())
+                    result = task.result()
+                    if isinstance(result, ChildOutcome):
+                        assert children is not None
+                        for step in self._child_ended(children, index, prepared[index], result):
+                            yield step
+                    else:
+                        yield self._observe(index, prepared[index], result)
         finally:
             for task in pending:
                 abandon(task)
+
+    async def _wait(
+        self, pending: set[asyncio.Future[CallResult | ChildOutcome]], idle: bool
+    ) -> set[asyncio.Future[CallResult | ChildOutcome]]:
+        """Until one of `pending` is done; `idle` (children alone): the run's slot is lent."""
+        port = self.run.subagents if idle else None
+        if port is not None:
+            port.lend()
+        try:
+            return await self.run.guard.wait_any(pending, self.run.deadline)
+        finally:
+            if port is not None:
+                port.reclaim()
 
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run

@@ -138,4 +138,4 @@ def prompt_over_budget(run: RunContext) -> StopReason | None:
     tokens = run.state.prompt_estimate + run.spec_tokens
     if limits.max_context_tokens is not None:
         tokens = min(tokens, limits.max_context_tokens)
-    return prompt_over_cost_budget(run.state.cost_usd, price.prompt_cost(tokens), limits)
+    return prompt_over_cost_budget(run.state.tree_cost_usd, price.prompt_cost(tokens), limits)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.delegating import SubAgents
 from app.engine.guard import Guard
 from app.engine.policies import InterventionKind, Limits
 from app.engine.ports import (
@@ -48,6 +49,8 @@ class RunContext:
     """The model's price, read once when the run starts; None: its calls are unpriced."""
     output: OutputSchema | None = None
     """The schema the run's answer must validate against (DESIGN §12); None: any text."""
+    subagents: SubAgents | None = None
+    """Where the run's sub-agent calls start their child runs (DESIGN §15); None: nowhere."""
     resumable: ResumableModel | None = field(init=False, default=None)
     """`model`, when it has state of its own for the checkpoints to carry (else None)."""
 

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from app.engine.delegating import SubAgents
 from app.engine.history import PreviousRun
 from app.engine.pending import Decision
 from app.engine.policies import Limits
@@ -60,3 +61,5 @@ class RunHandles(TypedDict, total=False):
     """A person's decisions on the calls `state` waits on (DESIGN §9)."""
     recorded: Mapping[str, CallResult] | None
     """Results logged before an interruption, by call id (`acting.ToolStep`)."""
+    subagents: SubAgents | None
+    """Where sub-agent calls start child runs (DESIGN §15); none: they are refused."""

@@ -15,8 +15,7 @@ from typing import Any, Unpack
 
 import structlog
 
-from app.engine.acting import ToolStep, assistant_message, only_finish, reply_of, tool_specs
-from app.engine.acting import task_finished_spec as task_finished_spec  # re-exported
+from app.engine.acting import ToolStep
 from app.engine.approving import settle_pending
 from app.engine.asking import ask, prompt_over_budget
 from app.engine.context import RunContext
@@ -39,6 +38,8 @@ from app.engine.ports import ChatModel, OutputError, OutputSchema, Reply, Tool, 
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
+from app.engine.specs import assistant_message, only_finish, reply_of, tool_specs
+from app.engine.specs import task_finished_spec as task_finished_spec  # re-exported
 from app.engine.state import RunState
 from app.engine.steps import (
     Checkpoint,
@@ -131,6 +132,7 @@ class ReactRun:
             approval=frozenset(inputs.approval),
             price=inputs.model.price,
             output=inputs.output,
+            subagents=handles.get("subagents"),
         )
 
     # -- the loop -----------------------------------------------------------------------
@@ -159,6 +161,13 @@ class ReactRun:
                         yield item
                     return
                 yield self._checkpoint()
+                if st.pending:  # a sub-agent's child waits for a person again
+                    yield Suspended(st.step, tuple(st.pending))
+                    return
+                if st.tree_stop is not None:
+                    async for item in self._final_answer(StopReason(st.tree_stop)):
+                        yield item
+                    return
             redo = st.mid_step(limits.stop_tool)  # resumed before its last reply's calls ended
             while True:
                 if redo:  # that step again, under its own number, from its calls
@@ -193,7 +202,7 @@ class ReactRun:
                     self.run.log.info("run_suspended", pending=len(self.suspended.pending))
                     yield self.suspended
                     return
-                budget = over_budget(st.total_tokens, st.cost_usd, limits)
+                budget = over_budget(st.tree_tokens, st.tree_cost_usd, limits, st.tree_stop)
                 if budget is not None:
                     async for item in self._final_answer(budget):
                         yield item

@@ -162,9 +162,15 @@ def nudges_exhausted(nudges_in_row: int, limits: Limits) -> StopReason | None:
     return StopReason.NUDGE_LIMIT if nudges_in_row >= limits.max_nudges else None
 
 
-def over_budget(total_tokens: int, cost_usd: float, limits: Limits) -> StopReason | None:
+def over_budget(
+    total_tokens: int, cost_usd: float, limits: Limits, tree_stop: str | None = None
+) -> StopReason | None:
     """After a step's tools: the run's token budget, then its cost budget. `cost_usd` is what
-    the run's priced calls cost (all of them, unless a call's model had no known price)."""
+    the run's priced calls cost (all of them, unless a call's model had no known price); both
+    include what its ended sub-agents spent. `tree_stop`: a sub-agent ended on the budget it
+    was given from this run's, which ends this run with the same reason (DESIGN §15)."""
+    if tree_stop is not None:
+        return StopReason(tree_stop)
     if limits.max_total_tokens is not None and total_tokens >= limits.max_total_tokens:
         return StopReason.TOKEN_BUDGET
     if limits.max_cost_usd is not None and cost_usd >= limits.max_cost_usd:

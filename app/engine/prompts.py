@@ -6,8 +6,10 @@ with `str.format`. Keep them short: they are read on every step of every run.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 from app.engine.policies import PromptLanguage
 
@@ -47,6 +49,14 @@ class Prompts:
     invalid_output: str
     invalid_output_reply: str
     output_schema_prompt: str
+    agent_status: str
+    agent_degraded: str
+    agent_no_answer: str
+    agent_failed: str
+    agent_cancelled: str
+    agent_depth_cap: str
+    agent_runs_cap: str
+    agent_unavailable: str
 
     def merged(self, overrides: Mapping[str, str]) -> Prompts:
         """A copy with some texts replaced; an unknown name is an error, not ignored."""
@@ -152,6 +162,24 @@ EN = Prompts(
         "Give the final answer as a JSON value alone, with no other text, matching this JSON "
         "Schema:\n{schema}"
     ),
+    agent_status="[Sub-agent {agent} (run {run}): {status}, {reason}.]",
+    agent_degraded=(
+        "[Sub-agent {agent} (run {run}) stopped at a limit ({reason}): this is its best answer "
+        "so far, not a finished one.]"
+    ),
+    agent_no_answer="[Sub-agent {agent} (run {run}) ended without an answer: {reason}.]",
+    agent_failed="Sub-agent {agent} (run {run}) failed: {error}",
+    agent_cancelled="Sub-agent {agent} (run {run}) was cancelled before it answered.",
+    agent_depth_cap=(
+        "Sub-agent {agent} was not started: sub-agents may nest no deeper than depth {limit} "
+        "(the run a request starts is depth 0). Do this part yourself, or answer from what "
+        "you have."
+    ),
+    agent_runs_cap=(
+        "Sub-agent {agent} was not started: this tree of runs has started the {limit} "
+        "sub-agent runs it may. Do this part yourself, or answer from what you have."
+    ),
+    agent_unavailable="Sub-agent {agent} could not be started: {error}",
 )
 
 ZH = Prompts(
@@ -230,6 +258,35 @@ ZH = Prompts(
     output_schema_prompt=(
         "最终答案请只给出一个 JSON 值，不要附加其他文字，并符合以下 JSON Schema：\n{schema}"
     ),
+    agent_status="[子代理 {agent}（运行 {run}）：{status}，{reason}。]",
+    agent_degraded=(
+        "[子代理 {agent}（运行 {run}）因达到限制（{reason}）而停止："
+        "这是它目前的最佳回答，并非完成的答案。]"
+    ),
+    agent_no_answer="[子代理 {agent}（运行 {run}）结束时没有给出答案：{reason}。]",
+    agent_failed="子代理 {agent}（运行 {run}）失败：{error}",
+    agent_cancelled="子代理 {agent}（运行 {run}）在回答之前被取消。",
+    agent_depth_cap=(
+        "子代理 {agent} 未启动：子代理最多只能嵌套到第 {limit} 层（请求启动的运行为第 0 层）。"
+        "请自己完成这部分，或基于已有信息回答。"
+    ),
+    agent_runs_cap=(
+        "子代理 {agent} 未启动：这棵运行树已启动了允许的 {limit} 个子代理运行。"
+        "请自己完成这部分，或基于已有信息回答。"
+    ),
+    agent_unavailable="子代理 {agent} 无法启动：{error}",
 )
 
 BUILTIN: dict[PromptLanguage, Prompts] = {"en": EN, "zh": ZH}
+
+
+def load_prompts(path: Path | None) -> dict[PromptLanguage, Prompts]:
+    """The built-in texts, with a deployment's overrides from a TOML file ([en], [zh])."""
+    if path is None:
+        return dict(BUILTIN)
+    with path.open("rb") as handle:
+        overrides = tomllib.load(handle)
+    unknown = sorted(set(overrides) - set(BUILTIN))
+    if unknown:
+        raise ValueError(f"{path}: unknown prompt languages {unknown}; use [en] and [zh]")
+    return {lang: BUILTIN[lang].merged(overrides.get(lang, {})) for lang in BUILTIN}

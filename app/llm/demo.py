@@ -7,7 +7,9 @@ key. It says plainly that it is the demo model. Asked to plan (a planning call's
 marked by how far it has got. With an output schema (DESIGN §12) it answers with a value made
 up to match it (`app.llm.demo_values`): as task_finished's `answer` (whose parameter is the
 schema), or as JSON text when asked for one (`answer_schema`: the stop tool off, the final
-call).
+call). Offered sub-agents (tools of one `task` parameter, DESIGN §15), it routes: its first
+turn hands the task to each of them at once, and it answers from what they said (a router and
+its workers, on the demo model alone).
 """
 
 from __future__ import annotations
@@ -37,6 +39,20 @@ def _expression(task: str) -> str:
 
 def _call(n: int, name: str, arguments: dict[str, object]) -> ToolCall:
     return ToolCall(f"demo_{n}_{name}", name, json.dumps(arguments))
+
+
+def _is_agent(tool: ToolSpec) -> bool:
+    """A sub-agent's tool (DESIGN §15): one parameter, its task."""
+    return list(tool.parameters.get("properties", {})) == ["task"]
+
+
+_RETURNED = re.compile(r"What my tools returned: (.*?)\. Point finishline", re.S)
+
+
+def _gist(result: str) -> str:
+    """What a demo sub-agent found (its tools' results), else its answer's first line."""
+    found = _RETURNED.search(result)
+    return found.group(1) if found else result.strip().splitlines()[0] if result.strip() else ""
 
 
 PLAN = ("Compute with the calculator", "Check the time", "Give the answer")
@@ -86,7 +102,8 @@ class DemoModel:
         if force_tool == UPDATE_PLAN and UPDATE_PLAN in names:
             reply = self._planned(messages)
         else:
-            reply = self._next(messages, tools, answer_schema)
+            agents = [t.name for t in tools if _is_agent(t)]
+            reply = self._next(messages, tools, answer_schema, agents)
         if on_delta is not None and reply.content:
             words = reply.content.split(" ")
             for i, word in enumerate(words):
@@ -113,6 +130,7 @@ class DemoModel:
         messages: Sequence[Message],
         specs: Sequence[ToolSpec],
         answer_schema: Mapping[str, Any] | None,
+        agents: Sequence[str] = (),
     ) -> Reply:
         tools = {t.name for t in specs}
         task = next((m["content"] for m in messages if m["role"] == "user"), "")
@@ -120,6 +138,8 @@ class DemoModel:
         results = [m["content"] for m in messages if m["role"] == "tool"]
         if not tools:  # the degraded final call: answer from what we have
             return Reply(content=self._text(results, answer_schema), finish_reason="stop")
+        if agents:  # a router: the task to each sub-agent at once, then their answers
+            return self._route(str(task), turns, results, agents, tools)
         expression = _expression(str(task))
         if turns == 0 and "calculator" in tools:
             calls = [_call(1, "calculator", {"expression": expression})]
@@ -169,6 +189,21 @@ class DemoModel:
         found = ", ".join(r.strip() for r in results if not r.startswith("Plan updated"))
         short = f"[demo model] my tools returned: {found or 'nothing'}"[:120]
         return example(schema, text=self._answer(results), short=short, number=number, root=root)
+
+    def _route(
+        self, task: str, turns: int, results: list[str], agents: Sequence[str], tools: set[str]
+    ) -> Reply:
+        if turns == 0:
+            calls = tuple(_call(1, name, {"task": task}) for name in agents)
+            text = f"{DEMO_NOTICE} I hand the task to my sub-agents: {', '.join(agents)}."
+            return Reply(content=text, tool_calls=calls, finish_reason="tool_calls")
+        said = "; ".join(_gist(r) for r in results) or "nothing"
+        answer = f"[demo model] My sub-agents answered: {said}."
+        if "task_finished" in tools:
+            finish = _call(2, "task_finished", {"answer": answer})
+            text = "My sub-agents have answered, so I will finish."
+            return Reply(content=text, tool_calls=(finish,), finish_reason="tool_calls")
+        return Reply(content=answer, finish_reason="stop")
 
     @staticmethod
     def _answer(results: list[str]) -> str:

@@ -70,6 +70,11 @@ class RunNotWaitingError(RunsError):
     """The run is not waiting for a decision on that call (DESIGN §9)."""
 
 
+class AmbiguousCallError(RunsError):
+    """A decision names a call id that several runs of a tree wait on, without `run_id`
+    (DESIGN §15): which call it decides is not known."""
+
+
 class RunUnreadableError(RunsError):
     """The run is stored but does not read back as a run (a row written by hand, or by a
     version with a bug since fixed): that run alone cannot be served, until an operator

@@ -36,6 +36,7 @@ from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
 from app.runs.resume import recorded_results
 from app.runs.store import LeaseLostError, RunGoneError, RunStore
+from app.runs.trees.children import RunTree
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
@@ -65,7 +66,9 @@ class Execution:
         placement: Placement,
         live: LiveRuns,
         traces: RunTraces,
+        tree: RunTree,
     ) -> None:
+        self.tree = tree
         self.store = store
         self.assembler = assembler
         self.recorder = recorder
@@ -81,6 +84,7 @@ class Execution:
     def open(self, tasks: asyncio.TaskGroup) -> None:
         """Runs' tasks (and webhook deliveries) go into `tasks` from now on."""
         self._tasks = tasks
+        self.tree.open(tasks)
 
     # -- the placement's `Runner` ---------------------------------------------------------
 
@@ -117,6 +121,7 @@ class Execution:
         """The recorder stored the run's end (`RunRecorder.on_ended`)."""
         self.traces.ended(record)
         self.placement.ended(record)
+        self.tree.ended(record)  # its children still going are stopped
 
     async def drain(self, grace_s: float) -> None:
         """Let the runs executing here end within `grace_s`; cancel the rest, each with its
@@ -153,6 +158,8 @@ class Execution:
                 started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
                 if state is not None:
                     started["resumed"] = True
+                elif record.tree is not None:  # a child's deadline: its parent's at the latest
+                    state = RunState(elapsed_s=_queued_s(record))
                 # the record running and its event in one write
                 await self.store.append(record.id, EventType.RUN_STARTED, 0, started, record=record)
                 log.info("run_started", resumed=state is not None)
@@ -177,6 +184,7 @@ class Execution:
                     previous=previous,
                     decisions=decisions,
                     recorded=recorded,
+                    subagents=self.tree.port(record),
                 ):
                     active.step = step.step
                     if isinstance(step, Suspended):
@@ -274,3 +282,9 @@ async def _logged(delivery: Coroutine[Any, Any, None], run_id: str) -> None:
         await delivery
     except Exception:
         log.exception("webhook_failed", run_id=run_id)
+
+
+def _queued_s(record: RunRecord) -> float:
+    """How long a child run waited for a slot: its time counts from its creation, so its
+    deadline is no later than the one its parent gave it (`trees.children.bounded`)."""
+    return max(0.0, (utcnow() - record.created_at).total_seconds())

@@ -38,6 +38,7 @@ from app.runs.ports import RunAssembler
 from app.runs.recorder import RunRecorder
 from app.runs.records import ApprovalDecision, Event, RunRecord, RunStatus
 from app.runs.spec import RunRequest
+from app.runs.trees.children import RunTree
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
@@ -60,6 +61,8 @@ class RunManager:
         max_answer_chars: int = 100_000,
         max_argument_chars: int = 100_000,
         observer: RunObserver | None = None,
+        max_agent_depth: int = 2,
+        max_agent_runs: int = 20,
     ) -> None:
         self.store = backend.store
         self.live = backend.live
@@ -95,6 +98,17 @@ class RunManager:
             traces=traces,
             find=self.get,
         )
+        self.tree = RunTree(
+            store=self.store,
+            admission=self.admission,
+            live=self.live,
+            placement=self.placement,
+            cancel=lambda run_id: self.cancel(run_id, None, any_owner=True),
+            went_on=self.approvals.went_on,
+            traces=traces,
+            max_depth=max_agent_depth,
+            max_runs=max_agent_runs,
+        )
         self.execution = Execution(
             store=self.store,
             assembler=assembler,
@@ -105,6 +119,7 @@ class RunManager:
             placement=self.placement,
             live=self.live,
             traces=traces,
+            tree=self.tree,
         )
         self._tasks: asyncio.TaskGroup | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -207,6 +222,7 @@ class RunManager:
         any_owner: bool,
         previous_run_id: str | None = None,
         unreadable: list[str] | None = None,
+        parent_run_id: str | None = None,
     ) -> tuple[list[RunRecord], str | None]:
         """A page of runs and the cursor of the next; the ids of the runs within this page
         that do not read back (left out) are added to `unreadable`."""
@@ -219,6 +235,7 @@ class RunManager:
             any_owner=any_owner,
             previous_run_id=previous_run_id,
             unreadable=bad,
+            parent_run_id=parent_run_id,
         )
         fresh = []
         for record in records:

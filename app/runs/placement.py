@@ -83,6 +83,10 @@ class Placement(Protocol):
     def release(self, run_id: str) -> None:
         """The run's task here is over: its slot is free."""
 
+    def wake(self) -> None:
+        """A slot may be free (a run lent its own while it waits on its children): place
+        the next run."""
+
     def ended(self, record: RunRecord) -> None:
         """The run ended here: what it is owed after (one process: its webhook, now)."""
 
@@ -194,6 +198,9 @@ class LocalPlacement:
         return record  # ended, or waiting for a person: nothing here will change it
 
     def release(self, run_id: str) -> None:
+        self._start_next()
+
+    def wake(self) -> None:
         self._start_next()
 
     def ended(self, record: RunRecord) -> None:

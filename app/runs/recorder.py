@@ -17,6 +17,7 @@ import structlog
 from app.engine.events import EventType
 from app.engine.policies import StopReason
 from app.engine.ports import OutputError
+from app.engine.state import checkpoint_usage
 from app.engine.steps import (
     Action,
     Checkpoint,
@@ -86,15 +87,7 @@ class RunRecorder:
             state = step.state
             if state.get("acting") and not self.in_flight_checkpoints:
                 return
-            record.usage = Usage(
-                steps=state["step"],
-                llm_calls=state["llm_calls"],
-                tool_calls=state["tool_calls"],
-                prompt_tokens=state["prompt_tokens"],
-                completion_tokens=state["completion_tokens"],
-                total_tokens=state["prompt_tokens"] + state["completion_tokens"],
-                cost_usd=None if state["unpriced_calls"] else round(state["cost_usd"], 12),
-            )
+            record.usage = Usage(**checkpoint_usage(state).to_dict())
             await self.store.save_checkpoint(record.id, step.step, state)  # after the queued
             await self.settle(record.id)
             return

@@ -82,6 +82,18 @@ class RunView(BaseModel):
     previous_run_id: str | None = Field(
         None, description="The run this one continues (a follow-up), or null."
     )
+    agents: list[str] = Field(
+        default_factory=list,
+        description="Its sub-agents (tools NAME(task) of its model, DESIGN §15), by name.",
+    )
+    parent_run_id: str | None = Field(
+        None,
+        description="A sub-agent's child run: the run whose call started it (GET "
+        "/runs?parent_run_id= lists a run's children); null for a run a request started.",
+    )
+    parent_call_id: str | None = Field(
+        None, description="With parent_run_id: that run's call (its action's call_id)."
+    )
     trace_id: str | None = Field(
         None,
         description="The run's OpenTelemetry trace id (32 hex digits) when the server exports traces; the caller's own when POST /runs carried a `traceparent` header.",
@@ -141,6 +153,9 @@ def to_view(record: RunRecord) -> RunView:
         usage=record.usage,
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
+        agents=list(request.agents or ()),
+        parent_run_id=record.parent_run_id,
+        parent_call_id=record.parent_call_id,
         trace_id=record.trace_id,
         pending_approvals=(
             record.approval.undecided()

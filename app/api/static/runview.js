@@ -44,6 +44,7 @@ export class RunView {
     this.id = null;
     this.stream?.close();
     this.stream = null;
+    this.timeline?.close();
     clearInterval(this.timer);
     this.timer = null;
   }
@@ -114,7 +115,9 @@ export class RunView {
       hidden: true,
     });
     this.timelineList = el("ol", { class: "timeline", id: "timeline" });
-    this.timeline = new Timeline(this.timelineList);
+    this.timeline = new Timeline(this.timelineList, {
+      onChildEvent: (runId, event) => this.#onChildEvent(runId, event),
+    });
     this.approvals = new ApprovalPanel();
     this.sendBox = this.#messageBox({
       id: "send",
@@ -215,7 +218,7 @@ export class RunView {
         this.approvals.requested(this.id, event);
         break;
       case "approval.decided":
-        this.approvals.decided(event.call_id);
+        this.approvals.decided(event.run_id ?? this.id, event.call_id);
         break;
       default:
         break;
@@ -228,6 +231,20 @@ export class RunView {
     if (TERMINAL.has(event.type)) this.#ended(event, endedHere);
     this.#renderUsage();
     this.#renderSteps(u.steps);
+  }
+
+  /** An event of a sub-agent's child run (nested in the timeline): its calls waiting for a
+   * person are decided from here too, and make this run wait (DESIGN §15). */
+  #onChildEvent(runId, event) {
+    if (ENDED.has(this.status)) return;
+    if (event.type === "approval.requested") {
+      this.approvals.requested(runId, event, { child: true });
+      this.#setStatus("requires_action");
+    } else if (event.type === "approval.decided") {
+      this.approvals.decided(runId, event.call_id);
+    } else if (TERMINAL.has(event.type)) {
+      this.approvals.forget(runId);
+    }
   }
 
   /** `live`: it ended while we watched (not a replay of a run known to have ended). */

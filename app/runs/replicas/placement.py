@@ -157,6 +157,9 @@ class ReplicaPlacement:
         self.coordinator.release(run_id)
         self.slot_freed.set()
 
+    def wake(self) -> None:
+        self.slot_freed.set()
+
     def ended(self, record: RunRecord) -> None:
         return None  # the store's outbox has its webhook: one replica delivers it
 

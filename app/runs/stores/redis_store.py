@@ -50,19 +50,12 @@ from app.runs.stores.redis_scripts import (
     DELETE,
     SAVE,
     SAVE_APPEND,
+    TREE_RUN,
+    owner_tag,
+    tag_owner,
 )
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
-
-
-def owner_tag(owner: str | None) -> str:
-    """`n` for no owner, else `o{len}:{owner}`: unambiguous inside a key name."""
-    return "n" if owner is None else f"o{len(owner)}:{owner}"
-
-
-def tag_owner(tag: str | None) -> str | None:
-    """The owner an `owner_tag` stands for (None for `n`, or no tag)."""
-    return tag.partition(":")[2] if tag is not None and tag.startswith("o") else None
 
 
 @translated
@@ -91,6 +84,7 @@ class RedisRunStore:
         self._save_append = self.redis.register_script(SAVE_APPEND)
         self._checkpoint = self.redis.register_script(CHECKPOINT)
         self._delete = self.redis.register_script(DELETE)
+        self._tree_run = self.redis.register_script(TREE_RUN)
         self._follower = StreamFollower(
             self.redis, self._events_key, self.read, lambda: self.fanout, self._run_key
         )
@@ -163,6 +157,8 @@ class RedisRunStore:
             raise DuplicateRunError(record.idempotency_key)
         if record.previous_run_id is not None:  # GET /runs?previous_run_id= reads this index
             await self.redis.zadd(self._follow_ups_key(record.previous_run_id), {record.id: 0})
+        if record.parent_run_id is not None:  # GET /runs?parent_run_id= reads this one
+            await self.redis.zadd(self._children_key(record.parent_run_id), {record.id: 0})
         return event
 
     async def save(self, record: RunRecord) -> None:
@@ -193,11 +189,14 @@ class RedisRunStore:
         any_owner: bool = False,
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
+        parent_run_id: str | None = None,
     ) -> list[RunRecord]:
         scope = self.prefix + "idx:" + ("all" if any_owner else owner_tag(owner))
         wanted = {RunStatus(s) for s in statuses}
         indexes = [f"{scope}|{s.value}" for s in sorted(wanted)] if wanted else [scope]
-        if previous_run_id is not None:  # its follow-ups' own index; owner checked below
+        if parent_run_id is not None:  # its children's own index; the rest checked below
+            indexes = [self._children_key(parent_run_id)]
+        elif previous_run_id is not None:  # its follow-ups' own index, likewise
             indexes = [self._follow_ups_key(previous_run_id)]
         found: list[RunRecord] = []
         cursor = before_id
@@ -218,7 +217,12 @@ class RedisRunStore:
                         unreadable.append(exc)
                     continue
                 visible = any_owner or record.owner == owner
-                if visible and (not wanted or record.status in wanted):  # (it may have moved)
+                if (
+                    visible
+                    and (not wanted or record.status in wanted)  # (it may have moved)
+                    and previous_run_id in (None, record.previous_run_id)
+                    and parent_run_id in (None, record.parent_run_id)
+                ):
                     found.append(record)
             if gone:  # expired (retention): drop them from the indexes read here
                 async with self.redis.pipeline(transaction=False) as pipe:
@@ -233,6 +237,11 @@ class RedisRunStore:
     async def delete(self, run_id: str) -> None:
         self._deltas.forget(run_id)
         await self._delete(args=[self.prefix, run_id])
+
+    async def add_tree_run(self, root_run_id: str, member: str, cap: int) -> bool:
+        ttl_ms = int(self.retention_s * 2000)  # twice the retention: it outlives its runs
+        args: list[str | int] = [self.prefix + "tree:" + root_run_id, member, cap, ttl_ms]
+        return bool(await self._tree_run(args=args))
 
     # -- events -----------------------------------------------------------------------------
 
@@ -345,6 +354,9 @@ class RedisRunStore:
 
     def _follow_ups_key(self, run_id: str) -> str:
         return self.prefix + "fu:" + run_id
+
+    def _children_key(self, run_id: str) -> str:
+        return self.prefix + "ch:" + run_id
 
     def _run_key(self, run_id: str) -> str:
         return self.prefix + "run:" + run_id
