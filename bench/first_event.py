@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-from functools import partial
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +108,9 @@ def measure(quick: bool, rounds: int, clients: int, also: Path | None) -> dict[s
         "sides": {
             name: {
                 "runs": sum(got["runs"]),
-                "first_ms": {
-                    "p50": percentile(got["first"], 50),
-                    "p99": percentile(got["first"], 99),
-                },
-                "delivery_ms": {
-                    "p50": percentile(got["delivery"], 50),
-                    "p99": percentile(got["delivery"], 99),
+                **{
+                    f"{key}_ms": {"p50": percentile(got[key], 50), "p99": percentile(got[key], 99)}
+                    for key in ("first", "post", "stream", "delivery")
                 },
                 "cpu_ms_per_run": sum(got["cpu_s"]) * 1000 / max(sum(got["runs"]), 1),
             }

@@ -90,7 +90,9 @@ def _stream(name: str) -> Callable[[dict[str, Any]], list[float]]:
 
 
 def _pair(unit: str, digits: int = 2) -> Callable[[list[float]], str]:
-    return lambda v: " / ".join(fmt(x, digits) for x in v) + unit
+    return lambda v: (
+        "–" if all(math.isnan(x) for x in v) else " / ".join(fmt(x, digits) for x in v) + unit
+    )
 
 
 FIGURES = (
@@ -278,6 +280,9 @@ def blocks(quick: bool) -> dict[str, str]:
         "service": service.strip(),
         "compare": compare.split("\n", 1)[1].strip() if compare else "",
         "store": _body("store", quick),
+        "startup": _body("startup", quick),
+        "first_event": _body("first_event", quick),
+        "streams": _body("streams", quick),
     }
 
 
