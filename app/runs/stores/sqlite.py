@@ -50,6 +50,8 @@ from app.runs.stores.sqlite_threads import GroupCommitWriter, ReaderPool
 
 T = TypeVar("T")
 
+KEPT_EVENTS = 32
+"""Events kept of each live run nobody follows yet, for its first subscriber (`Fanout`)."""
 QUEUE_LIMIT = 128
 """Writes the writer may be behind before `append_soon` waits for its own: under a load
 the disk or the loop cannot keep up with, a run waits for each event again instead of
@@ -89,7 +91,7 @@ class SqliteRunStore:
         self.path = path
         self.synchronous = synchronous.upper()
         self.busy_timeout_s = busy_timeout_s
-        self.fanout = Fanout()
+        self.fanout = Fanout(tail=KEPT_EVENTS)  # every event of its runs is published here
         self._state = "new"  # new -> open -> closed
         self._next_seq: dict[str, int] = {}  # the writer thread's alone
         self._deltas = CheckpointDeltas()  # the loop thread's
@@ -223,6 +225,7 @@ class SqliteRunStore:
 
     async def delete(self, run_id: str) -> None:
         self._deltas.forget(run_id)
+        self.fanout.forget(run_id)
 
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))  # cascades
