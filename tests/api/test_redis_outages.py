@@ -33,7 +33,7 @@ from tests.api.kit import (
 from tests.fakes.redis_server import RedisServer
 
 BACK_WITHIN_S = 30  # a failure bound: Redis back, the replica must serve again before this
-OUTAGE_ANSWER_S = 15  # a failure bound: a refusal during an outage comes before this (~4 s)
+OUTAGE_ANSWER_S = 15  # a failure bound: a refusal during an outage comes before this (~5 s)
 
 
 def busy(answer: str, steps: int = 40) -> dict[str, Any]:

@@ -49,12 +49,13 @@ from app.runs.errors import StoreUnavailableError
 
 log = structlog.get_logger("finishline.runs")
 
-SOCKET_TIMEOUT_S = 4.0
+SOCKET_TIMEOUT_S = 5.0
 """A command unanswered this long fails (a paused or overloaded Redis): the request that
 needed it is refused 503 `store_unavailable` instead of hanging past its client's timeout.
 Blocking reads block for at most half of it. A `socket_timeout` in the URL overrides it."""
-CONNECT_TIMEOUT_S = 2.0
-"""Likewise for a new connection (`socket_connect_timeout` in the URL)."""
+CONNECT_TIMEOUT_S = 5.0
+"""Likewise for a new connection (`socket_connect_timeout` in the URL). Not shorter: a
+loaded 2-core machine opening tens of connections at once takes seconds to (seen at 2 s)."""
 RETRY_S = 0.5
 """How long a background loop waits after Redis failed it, before it tries again."""
 RETRY_AFTER_S = 2
