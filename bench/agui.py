@@ -13,7 +13,12 @@ measures, each interleaved (the two sides alternate, block by block, in shuffled
   `POST /ag-ui` (a thread of its own each), server CPU time (every thread, /proc schedstat)
   per finishline event of the run, everything the server does for it included.
 
-    python -m bench.agui [--quick] [--rounds N] [--runs N] [--report]
+- **served, callgrind**: the same served runs with the server under valgrind's callgrind,
+  instructions of every thread per finishline event: a count that does not move with the load
+  of a shared machine, as CPU time does.
+
+    python -m bench.agui [--quick] [--rounds N] [--runs N] [--callgrind N] [--callgrind-only]
+    python -m bench.agui --report
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -142,18 +149,26 @@ def agui_run(client: httpx.Client, body: dict[str, Any]) -> int:
     return frames
 
 
+SERVER_ENV = {
+    "FINISHLINE_STORE_URL": "memory://",
+    "FINISHLINE_LOG_LEVEL": "WARNING",
+    "FINISHLINE_MAX_SCRIPT_REPLIES": "1000",
+}
+
+
+def run_body() -> dict[str, Any]:
+    return {
+        "task": "compute",
+        "model": "scripted",
+        "tools": ["calculator"],
+        "model_script": script(),
+    }
+
+
 def served(rounds: int, runs: int) -> dict[str, Any]:
-    body = {"task": "compute", "model": "scripted", "tools": ["calculator"]}
-    body["model_script"] = script()
+    body = run_body()
     with tempfile.TemporaryDirectory() as tmp:
-        server = Server(
-            Path(tmp),
-            {
-                "FINISHLINE_STORE_URL": "memory://",
-                "FINISHLINE_LOG_LEVEL": "WARNING",
-                "FINISHLINE_MAX_SCRIPT_REPLIES": "1000",
-            },
-        )
+        server = Server(Path(tmp), SERVER_ENV)
         server.start()
         try:
             sides = {"native": native_run, "ag-ui": agui_run}
@@ -182,7 +197,57 @@ def served(rounds: int, runs: int) -> dict[str, Any]:
     }
 
 
-def report(enc: dict[str, Any], srv: dict[str, Any], info: dict[str, Any]) -> str:
+def instructions(runs: int) -> dict[str, Any]:
+    """The served runs again with the server under callgrind: instructions of every thread of
+    the server per finishline event, for `runs` runs of each side after a warm-up of two each.
+    Unlike CPU time, the count does not move with what else the machine runs (valgrind slows
+    the server ~50x, so its runs batch a little less than at full speed)."""
+    body = run_body()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        grind = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/callgrind.%p")
+        server = Server(work, SERVER_ENV, wrapper=grind)
+        server.start(timeout_s=600)
+        try:
+            sides = {"native": native_run, "ag-ui": agui_run}
+            counts: dict[str, float] = {}
+            events = 0
+            with httpx.Client(base_url=server.url, timeout=600) as client:
+                for side in sides.values():
+                    side(client, body)
+                    side(client, body)
+                events = native_run(client, body)
+                for name, side in sides.items():
+                    _callgrind("--zero", server.pid)
+                    for _ in range(runs):
+                        side(client, body)
+                    dumped = set(work.glob("callgrind.*"))
+                    _callgrind("--dump", server.pid)
+                    total = sum(_total(path) for path in set(work.glob("callgrind.*")) - dumped)
+                    counts[name] = total / runs / events
+        finally:
+            server.stop()
+    return {"runs": runs, "events_per_run": events, "instructions_per_event": counts}
+
+
+def _callgrind(action: str, pid: int) -> None:
+    subprocess.run(["callgrind_control", action, str(pid)], check=True, capture_output=True)
+
+
+def _total(path: Path) -> int:
+    with path.open(errors="replace") as handle:
+        for line in handle:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise ValueError(f"no totals in {path}")
+
+
+def report(
+    enc: dict[str, Any],
+    srv: dict[str, Any],
+    info: dict[str, Any],
+    grind: dict[str, Any] | None = None,
+) -> str:
     e, s = enc["us_per_event"], srv["server_cpu_us_per_event"]
     enc_frames = enc["frames"] / enc["events"]  # AG-UI frames per finishline event
     srv_frames = srv["frames_per_run"]["ag-ui"] / srv["events_per_run"]
@@ -196,6 +261,14 @@ def report(enc: dict[str, Any], srv: dict[str, Any], info: dict[str, Any]) -> st
         row("served: server CPU µs per finishline event", s["native"], s["ag-ui"], 1),
         row("served: server CPU µs per frame sent", s["native"], s["ag-ui"] / srv_frames, 1),
     ]
+    counted = ""
+    if grind is not None:
+        i = {name: n / 1000 for name, n in grind["instructions_per_event"].items()}
+        rows.append(row("served, callgrind: k instructions per finishline event", *i.values(), 1))
+        counted = (
+            f" Callgrind: {grind['runs']} runs of each side after a warm-up, every thread of "
+            "the server, C code included (the kernel not)."
+        )
     sizes = enc["bytes_per_run"]
     return "\n\n".join(
         [
@@ -206,7 +279,7 @@ def report(enc: dict[str, Any], srv: dict[str, Any], info: dict[str, Any]) -> st
             f"({sizes['ag-ui']:,} bytes). Served: the run as the server makes it, "
             f"{srv['events_per_run']} events, {srv['frames_per_run']['ag-ui']} AG-UI frames; "
             "server CPU of every thread (/proc schedstat), one client, sequential runs. Medians "
-            "of interleaved blocks.",
+            "of interleaved blocks." + counted,
             machine_line(info),
         ]
     )
@@ -217,14 +290,33 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None, help="runs per served block")
+    parser.add_argument(
+        "--callgrind", type=int, default=10, help="runs per side under callgrind (0: none)"
+    )
+    parser.add_argument(
+        "--callgrind-only", action="store_true", help="only count instructions, and print them"
+    )
     parser.add_argument("--report", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()
     name = "agui-quick" if args.quick else "agui"
     if args.report:
         raw = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
-        markdown = report(raw["encoding"], raw["served"], raw["machine"])
+        markdown = report(raw["encoding"], raw["served"], raw["machine"], raw.get("callgrind"))
         write_results(name, markdown, raw)
         print(markdown)
+        return
+    grind = None
+    if args.callgrind and shutil.which("valgrind") is None:
+        say("valgrind is missing: no instruction counts")
+    elif args.callgrind:
+        say(f"served under callgrind, {args.callgrind} runs a side")
+        grind = instructions(args.callgrind)
+        per = grind["instructions_per_event"]
+        say(
+            f"  k instructions per event: native {per['native'] / 1000:.1f}, "
+            f"AG-UI {per['ag-ui'] / 1000:.1f}, ratio {per['ag-ui'] / per['native']:.3f}x"
+        )
+    if args.callgrind_only:
         return
     rounds = args.rounds or (5 if args.quick else 15)
     runs = args.runs or (10 if args.quick else 30)
@@ -233,8 +325,9 @@ def main() -> None:
     say("served, one client, sequential runs")
     srv = served(rounds, runs)
     info = machine()
-    markdown = report(enc, srv, info)
-    write_results(name, markdown, {"encoding": enc, "served": srv, "machine": info})
+    markdown = report(enc, srv, info, grind)
+    raw = {"encoding": enc, "served": srv, "callgrind": grind, "machine": info}
+    write_results(name, markdown, raw)
     print(markdown)
 
 
