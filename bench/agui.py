@@ -6,8 +6,8 @@ measures, each interleaved (the two sides alternate, block by block, in shuffled
 - **encoding, in process**: the frames of one run's events (a 10-step scripted run: queued,
   started, then per step `step.started`, `llm.call`, `thought`, `action`, `observation`, and
   the terminal event) made the native way (`app.api.routes.events.sse_frames`) and the AG-UI
-  way (`FrameMapper.map` into the protocol's models, then its `EventEncoder`), µs per
-  finishline event;
+  way (`FrameMapper.frames`: the protocol's events as the bytes its models and encoder
+  write), µs per finishline event;
 - **served**: the server as its own process (uvicorn, memory store, the scripted model), the
   same 10-step run streamed sequentially by one client as `POST /runs {"stream": true}` and as
   `POST /ag-ui` (a thread of its own each), server CPU time (every thread, /proc schedstat)
@@ -96,8 +96,7 @@ def encode_native(events: list[Event]) -> int:
 
 def encode_agui(events: list[Event]) -> int:
     mapper = FrameMapper(thread_id="t", run_id="r", finishline_run_id=RUN)
-    text = frame(0, mapper.started()) + "".join(frame(e.seq, mapper.map(e)) for e in events)
-    return len(text.encode())
+    return len(frame(0, mapper.started()) + mapper.frames(events))
 
 
 def encoding(rounds: int, per_block: int) -> dict[str, Any]:

@@ -194,7 +194,7 @@ class AguiThreads:
 
     # -- the stream ---------------------------------------------------------------------------
 
-    async def stream(self, opened: Opened, turn: Turn, caller: Caller) -> AsyncIterator[str]:
+    async def stream(self, opened: Opened, turn: Turn, caller: Caller) -> AsyncIterator[bytes]:
         """The frames: RUN_STARTED, the run's events from `opened.after` on, and the end."""
         mapper = FrameMapper(
             thread_id=turn.thread_id, run_id=turn.run_id, finishline_run_id=opened.run_id
@@ -225,21 +225,22 @@ class AguiThreads:
 
     async def _stored_after(
         self, run_id: str, after: int, mapper: FrameMapper
-    ) -> tuple[str, int] | None:
+    ) -> tuple[bytes, int] | None:
         parts = []
         while True:
             events = await self.manager.read_events(run_id, after, EVENT_PAGE)
-            parts += [frame(e.seq, mapper.map(e)) for e in events]
+            parts.append(mapper.frames(events))
             if events:
                 after = events[-1].seq
             if len(events) < EVENT_PAGE:
-                return ("".join(parts), after) if parts else None
+                chunk = b"".join(parts)
+                return (chunk, after) if chunk else None
 
     async def _follow(
         self, run_id: str, after: int, caller: Caller, mapper: FrameMapper
-    ) -> AsyncGenerator[tuple[str, int, RunRecord | None], None]:
+    ) -> AsyncGenerator[tuple[bytes, int, RunRecord | None], None]:
         """(frames, last seq, None) per batch of the run's events until its terminal one, or
-        ("", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
+        (b"", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
         Two tasks feed one queue: the batches, and the run each time `wait` answers."""
         queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
         arrived = asyncio.Event()
@@ -277,10 +278,10 @@ class AguiThreads:
                     await tasks[0]  # the events' error, if they ended with one
                     return
                 if isinstance(item, RunRecord):
-                    yield "", after, item
+                    yield b"", after, item
                     return
                 after = item[-1].seq
-                yield "".join([frame(e.seq, mapper.map(e)) for e in item]), after, None
+                yield mapper.frames(item), after, None
                 if item[-1].terminal:
                     return
         finally:
