@@ -241,10 +241,14 @@ class AguiThreads:
     ) -> AsyncGenerator[tuple[bytes, int, RunRecord | None], None]:
         """(frames, last seq, None) per batch of the run's events until its terminal one, or
         (b"", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
-        Two tasks feed one queue: the batches, and the run each time `wait` answers."""
+        Two tasks feed one queue: the batches, and the run each time `wait` answers. A run
+        waits only after its `approval.requested` events (DESIGN §9), so a stream that follows
+        the run from its first event asks `wait` from the first of them on (before, `wait`
+        would only cost a read of the run); one that starts later asks at once."""
         queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
         arrived = asyncio.Event()
         batches = [0]
+        tasks: list[asyncio.Future[None]] = []
 
         async def pump() -> None:
             try:
@@ -252,6 +256,10 @@ class AguiThreads:
                     queue.put_nowait(batch)
                     batches[0] += 1
                     arrived.set()
+                    if len(tasks) == 1 and any(
+                        e.type == EventType.APPROVAL_REQUESTED for e in batch
+                    ):
+                        tasks.append(asyncio.ensure_future(watch()))
             finally:
                 queue.put_nowait(None)  # the events ended (or this task did)
 
@@ -270,7 +278,9 @@ class AguiThreads:
                     arrived.clear()
                     await arrived.wait()
 
-        tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(watch())]
+        tasks.append(asyncio.ensure_future(pump()))
+        if after > 0:  # the run may wait on calls it asked about before this stream began
+            tasks.append(asyncio.ensure_future(watch()))
         try:
             while True:
                 item = await queue.get()
