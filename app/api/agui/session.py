@@ -199,11 +199,12 @@ class AguiThreads:
         mapper = FrameMapper(
             thread_id=turn.thread_id, run_id=turn.run_id, finishline_run_id=opened.run_id
         )
-        yield frame(opened.after, mapper.started())
+        head = frame(opened.after, mapper.started())
         last = opened.after
         while True:  # once per wait that turned out to have been decided meanwhile
             waiting: RunRecord | None = None
-            follow = self._follow(opened.run_id, last, caller, mapper)
+            follow = self._follow(opened.run_id, last, caller, mapper, head)
+            head = b""
             async with contextlib.aclosing(follow):
                 async for chunk, seq, waits in follow:
                     last = seq
@@ -237,10 +238,13 @@ class AguiThreads:
                 return (chunk, after) if chunk else None
 
     async def _follow(
-        self, run_id: str, after: int, caller: Caller, mapper: FrameMapper
+        self, run_id: str, after: int, caller: Caller, mapper: FrameMapper, head: bytes = b""
     ) -> AsyncGenerator[tuple[bytes, int, RunRecord | None], None]:
         """(frames, last seq, None) per batch of the run's events until its terminal one, or
         (b"", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
+        `head` (the stream's RUN_STARTED) goes out first: with the events stored already when
+        the store hands them over at once (one write, as the native stream's first), else alone
+        at once, not waiting for them.
         Two tasks feed one queue: the batches, and the run each time `wait` answers. A run
         waits only after its `approval.requested` events (DESIGN §9), so a stream that follows
         the run from its first event asks `wait` from the first of them on (before, `wait`
@@ -282,16 +286,24 @@ class AguiThreads:
         if after > 0:  # the run may wait on calls it asked about before this stream began
             tasks.append(asyncio.ensure_future(watch()))
         try:
+            if head:
+                await asyncio.sleep(0)  # the pump's first turn
+                if queue.empty():
+                    yield head, after, None
+                    head = b""
             while True:
                 item = await queue.get()
                 if item is None:
+                    if head:
+                        yield head, after, None
                     await tasks[0]  # the events' error, if they ended with one
                     return
                 if isinstance(item, RunRecord):
-                    yield b"", after, item
+                    yield head, after, item
                     return
                 after = item[-1].seq
-                yield mapper.frames(item), after, None
+                yield head + mapper.frames(item), after, None
+                head = b""
                 if item[-1].terminal:
                     return
         finally:
