@@ -241,14 +241,15 @@ class AguiThreads:
         self, run_id: str, after: int, caller: Caller, mapper: FrameMapper, head: bytes = b""
     ) -> AsyncGenerator[tuple[bytes, int, RunRecord | None], None]:
         """(frames, last seq, None) per batch of the run's events until its terminal one, or
-        (b"", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
-        `head` (the stream's RUN_STARTED) goes out first: with the events stored already when
-        the store hands them over at once (one write, as the native stream's first), else alone
-        at once, not waiting for them.
+        (what is left of `head`, last seq, the run) once it waits: a wait is no event,
+        `RunManager.wait` says so. `head` (the stream's RUN_STARTED) goes out with the first
+        batch when the store hands that over at once (one write, as the native stream's first),
+        else alone at once.
+
         Two tasks feed one queue: the batches, and the run each time `wait` answers. A run
-        waits only after its `approval.requested` events (DESIGN §9), so a stream that follows
-        the run from its first event asks `wait` from the first of them on (before, `wait`
-        would only cost a read of the run); one that starts later asks at once."""
+        waits only after its `approval.requested` events (DESIGN §9): a stream that follows it
+        from its first event asks `wait` from the first of them on (asked earlier, it would only
+        read the run back), one that starts later asks at once."""
         queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
         arrived = asyncio.Event()
         batches = [0]
