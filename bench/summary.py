@@ -192,6 +192,7 @@ def blocks(quick: bool) -> dict[str, str]:
         "service": service.strip(),
         "compare": compare.split("\n", 1)[1].strip() if compare else "",
         "store": _body("store", quick),
+        "agui": _body("agui", quick),
     }
 
 
