@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -83,9 +83,15 @@ class Server:
     names another app (the benchmark's floor)."""
 
     def __init__(
-        self, workdir: Path, env: Mapping[str, str], factory: str = "app.main:create_app"
+        self,
+        workdir: Path,
+        env: Mapping[str, str],
+        factory: str = "app.main:create_app",
+        wrapper: Sequence[str] = (),
     ) -> None:
         self.factory = factory
+        self.wrapper = tuple(wrapper)
+        """A command the server runs under (`valgrind --tool=callgrind …`)."""
         self.workdir = workdir
         self.env = dict(env)
         self.port = 0
@@ -108,6 +114,7 @@ class Server:
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(
                     [
+                        *self.wrapper,
                         sys.executable,
                         "-m",
                         "uvicorn",

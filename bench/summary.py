@@ -283,6 +283,7 @@ def blocks(quick: bool) -> dict[str, str]:
         "startup": _body("startup", quick),
         "first_event": _body("first_event", quick),
         "streams": _body("streams", quick),
+        "agui": _body("agui", quick),
     }
 
 

@@ -78,6 +78,26 @@ async def test_an_approval_interrupt_is_resumed_by_the_next_run() -> None:
     assert int(events[1].id or 0) > int(events[0].id or 0)  # after where the first stream ended
 
 
+async def test_a_waiting_run_re_attached_after_its_last_event_ends_with_its_interrupt() -> None:
+    """A client that saw the run ask (its stream dropped at the interrupt, say) and re-attaches
+    after that point gets no event of the wait, which is none: the stream still ends with it;
+    from the start, it ends with it after the replay."""
+    body = agent_input(user("6 times 7?"), finishline=approving(calculator_call(), finish()))
+    async with api_client(settings()) as client:
+        _, events = await stream(client, body)
+        last = events[-1].id
+        assert last is not None
+        _, replayed = await stream(client, body, {"Last-Event-ID": last})
+        _, whole = await stream(client, body)  # from the start: the wait's events replayed
+
+    assert int(last) > 0
+    assert [e.id for e in whole] == [e.id for e in events]
+    assert types(events)[-1] == types(replayed)[-1] == "RUN_FINISHED"
+    assert types(replayed) == ["RUN_STARTED", "RUN_FINISHED"]  # nothing after `last`
+    assert replayed[-1].data["outcome"] == events[-1].data["outcome"]
+    assert replayed[-1].data["outcome"]["type"] == "interrupt"
+
+
 async def test_a_cancelled_interrupt_is_a_rejection_the_model_is_told_of() -> None:
     async with api_client(settings()) as client:
         asked = await interrupted(

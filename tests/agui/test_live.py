@@ -105,6 +105,24 @@ async def test_the_same_turn_again_re_attaches_and_last_event_id_replays_after(
     assert ended[-1].data["outcome"] == {"type": "cancelled"}
 
 
+async def test_run_started_is_sent_at_once_when_no_event_follows_yet(
+    client: httpx.AsyncClient,
+) -> None:
+    """RUN_STARTED goes out with the events stored already when there are some, and alone,
+    without waiting for the next event, when there are none (a quiet run re-attached at its
+    last event)."""
+    body = agent_input(finishline=scripted(SLOW))
+    first = await frames_until(client, body, stop="STEP_STARTED")
+    run_id = first[0].data["metadata"]["finishline"]["run_id"]
+    assert await status_of(client, run_id) == "running"  # in its LLM call, for 600 s
+    page = await client.get(f"/runs/{run_id}/events", headers={"Accept": "application/json"})
+    last = str(page.json()["events"][-1]["seq"])
+    started = await frames_until(client, body, stop="RUN_STARTED", headers={"Last-Event-ID": last})
+    await client.post(f"/runs/{run_id}/cancel")
+
+    assert [(f.id, f.data["type"]) for f in started] == [(last, "RUN_STARTED")]
+
+
 async def test_a_dropped_stream_cancels_the_run_when_asked_to(client: httpx.AsyncClient) -> None:
     body = agent_input(finishline=scripted(SLOW, on_disconnect="cancel"))
     frames = await frames_until(client, body, stop="finishline.run.started")

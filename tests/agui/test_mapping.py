@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.api.agui.mapping import FrameMapper, frame
+from app.api.agui.mapping import FrameMapper, Wire, frame
 from app.engine.events import EventType
 from app.runs.records import ApprovalState, Event, PendingApproval, RunRecord, RunStatus
 from tests.agui.kit import protocol_event
@@ -30,8 +30,14 @@ def mapper() -> FrameMapper:
     return FrameMapper(thread_id="t", run_id="client-run", finishline_run_id=RUN)
 
 
-def dumped(events: list[Any]) -> list[dict[str, Any]]:
-    out = [e.model_dump(mode="json", by_alias=True) for e in events]
+def dumped(events: list[Wire]) -> list[dict[str, Any]]:
+    """The events as their frames carry them, each checked with the protocol's models."""
+    out = [
+        json.loads(line.removeprefix("data: "))
+        for line in frame(1, events).decode().split("\n")
+        if line.startswith("data: ")
+    ]
+    assert len(out) == len(events)
     for data in out:
         protocol_event(data)
     return out
@@ -295,15 +301,14 @@ def test_a_wait_ends_the_stream_with_an_interrupt_per_undecided_call() -> None:
 
 def test_every_frame_carries_the_seq_of_its_finishline_event() -> None:
     events = mapper().map(event(6, "action", call_id="c1", tool="calculator", arguments={}))
-    text = frame(6, events)
+    text = frame(6, events).decode()
     blocks = [b for b in text.split("\n\n") if b]
     assert len(blocks) == 3
     for block, made in zip(blocks, events, strict=True):
         id_line, data_line = block.split("\n")
         assert id_line == "id: 6"
-        assert json.loads(data_line.removeprefix("data: ")) == made.model_dump(
-            mode="json", by_alias=True
-        )
+        assert json.loads(data_line.removeprefix("data: ")) == made
+        protocol_event(made)
 
 
 def test_the_mapping_knows_nothing_of_http() -> None:

@@ -1,4 +1,5 @@
-"""finishline's events as AG-UI events (DESIGN §16), built with the protocol's own models.
+"""finishline's events as AG-UI events (DESIGN §16), as the protocol's JSON objects
+(`app.api.agui.wire`: what ag-ui-protocol's models serialize to, byte for byte).
 
 `FrameMapper` follows one AG-UI stream of one finishline run: `started()` opens it, `map(event)`
 turns each finishline event into the AG-UI events it stands for (none, one or several, all
@@ -31,43 +32,14 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from ag_ui.core import (
-    PROTOCOL_VERSION,
-    BaseEvent,
-    CustomEvent,
-    Interrupt,
-    ReasoningEndEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
-    RunErrorEvent,
-    RunFinishedCancelledOutcome,
-    RunFinishedEvent,
-    RunFinishedInterruptOutcome,
-    RunFinishedSuccessOutcome,
-    RunStartedEvent,
-    StepFinishedEvent,
-    StepStartedEvent,
-    SubagentErrorEvent,
-    SubagentFinishedEvent,
-    SubagentStartedEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    TokenUsage,
-    ToolCallArgsEvent,
-    ToolCallEndEvent,
-    ToolCallResultEvent,
-    ToolCallStartEvent,
-)
-from ag_ui.encoder import EventEncoder
-
+from app.api.agui import wire
+from app.api.agui.wire import Wire, frame
 from app.engine.events import EventType
 from app.engine.prompts import TASK_FINISHED
 from app.runs.records import Event, RunRecord, RunStatus
 
-ENCODER = EventEncoder()
+__all__ = ["FrameMapper", "Wire", "frame"]
+
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -85,12 +57,10 @@ CLIENT_TOOL_SCHEMA: dict[str, Any] = {
 }
 """A client tool's interrupt: its result as a `tool` message, or as `resume[].payload.result`."""
 SUBAGENT_FAILED = ("failed", "cancelled")
-
-
-def frame(seq: int, events: list[BaseEvent]) -> str:
-    """The SSE frames of `events`, each with the finishline seq they came from as `id`, in the
-    protocol encoder's own encoding."""
-    return "".join(f"id: {seq}\n{ENCODER.encode(event)}" for event in events)
+ENDED_STATUS = {
+    EventType.RUN_COMPLETED: RunStatus.COMPLETED,
+    EventType.RUN_INCOMPLETE: RunStatus.INCOMPLETE,
+}
 
 
 class FrameMapper:
@@ -105,69 +75,64 @@ class FrameMapper:
         self.model: str | None = None
         self._step: str | None = None
         self._reasoning: str | None = None  # the message tokens stream into
+        self._ids = finishline_run_id + "-"  # message ids: the run id, then the seq
 
     # -- the stream's ends --------------------------------------------------------------------
 
-    def started(self) -> list[BaseEvent]:
-        return [
-            RunStartedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                protocol_version=PROTOCOL_VERSION,
-                metadata={"finishline": {"run_id": self.finishline_run_id}},
-            )
-        ]
+    def started(self) -> list[Wire]:
+        metadata = {"finishline": {"run_id": self.finishline_run_id}}
+        return [wire.run_started(self.thread_id, self.run_id, metadata)]
 
-    def interrupted(self, record: RunRecord) -> list[BaseEvent]:
+    def interrupted(self, record: RunRecord) -> list[Wire]:
         """The run waits for decisions (approvals) or results (client tools): the stream ends
         with an interrupt per undecided call, each answered by the client's next run."""
         approval = record.approval
-        pending = approval.undecided() if approval is not None else []
         client = {t.name for t in record.request.client_tools}
-        expires = None  # then the approval timeout rejects what is undecided (DESIGN §9)
-        if approval is not None:
+        interrupts: list[Wire] = []
+        if approval is not None:  # undecided calls past it: the timeout rejects them (DESIGN §9)
             timeout = timedelta(seconds=record.settings.approval_timeout_s)
             expires = (approval.waiting_since + timeout).isoformat()
-        interrupts = []
-        for call in pending:
-            shown = json.dumps(call.arguments, ensure_ascii=False)
-            is_client = call.tool in client
-            interrupts.append(
-                Interrupt(
-                    id=call.call_id,
-                    reason="tool_call",
-                    tool_call_id=call.call_id,
-                    message=(
-                        f"{call.tool} runs in the client: send its result"
-                        if is_client
-                        else f"Approve {call.tool}({shown})?"
-                    ),
-                    response_schema=CLIENT_TOOL_SCHEMA if is_client else APPROVAL_SCHEMA,
-                    expires_at=expires,
-                    metadata={
-                        "finishline": {
-                            "run_id": record.id,
-                            "tool": call.tool,
-                            "arguments": call.arguments,
-                            "kind": "client_tool" if is_client else "approval",
-                        }
-                    },
+            for call in approval.undecided():
+                shown = json.dumps(call.arguments, ensure_ascii=False)
+                is_client = call.tool in client
+                interrupts.append(
+                    wire.interrupt(
+                        call.call_id,
+                        message=(
+                            f"{call.tool} runs in the client: send its result"
+                            if is_client
+                            else f"Approve {call.tool}({shown})?"
+                        ),
+                        response_schema=CLIENT_TOOL_SCHEMA if is_client else APPROVAL_SCHEMA,
+                        expires_at=expires,
+                        metadata={
+                            "finishline": {
+                                "run_id": record.id,
+                                "tool": call.tool,
+                                "arguments": call.arguments,
+                                "kind": "client_tool" if is_client else "approval",
+                            }
+                        },
+                    )
                 )
-            )
         out = self._close()
         out.append(
-            RunFinishedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+            wire.run_finished(
+                self.thread_id,
+                self.run_id,
                 result={"run_id": record.id, "status": RunStatus.REQUIRES_ACTION.value},
+                outcome={"type": "interrupt", "interrupts": interrupts},
             )
         )
         return out
 
     # -- each finishline event ----------------------------------------------------------------
 
-    def map(self, event: Event) -> list[BaseEvent]:
+    def frames(self, events: list[Event]) -> bytes:
+        """The SSE frames of `events`, in order: `map` of each, with its seq as their `id`."""
+        return b"".join([frame(e.seq, self.map(e)) for e in events])
+
+    def map(self, event: Event) -> list[Wire]:
         """The AG-UI events `event` stands for, in order."""
         kind: str = event.type  # (a type the runs layer may add: sub-agents' agent.*)
         data = event.data
@@ -181,43 +146,27 @@ class FrameMapper:
         if kind == EventType.STEP_STARTED:
             out += self._close_step(ts)
             self._step = f"step {event.step}"
-            out.append(StepStartedEvent(step_name=self._step, timestamp=ts))
+            out.append(wire.step(wire.STEP_STARTED, self._step, ts))
         elif kind == EventType.THOUGHT:
             out += self._thought(data["text"], event.seq, ts)
         elif kind == EventType.ACTION and data["tool"] != TASK_FINISHED:
-            call_id = data["call_id"]
-            parent = f"{self.finishline_run_id}-step-{event.step}"
             arguments = data["arguments"]
             delta = arguments if isinstance(arguments, str) else json.dumps(arguments)
-            out += [
-                ToolCallStartEvent(
-                    tool_call_id=call_id,
-                    tool_call_name=data["tool"],
-                    parent_message_id=parent,
-                    timestamp=ts,
-                ),
-                ToolCallArgsEvent(tool_call_id=call_id, delta=delta, timestamp=ts),
-                ToolCallEndEvent(tool_call_id=call_id, timestamp=ts),
-            ]
+            parent = f"{self.finishline_run_id}-step-{event.step}"
+            out += wire.tool_call(data["call_id"], data["tool"], parent, delta, ts)
         elif kind == EventType.OBSERVATION and data["tool"] != TASK_FINISHED:
             out.append(
-                ToolCallResultEvent(
-                    message_id=f"{self.finishline_run_id}-{event.seq}",
-                    tool_call_id=data["call_id"],
-                    content=data["content"],
-                    role="tool",
-                    timestamp=ts,
-                    metadata={"finishline": {"is_error": data.get("is_error", False)}},
+                wire.tool_call_result(
+                    f"{self._ids}{event.seq}",
+                    data["call_id"],
+                    data["content"],
+                    {"finishline": {"is_error": data.get("is_error", False)}},
+                    ts,
                 )
             )
         elif kind == "agent.started":
             out.append(
-                SubagentStartedEvent(
-                    subagent_run_id=_subagent_run(data),
-                    name=data["agent"],
-                    parent_tool_call_id=data.get("call_id"),
-                    timestamp=ts,
-                )
+                wire.subagent_started(_subagent_run(data), data["agent"], data.get("call_id"), ts)
             )
         elif kind == "agent.finished":
             out.append(self._subagent_finished(data, ts))
@@ -229,105 +178,87 @@ class FrameMapper:
 
     # -- parts --------------------------------------------------------------------------------
 
-    def _custom(self, event: Event, ts: int) -> CustomEvent:
+    def _custom(self, event: Event, ts: int) -> Wire:
         value = {"run_id": event.run_id, "seq": event.seq, "step": event.step, **event.data}
-        return CustomEvent(name=f"finishline.{event.type}", value=value, timestamp=ts)
+        return wire.custom(f"finishline.{event.type}", value, ts)
 
-    def _token(self, delta: str, seq: int, ts: int) -> list[BaseEvent]:
-        out: list[BaseEvent] = []
+    def _token(self, delta: str, seq: int, ts: int) -> list[Wire]:
+        out: list[Wire] = []
         if self._reasoning is None:
-            self._reasoning = f"{self.finishline_run_id}-{seq}"
+            self._reasoning = f"{self._ids}{seq}"
             out += [
-                ReasoningStartEvent(message_id=self._reasoning, timestamp=ts),
-                ReasoningMessageStartEvent(message_id=self._reasoning, timestamp=ts),
+                wire.message(wire.REASONING_START, self._reasoning, ts),
+                wire.reasoning_message_start(self._reasoning, ts),
             ]
         if delta:
-            out.append(
-                ReasoningMessageContentEvent(message_id=self._reasoning, delta=delta, timestamp=ts)
-            )
+            out.append(wire.reasoning_content(self._reasoning, delta, ts))
         return out
 
-    def _thought(self, text: str, seq: int, ts: int) -> list[BaseEvent]:
+    def _thought(self, text: str, seq: int, ts: int) -> list[Wire]:
         if self._reasoning is not None:  # its tokens came first: the thought closes it
             return self._close_reasoning(ts)
-        message_id = f"{self.finishline_run_id}-{seq}"
+        message_id = f"{self._ids}{seq}"
         return [
-            ReasoningStartEvent(message_id=message_id, timestamp=ts),
-            ReasoningMessageStartEvent(message_id=message_id, timestamp=ts),
-            ReasoningMessageContentEvent(message_id=message_id, delta=text, timestamp=ts),
-            ReasoningMessageEndEvent(message_id=message_id, timestamp=ts),
-            ReasoningEndEvent(message_id=message_id, timestamp=ts),
+            wire.message(wire.REASONING_START, message_id, ts),
+            wire.reasoning_message_start(message_id, ts),
+            wire.reasoning_content(message_id, text, ts),
+            wire.message(wire.REASONING_MESSAGE_END, message_id, ts),
+            wire.message(wire.REASONING_END, message_id, ts),
         ]
 
-    def _close_reasoning(self, ts: int | None = None) -> list[BaseEvent]:
+    def _close_reasoning(self, ts: int | None = None) -> list[Wire]:
         message_id, self._reasoning = self._reasoning, None
         if message_id is None:
             return []
         return [
-            ReasoningMessageEndEvent(message_id=message_id, timestamp=ts),
-            ReasoningEndEvent(message_id=message_id, timestamp=ts),
+            wire.message(wire.REASONING_MESSAGE_END, message_id, ts),
+            wire.message(wire.REASONING_END, message_id, ts),
         ]
 
-    def _close_step(self, ts: int | None = None) -> list[BaseEvent]:
+    def _close_step(self, ts: int | None = None) -> list[Wire]:
         step, self._step = self._step, None
-        return [] if step is None else [StepFinishedEvent(step_name=step, timestamp=ts)]
+        return [] if step is None else [wire.step(wire.STEP_FINISHED, step, ts)]
 
-    def _close(self, ts: int | None = None) -> list[BaseEvent]:
+    def _close(self, ts: int | None = None) -> list[Wire]:
         return self._close_reasoning(ts) + self._close_step(ts)
 
-    def _subagent_finished(self, data: dict[str, Any], ts: int) -> BaseEvent:
+    def _subagent_finished(self, data: dict[str, Any], ts: int) -> Wire:
         child = _subagent_run(data)
         status, reason = data.get("status"), data.get("reason")
         if status in SUBAGENT_FAILED:
             message = f"{data['agent']} {status}" + (f" ({reason})" if reason else "")
-            return SubagentErrorEvent(
-                subagent_run_id=child, message=message, code=reason or status, timestamp=ts
-            )
+            return wire.subagent_error(child, message, reason or status, ts)
         result = {"run_id": child, "status": status, "reason": reason}
-        return SubagentFinishedEvent(subagent_run_id=child, result=result, timestamp=ts)
+        return wire.subagent_finished(child, result, ts)
 
-    def _usage(self, usage: dict[str, Any]) -> list[TokenUsage]:
+    def _usage(self, usage: dict[str, Any]) -> list[Wire]:
         return [
-            TokenUsage(
-                model=self.model,
-                input_tokens=usage.get("prompt_tokens", 0),
-                output_tokens=usage.get("completion_tokens", 0),
-                total_tokens=usage.get("total_tokens", 0),
+            wire.token_usage(
+                self.model,
+                usage.get("prompt_tokens", 0),
+                usage.get("completion_tokens", 0),
+                usage.get("total_tokens", 0),
             )
         ]
 
-    def _ended(self, event: Event, ts: int) -> list[BaseEvent]:
+    def _ended(self, event: Event, ts: int) -> list[Wire]:
         out = self._close_step(ts)
         data = event.data
         usage = self._usage(data.get("usage") or {})
         if event.type == EventType.RUN_FAILED:
             error = data.get("error") or {}
             message = error.get("message") or "the run failed"
-            out.append(RunErrorEvent(message=message, code=error.get("type"), timestamp=ts))
+            out.append(wire.run_error(message, error.get("type"), ts))
             return out
         result = data.get("result") or {}
-        status = {
-            EventType.RUN_COMPLETED: RunStatus.COMPLETED,
-            EventType.RUN_INCOMPLETE: RunStatus.INCOMPLETE,
-        }.get(EventType(event.type), RunStatus.CANCELLED)
+        status = ENDED_STATUS.get(EventType(event.type), RunStatus.CANCELLED)
         answer = result.get("answer")
         if answer:
-            message_id = f"{self.finishline_run_id}-answer"
-            out += [
-                TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=ts),
-                TextMessageContentEvent(message_id=message_id, delta=answer, timestamp=ts),
-                TextMessageEndEvent(message_id=message_id, timestamp=ts),
-            ]
-        outcome: RunFinishedSuccessOutcome | RunFinishedCancelledOutcome = (
-            RunFinishedCancelledOutcome()
-            if status == RunStatus.CANCELLED
-            else RunFinishedSuccessOutcome()
-        )
+            out += wire.text_message(f"{self._ids}answer", answer, ts)
         out.append(
-            RunFinishedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                outcome=outcome,
+            wire.run_finished(
+                self.thread_id,
+                self.run_id,
                 result={
                     "run_id": self.finishline_run_id,
                     "answer": answer,
@@ -336,8 +267,9 @@ class FrameMapper:
                     "degraded": result.get("degraded", False),
                     "status": status.value,
                 },
+                outcome={"type": "cancelled" if status == RunStatus.CANCELLED else "success"},
                 usage=usage,
-                timestamp=ts,
+                ts=ts,
             )
         )
         return out

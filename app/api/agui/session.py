@@ -194,16 +194,17 @@ class AguiThreads:
 
     # -- the stream ---------------------------------------------------------------------------
 
-    async def stream(self, opened: Opened, turn: Turn, caller: Caller) -> AsyncIterator[str]:
+    async def stream(self, opened: Opened, turn: Turn, caller: Caller) -> AsyncIterator[bytes]:
         """The frames: RUN_STARTED, the run's events from `opened.after` on, and the end."""
         mapper = FrameMapper(
             thread_id=turn.thread_id, run_id=turn.run_id, finishline_run_id=opened.run_id
         )
-        yield frame(opened.after, mapper.started())
+        head = frame(opened.after, mapper.started())
         last = opened.after
         while True:  # once per wait that turned out to have been decided meanwhile
             waiting: RunRecord | None = None
-            follow = self._follow(opened.run_id, last, caller, mapper)
+            follow = self._follow(opened.run_id, last, caller, mapper, head)
+            head = b""
             async with contextlib.aclosing(follow):
                 async for chunk, seq, waits in follow:
                     last = seq
@@ -225,25 +226,34 @@ class AguiThreads:
 
     async def _stored_after(
         self, run_id: str, after: int, mapper: FrameMapper
-    ) -> tuple[str, int] | None:
+    ) -> tuple[bytes, int] | None:
         parts = []
         while True:
             events = await self.manager.read_events(run_id, after, EVENT_PAGE)
-            parts += [frame(e.seq, mapper.map(e)) for e in events]
+            parts.append(mapper.frames(events))
             if events:
                 after = events[-1].seq
             if len(events) < EVENT_PAGE:
-                return ("".join(parts), after) if parts else None
+                chunk = b"".join(parts)
+                return (chunk, after) if chunk else None
 
     async def _follow(
-        self, run_id: str, after: int, caller: Caller, mapper: FrameMapper
-    ) -> AsyncGenerator[tuple[str, int, RunRecord | None], None]:
+        self, run_id: str, after: int, caller: Caller, mapper: FrameMapper, head: bytes = b""
+    ) -> AsyncGenerator[tuple[bytes, int, RunRecord | None], None]:
         """(frames, last seq, None) per batch of the run's events until its terminal one, or
-        ("", last seq, the run) once it waits: the wait is no event, `RunManager.wait` says so.
-        Two tasks feed one queue: the batches, and the run each time `wait` answers."""
+        (what is left of `head`, last seq, the run) once it waits: a wait is no event,
+        `RunManager.wait` says so. `head` (the stream's RUN_STARTED) goes out with the first
+        batch when the store hands that over at once (one write, as the native stream's first),
+        else alone at once.
+
+        Two tasks feed one queue: the batches, and the run each time `wait` answers. A run
+        waits only after its `approval.requested` events (DESIGN §9): a stream that follows it
+        from its first event asks `wait` from the first of them on (asked earlier, it would only
+        read the run back), one that starts later asks at once."""
         queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
         arrived = asyncio.Event()
         batches = [0]
+        tasks: list[asyncio.Future[None]] = []
 
         async def pump() -> None:
             try:
@@ -251,6 +261,10 @@ class AguiThreads:
                     queue.put_nowait(batch)
                     batches[0] += 1
                     arrived.set()
+                    if len(tasks) == 1 and any(
+                        e.type == EventType.APPROVAL_REQUESTED for e in batch
+                    ):
+                        tasks.append(asyncio.ensure_future(watch()))
             finally:
                 queue.put_nowait(None)  # the events ended (or this task did)
 
@@ -269,18 +283,28 @@ class AguiThreads:
                     arrived.clear()
                     await arrived.wait()
 
-        tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(watch())]
+        tasks.append(asyncio.ensure_future(pump()))
+        if after > 0:  # the run may wait on calls it asked about before this stream began
+            tasks.append(asyncio.ensure_future(watch()))
         try:
+            if head:
+                await asyncio.sleep(0)  # the pump's first turn
+                if queue.empty():
+                    yield head, after, None
+                    head = b""
             while True:
                 item = await queue.get()
                 if item is None:
+                    if head:
+                        yield head, after, None
                     await tasks[0]  # the events' error, if they ended with one
                     return
                 if isinstance(item, RunRecord):
-                    yield "", after, item
+                    yield head, after, item
                     return
                 after = item[-1].seq
-                yield "".join([frame(e.seq, mapper.map(e)) for e in item]), after, None
+                yield head + mapper.frames(item), after, None
+                head = b""
                 if item[-1].terminal:
                     return
         finally:

@@ -32,7 +32,7 @@ AGUI_SSE = {
         "schema": {
             "type": "object",
             "description": "AG-UI events: `id` is the finishline event seq they came from, "
-            "`data` one event of the protocol, encoded by its own encoder.",
+            "`data` one event of the protocol, as its own encoder writes it.",
             "properties": {"id": {"type": "string"}, "data": {"type": "string"}},
         }
     }
@@ -132,7 +132,7 @@ async def run_agent(
         metrics.sse_subscribers.inc()
         try:
             async for chunk in agui.stream(opened, turn, caller):
-                yield chunk.encode()
+                yield chunk
         finally:
             metrics.sse_subscribers.dec()
 
