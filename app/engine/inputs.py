@@ -13,7 +13,7 @@ from typing import TypedDict
 from app.engine.history import PreviousRun
 from app.engine.pending import Decision
 from app.engine.policies import Limits
-from app.engine.ports import ChatModel, Clock, Tool
+from app.engine.ports import Allowances, ChatModel, Clock, Tool
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.toolcalls import CallResult
@@ -58,3 +58,6 @@ class RunHandles(TypedDict, total=False):
     """A person's decisions on the calls `state` waits on (DESIGN §9)."""
     recorded: Mapping[str, CallResult] | None
     """Results logged before an interruption, by call id (`acting.ToolStep`)."""
+    allowance: Allowances | None
+    """What the run's API key may still spend today (its day quotas), read at the top of
+    each step and after it; None: the key has no day quota."""

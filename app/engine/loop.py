@@ -2,8 +2,9 @@
 
 `run_react(...)` yields typed steps (`app.engine.steps`) and always ends with exactly one
 `Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
-max_steps, nudges, the next prompt's cost), around each await (deadline and cancel interrupt
-in-flight LLM and tool calls through `Guard`), and after the step (token and cost budgets).
+max_steps, nudges, the next prompt's cost, the key's day quotas), around each await (deadline
+and cancel interrupt in-flight LLM and tool calls through `Guard`), and after the step (token
+and cost budgets, then the key's day quotas).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.engine.policies import (
     InterventionKind,
     Limits,
     StopReason,
+    day_spent,
     nudges_exhausted,
     over_budget,
     past_deadline,
@@ -104,6 +106,7 @@ class ReactRun:
         self.ended = False
         self.previous = handles.get("previous")
         self.inbox = handles.get("inbox")
+        self.allowance = handles.get("allowance")
         limits, prompts, tools = inputs.limits, inputs.prompts, inputs.tools
         by_name = {t.name: t for t in tools}
         if len(by_name) != len(tools) or (limits.stop_tool and TASK_FINISHED in by_name):
@@ -190,7 +193,7 @@ class ReactRun:
                     self.run.log.info("run_suspended", pending=len(self.suspended.pending))
                     yield self.suspended
                     return
-                budget = over_budget(st.total_tokens, st.cost_usd, limits)
+                budget = over_budget(st.total_tokens, st.cost_usd, limits) or self._day_spent()
                 if budget is not None:
                     async for item in self._final_answer(budget):
                         yield item
@@ -204,6 +207,18 @@ class ReactRun:
         self.checkpointed = (st.step, len(st.messages))
         return Checkpoint(st.step, st.to_checkpoint(run.clock() - self.started, run.resumable))
 
+    def _day_spent(self) -> StopReason | None:
+        """The run's API key has spent its day (its quotas, across its runs): the reason."""
+        if self.allowance is None:
+            return None
+        allowance = self.allowance()
+        reason = day_spent(allowance)
+        if reason is not None:
+            self.run.log.info(
+                "key_day_spent", tokens_left=allowance.tokens, cost_left_usd=allowance.cost_usd
+            )
+        return reason
+
     def _begin_step(self) -> list[Step] | StopReason:
         """The top of a step (a plain call: nothing here awaits): the limit that ends the run
         with a final answer, or the steps: a `Finished` alone, or the step's start and the
@@ -212,7 +227,9 @@ class ReactRun:
         if self.run.guard.cancelled:
             return self._end(StopReason.CANCELLED)
         limit = past_deadline(self.run.clock(), self.run.deadline) or (
-            StopReason.MAX_STEPS if st.step >= limits.max_steps else prompt_over_budget(self.run)
+            StopReason.MAX_STEPS
+            if st.step >= limits.max_steps
+            else prompt_over_budget(self.run) or self._day_spent()
         )
         if limit is not None:
             return limit
