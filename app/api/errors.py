@@ -20,6 +20,7 @@ from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
     QueueFullError,
+    QuotaExceededError,
     RunAlreadyEndedError,
     RunNotEndedError,
     RunNotFoundError,
@@ -95,6 +96,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),
     QueueFullError: (429, "queue_full"),
+    QuotaExceededError: (429, "quota_exceeded"),
     TooManyMessagesError: (429, "too_many_messages"),
     ShuttingDownError: (503, "shutting_down"),
 }
@@ -177,7 +179,9 @@ def runs_error_status(exc: RunsError) -> tuple[int, str]:
 async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunsError)
     status, type_ = runs_error_status(exc)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFullError) else None
+    headers = None
+    if isinstance(exc, QueueFullError | QuotaExceededError):  # when to try again
+        headers = {"Retry-After": str(exc.retry_after_s)}
     return error_response(status, type_, exc.message, exc.details, headers)
 
 

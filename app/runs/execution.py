@@ -31,6 +31,7 @@ from app.runs.live import CANCEL_SETTLE_S, ActiveRun, LiveRuns
 from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.ports import RunAssembler
+from app.runs.quotas import Quotas
 from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
 from app.runs.resume import recorded_results
@@ -55,10 +56,12 @@ class Execution:
         webhooks: WebhookSender,
         inbox: Inbox,
         placement: Placement,
+        quotas: Quotas,
         live: LiveRuns,
         traces: RunTraces,
     ) -> None:
         self.store = store
+        self.quotas = quotas
         self.assembler = assembler
         self.recorder = recorder
         self.approvals = approvals
@@ -159,6 +162,7 @@ class Execution:
             fresh = state is None or not state.messages
             previous = await self._previous_conversation(record) if fresh else None
             inputs = await self.assembler.inputs(record)
+            allowance = await self.quotas.allowance(record.owner)  # its key's day quotas
             try:
                 async for step in react(
                     inputs,
@@ -169,6 +173,7 @@ class Execution:
                     previous=previous,
                     decisions=decisions,
                     recorded=recorded,
+                    allowance=allowance,
                 ):
                     active.step = step.step
                     if isinstance(step, Suspended):

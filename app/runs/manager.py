@@ -6,7 +6,8 @@ own one concern and receive what they need in their constructor:
 - `ApprovalDesk` (`approvals.py`): runs waiting for a person;
 - the backend's sides (`backends.open_backend`, chosen once from the store URL): where runs
   wait and execute (`Placement`), where steering messages are kept (`Inbox`), where waiting
-  runs are (`WaitingRuns`); one process or the replicas of a shared store, never asked;
+  runs are (`WaitingRuns`), each API key's quotas (`Quotas`); one process or the replicas
+  of a shared store, never asked;
 - `LiveRuns` (`live.py`): the runs this process holds, which every part reads.
 
 A run's record is made terminal before its terminal event is appended, so a client that saw
@@ -35,6 +36,7 @@ from app.runs.live import CANCEL_SETTLE_S
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTraces
 from app.runs.ports import RunAssembler
+from app.runs.quotas import KeyUsage
 from app.runs.recorder import RunRecorder
 from app.runs.records import ApprovalDecision, Event, RunRecord, RunStatus
 from app.runs.spec import RunRequest
@@ -68,9 +70,11 @@ class RunManager:
         self.metrics = metrics
         self.max_message_chars = max_message_chars
         traces = RunTraces(observer)
+        self.quotas = backend.quotas
         self.recorder = RunRecorder(
             store=self.store,
             metrics=metrics,
+            quotas=self.quotas,
             max_event_content_chars=max_event_content_chars,
             on_ended=self._ended,
             max_answer_chars=max_answer_chars,
@@ -89,6 +93,7 @@ class RunManager:
             assembler=assembler,
             metrics=metrics,
             placement=self.placement,
+            quotas=self.quotas,
             live=self.live,
             traces=traces,
             find=self.get,
@@ -101,6 +106,7 @@ class RunManager:
             webhooks=webhooks,
             inbox=self.inbox,
             placement=self.placement,
+            quotas=self.quotas,
             live=self.live,
             traces=traces,
         )
@@ -334,3 +340,7 @@ class RunManager:
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)
+
+    async def usage(self, owner: str | None) -> KeyUsage:
+        """The figures of `owner`'s API key now: its day, its runs, its quotas (DESIGN §13)."""
+        return await self.quotas.usage(owner)

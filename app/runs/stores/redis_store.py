@@ -39,6 +39,7 @@ from app.runs.store import (
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.redis_counters import RedisCounters
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
 from app.runs.stores.redis_scripts import (
     APPEND,
@@ -81,6 +82,7 @@ class RedisRunStore:
         self.retention_s = retention_s
         self.fanout = Fanout()
         self.redis: Redis = Redis.from_url(url, decode_responses=True)
+        self.counters = RedisCounters(self.redis, prefix, owner_tag)  # quotas' (DESIGN §13)
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
