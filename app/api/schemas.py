@@ -294,9 +294,9 @@ class UsageView(BaseModel):
     )
     runs: int = Field(description="Runs the key started today.")
     llm_calls: int = Field(description="LLM calls its runs made today.")
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
+    prompt_tokens: int = Field(description="Prompt tokens of today's calls.")
+    completion_tokens: int = Field(description="Completion tokens of today's calls.")
+    total_tokens: int = Field(description="prompt_tokens + completion_tokens.")
     cost_usd: float = Field(
         description="USD of today's priced calls (calls of a model without a price are not in "
         "it: see unpriced_calls)."
