@@ -161,8 +161,8 @@ class Execution:
             await self.inbox.pull(active)  # with replicas: those sent before it started
             fresh = state is None or not state.messages
             previous = await self._previous_conversation(record) if fresh else None
-            inputs = await self.assembler.inputs(record)
             allowance = await self.quotas.allowance(record.owner)  # its key's day quotas
+            inputs = await self.assembler.inputs(record)
             try:
                 async for step in react(
                     inputs,

@@ -18,6 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import structlog
+from redis.exceptions import RedisError
+
 from app.engine.ports import Allowance, Allowances
 from app.runs.errors import QuotaExceededError
 from app.runs.quotas import (
@@ -34,6 +37,8 @@ from app.runs.quotas import (
 from app.runs.store import DayUsage
 from app.runs.stores.redis_counters import DAY_TTL_S, RedisCounters
 from app.runs.stores.redis_store import RedisRunStore
+
+log = structlog.get_logger("finishline.runs")
 
 HOLD_S = 30.0
 """How long a ticket of a run being admitted counts at most (its replica may have died)."""
@@ -120,12 +125,21 @@ class RedisQuotas:
             ticket.void()
             raise
         finally:
+            await self._release(quota, day, ticket)
+
+    async def _release(self, quota: str, day: str, ticket: QuotaTicket) -> None:
+        """The run is stored (its place is its status now) or was not made (its share is
+        given back). A failure here fails no request: the run is made either way, and a
+        ticket left behind stops counting after `HOLD_S`."""
+        try:
             async with self.counters.redis.pipeline(transaction=True) as pipe:
                 pipe.zrem(f"{quota}:admitting", ticket.id)
                 if ticket.voided:
                     pipe.zrem(f"{quota}:starts", ticket.id)
                     pipe.hincrby(f"{quota}:day:{day}", "runs", -1)
                 await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.warning("quota_ticket_not_released", voided=ticket.voided, error=str(exc))
 
     def _refusal(self, name: QuotaName, held: str, oldest: str, now: float) -> Exception:
         """The refusal the script named, as the one-process side words it."""
