@@ -92,12 +92,14 @@ class Admission:
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
-        async with self.quotas.admit(owner) as share, self.placement.reserve():
+        run_id = new_run_id()
+        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve():
             record = self._new_record(request, checked, previous, owner, idempotency_key, digest)
+            record.id = run_id
             replayed = await self._store(record, checked, traceparent)
-            if replayed is not None:
-                share.void()  # no run made: the key's share is given back
+            if replayed is not None:  # no run made: the key's share is given back
                 return replayed, False
+            share.made()
             return await self.placement.enqueue(record), True
 
     def _new_record(

@@ -93,7 +93,7 @@ def open_backend(
         )
         waiting = LocalWaitingRuns(store, placement.requeue)
         inbox = LocalInbox(live=live, waiting=waiting, max_pending=capacity.max_pending_messages)
-        return Backend(store, live, placement, inbox, waiting, LocalQuotas(store.counters, limits))
+        return Backend(store, live, placement, inbox, waiting, LocalQuotas(store, limits))
     from app.runs.replicas.placement import ReplicaPlacement
     from app.runs.replicas.redis_cluster import RedisCoordinator
     from app.runs.replicas.redis_messages import RedisInbox

@@ -119,6 +119,7 @@ class RunManager:
         return self.live.draining
 
     def _ended(self, record: RunRecord) -> None:
+        self.quotas.ended(record)
         self.execution.ended(record)
 
     # -- lifecycle ------------------------------------------------------------------------

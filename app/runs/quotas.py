@@ -11,8 +11,8 @@ the engine's `Allowances` port): a spent day ends it like a budget.
 
 Two sides, chosen once where the backend is opened (`app.runs.backends.open_backend`):
 - `LocalQuotas` (memory, SQLite: one process): checks under a lock per key against what this
-  process holds (the day, the minute's admissions: loaded from the store once, then kept
-  here and written through) and the store's count of the key's unended runs;
+  process holds of the key (its day, its minute's admissions, its unended runs: read from
+  the store once, then kept here and written through), with no read of the store per run;
 - `RedisQuotas` (`app/runs/replicas/redis_quotas.py`, replicas): one Lua script checks and
   takes in Redis, so racing replicas admit no more than the quota.
 Both keep the counts in the run store (`RunStore.counters`), so they survive a restart.
@@ -24,11 +24,10 @@ import asyncio
 import contextlib
 import math
 import time
-import uuid
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
@@ -37,7 +36,8 @@ import structlog
 
 from app.engine.ports import Allowance, Allowances
 from app.runs.errors import QuotaExceededError
-from app.runs.store import DayUsage, UsageCounters
+from app.runs.records import RunRecord, RunStatus
+from app.runs.store import DayUsage, RunStore
 
 log = structlog.get_logger("finishline.runs")
 
@@ -45,6 +45,8 @@ WINDOW_S = 60.0
 """The runs-per-minute window: the admissions of the last 60 s count (a sliding window)."""
 CONCURRENT_RETRY_S = 5
 """Retry-After of a refusal at the concurrent-runs quota: when a run ends is not known."""
+UNENDED = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.REQUIRES_ACTION)
+"""The runs a key holds: the concurrent-runs quota counts them."""
 
 
 class QuotaName(StrEnum):
@@ -109,15 +111,15 @@ class KeyUsage:
 
 @dataclass(slots=True)
 class QuotaTicket:
-    """A share of a key's quotas taken at admission (`Quotas.admit`)."""
+    """A share of a key's quotas taken at admission (`Quotas.admit`) for the run `run_id`."""
 
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    voided: bool = False
+    run_id: str
+    stored: bool = False
+    """The run is made: it holds the share from now on (else it is given back)."""
 
-    def void(self) -> None:
-        """No run was made of this admission (a concurrent request with the same
-        Idempotency-Key made it): the share is given back when the admission ends."""
-        self.voided = True
+    def made(self) -> None:
+        """The run of this admission is stored."""
+        self.stored = True
 
 
 def refusal(
@@ -165,13 +167,17 @@ def allowance_of(limits: QuotaLimits, used: DayUsage) -> Allowance:
 class Quotas(Protocol):
     limits: QuotaLimits
 
-    def admit(self, owner: str | None) -> AbstractAsyncContextManager[QuotaTicket]:
-        """Check the key's quotas and take its share in one step: a place among its unended
-        runs, one of its minute's runs, one of its day's runs (`QuotaExceededError` past a
-        quota). Held while the run is stored: leaving normally keeps the share, unless the
-        ticket was `void`ed; leaving by an error gives it back."""
+    def admit(self, owner: str | None, run_id: str) -> AbstractAsyncContextManager[QuotaTicket]:
+        """Check the key's quotas and take its share for the run `run_id` in one step: a
+        place among its unended runs, one of its minute's runs, one of its day's runs
+        (`QuotaExceededError` past a quota). Held while the run is stored: the run keeps it
+        once the ticket says it was `made`; leaving without that (a concurrent replay made
+        the run, an error) gives it back."""
 
-    async def spend(self, owner: str | None, call: DayUsage) -> Awaitable[DayUsage]:
+    def ended(self, record: RunRecord) -> None:
+        """A run is stored ended (`RunRecorder.ended`): its key holds one run fewer."""
+
+    async def spend(self, owner: str | None, call: DayUsage) -> Awaitable[None]:
         """Add an LLM call's tokens and cost to the key's day; what to await for it stored
         (queued, as `RunStore.append_soon`)."""
 
@@ -202,31 +208,37 @@ async def _failures(writes: list[Awaitable[object]]) -> list[Exception]:
 
 @dataclass(slots=True)
 class _Key:
-    """What this process holds of one key: its day, its minute's admissions, and how many
-    of its runs are past the check and being stored."""
+    """What this process holds of one key: its day, its minute's admissions, its unended
+    runs (with the concurrent-runs quota), and how many are past the check, being stored."""
 
     day: str
     used: DayUsage
     starts: deque[float]
+    held: set[str]
     admitting: int = 0
 
 
 class LocalQuotas:
     """One process: every check and take of a key under its own lock, against what this
-    process holds of the key (written through to the store's counters) and the store's
-    count of the key's unended runs."""
+    process holds of the key: read from the store the first time (and its day each new
+    day), then kept here, and written through to the store's counters. Its unended runs are
+    those it admitted less those `ended`, and, read once, those a previous process left
+    waiting for a person: nothing else makes or ends a run of this store."""
 
     def __init__(
         self,
-        counters: UsageCounters,
+        store: RunStore,
         limits: QuotaLimits,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.counters = counters
+        self.store = store
+        self.counters = store.counters
         self.limits = limits
         self.clock = clock
         self._keys: dict[str | None, _Key] = {}
         self._locks: defaultdict[str | None, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._reading: dict[str | None, set[str]] = {}
+        """Per key whose unended runs are being read: the runs that ended meanwhile."""
 
     async def _key(self, owner: str | None, now: float) -> _Key:
         """The key as of `now`: read from the store the first time, and each new day."""
@@ -243,26 +255,50 @@ class LocalQuotas:
         if key is None:
             starts = deque(await self.counters.admissions_since(owner, now - WINDOW_S))
             used = await self.counters.day_usage(owner, day)
-            key = self._keys[owner] = _Key(day, used, starts)
+            held = await self._unended(owner)
+            key = self._keys[owner] = _Key(day, used, starts, held)
         elif key.day != day:
             key.day, key.used = day, await self.counters.day_usage(owner, day)
         return key
 
-    def admit(self, owner: str | None) -> AbstractAsyncContextManager[QuotaTicket]:
-        return self._admit(owner)
+    async def _unended(self, owner: str | None) -> set[str]:
+        """The key's unended runs as stored, less those that end while they are read (a run
+        `ended` before the read began is stored ended: the read does not see it)."""
+        if self.limits.concurrent_runs is None:
+            return set()
+        found: set[str] = set()
+        cursor: str | None = None
+        gone = self._reading.setdefault(owner, set())
+        try:
+            while True:
+                page = await self.store.list_runs(
+                    owner=owner, statuses=UNENDED, limit=200, before_id=cursor
+                )
+                found |= {record.id for record in page}
+                if len(page) < 200:
+                    return found - gone
+                cursor = page[-1].id
+        finally:
+            del self._reading[owner]
+
+    def ended(self, record: RunRecord) -> None:
+        key = self._keys.get(record.owner)
+        if key is not None:
+            key.held.discard(record.id)
+        elif record.owner in self._reading:
+            self._reading[record.owner].add(record.id)
+
+    def admit(self, owner: str | None, run_id: str) -> AbstractAsyncContextManager[QuotaTicket]:
+        return self._admit(owner, run_id)
 
     @asynccontextmanager
-    async def _admit(self, owner: str | None) -> AsyncIterator[QuotaTicket]:
+    async def _admit(self, owner: str | None, run_id: str) -> AsyncIterator[QuotaTicket]:
         limits, now = self.limits, self.clock()
-        ticket = QuotaTicket()
+        ticket = QuotaTicket(run_id)
         writes: list[Awaitable[object]] = []
         async with self._locks[owner]:
             key = await self._loaded(owner, now)
-            # runs being stored are counted before the store is read: a run stored and let
-            # go meanwhile is counted by one or the other, or both (refusing, never passing)
-            held = key.admitting
-            if limits.concurrent_runs is not None:
-                held += await self.counters.active_runs(owner)
+            held = len(key.held) + key.admitting
             while key.starts and key.starts[0] <= now - WINDOW_S:
                 key.starts.popleft()
             refused = refusal(limits, held=held, starts=key.starts, used=key.used, now=now)
@@ -271,21 +307,20 @@ class LocalQuotas:
             day = key.day  # the writes are queued before the run's own: stored with it
             writes.append(await self.counters.add_usage(owner, day, DayUsage(runs=1)))
             if limits.runs_per_minute is not None:
-                writes.append(await self.counters.admitted(owner, ticket.id, now))
+                writes.append(await self.counters.admitted(owner, run_id, now))
                 key.starts.append(now)
             key.used += DayUsage(runs=1)
             key.admitting += 1
         try:
             yield ticket
-        except BaseException:
-            ticket.void()
-            raise
         finally:
             key.admitting -= 1
-            if ticket.voided:
+            if ticket.stored:  # before any await: the run may end at the next
+                key.held.add(run_id)
+            else:
                 await self._give_back(owner, key, ticket, day, now, writes)
             failed = await _failures(writes)
-            if failed and not ticket.voided:
+            if failed and ticket.stored:
                 raise failed[0]  # the run's own write failed with it, and says so first
             if failed:
                 log.warning("quota_counts_not_stored", error=str(failed[0]))
@@ -304,10 +339,10 @@ class LocalQuotas:
         if self.limits.runs_per_minute is not None:
             with contextlib.suppress(ValueError):  # (gone with the window)
                 key.starts.remove(now)
-            writes.append(await self.counters.unadmitted(owner, ticket.id))
+            writes.append(await self.counters.unadmitted(owner, ticket.run_id))
         writes.append(await self.counters.add_usage(owner, day, DayUsage(runs=-1)))
 
-    async def spend(self, owner: str | None, call: DayUsage) -> Awaitable[DayUsage]:
+    async def spend(self, owner: str | None, call: DayUsage) -> Awaitable[None]:
         key = await self._key(owner, self.clock())
         key.used += call
         return await self.counters.add_usage(owner, key.day, call)

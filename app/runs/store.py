@@ -93,10 +93,10 @@ class UsageCounters(Protocol):
     async def day_usage(self, owner: str | None, day: str) -> DayUsage:
         """The key's figures for `day` (`YYYY-MM-DD`, UTC); zeros for a day it never used."""
 
-    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[DayUsage]:
+    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[None]:
         """Add `usage` to the key's `day` (concurrent adds all count), queued behind every
-        write asked of the store before, as `RunStore.append_soon`; what to await for the
-        day's figures with it added."""
+        write asked of the store before, as `RunStore.append_soon`; what to await for it
+        stored."""
 
     async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
         """Note a run of the key admitted at `at` (epoch seconds) under `ticket`, queued as

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -68,7 +69,7 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> 
         stores.append(store)
         if isinstance(store, RedisRunStore):
             return Side(store, RedisQuotas(store, limits, clock))
-        return Side(store, LocalQuotas(store.counters, limits, clock))
+        return Side(store, LocalQuotas(store, limits, clock))
 
     try:
         yield side
@@ -97,9 +98,10 @@ def record(owner: str | None) -> RunRecord:
 
 async def admit(side: Side, owner: str | None = KEY) -> RunRecord:
     """A run admitted and stored, as `Admission.create` does it."""
-    async with side.quotas.admit(owner):
-        run = record(owner)
+    run = record(owner)
+    async with side.quotas.admit(owner, run.id) as share:
         await side.store.create(run)
+        share.made()
     return run
 
 
@@ -153,8 +155,7 @@ async def test_a_key_holds_at_most_its_concurrent_runs_and_an_ended_one_frees_a_
     first.status = RunStatus.REQUIRES_ACTION  # waiting for a person still counts
     await side.store.save(first)
     await refusal(side)
-    first.status = RunStatus.COMPLETED
-    await side.store.save(first)
+    await ended(side, first)
     await admit(side)
     assert (await side.quotas.usage(KEY)).quotas() == {"concurrent_runs": (2, 2)}
 
@@ -166,6 +167,24 @@ async def test_forty_admissions_at_once_pass_a_concurrent_quota_of_three_exactly
     outcomes = await at_once([side] * 40)
     assert outcomes.count("admitted") == 3
     assert outcomes.count("concurrent_runs") == 37
+
+
+async def test_a_run_stored_before_its_admission_ends_is_counted_once(make: Make) -> None:
+    side = await opened(make, concurrent_runs=2)
+    run = record(KEY)
+    async with side.quotas.admit(KEY, run.id) as share:
+        await side.store.create(run)  # stored (queued), its admission not over yet
+        share.made()
+        await admit(side)  # one run held: the second place is free
+        assert (await refusal(side)).details["used"] == 2
+    assert (await refusal(side)).details["used"] == 2
+
+
+async def ended(side: Side, run: RunRecord) -> None:
+    """The run ends, as `RunRecorder.end` ends one: stored ended, then `ended`."""
+    run.status = RunStatus.COMPLETED
+    await side.store.save(run)
+    side.quotas.ended(run)
 
 
 async def at_once(sides: list[Side]) -> list[str]:
@@ -267,10 +286,10 @@ async def test_a_runs_allowance_is_what_its_key_may_still_spend_today(
 
 async def test_an_admission_that_made_no_run_gives_its_share_back(make: Make) -> None:
     side = await opened(make, concurrent_runs=1, runs_per_minute=1)
-    async with side.quotas.admit(KEY) as share:
-        share.void()  # a concurrent request with the same Idempotency-Key made the run
+    async with side.quotas.admit(KEY, new_run_id()):
+        pass  # a concurrent request with the same Idempotency-Key made the run: none made
     with pytest.raises(RuntimeError):
-        async with side.quotas.admit(KEY):
+        async with side.quotas.admit(KEY, new_run_id()):
             raise RuntimeError("the store refused the run")
     usage = await side.quotas.usage(KEY)
     assert (usage.used.runs, usage.concurrent_runs, usage.runs_last_minute) == (0, 0, 0)
@@ -283,8 +302,8 @@ async def test_an_admission_that_made_no_run_gives_its_share_back(make: Make) ->
 async def test_the_counts_survive_a_restart(make: Make, clock: Clock) -> None:
     limits = {"runs_per_minute": 2, "tokens_per_day": 1000}
     before = await opened(make, **limits)
-    await admit(before)
-    await admit(before)
+    await ended(before, await admit(before))
+    await ended(before, await admit(before))
     await spend(before, 400)
     clock.now += 1
     if not isinstance(before.store, MemoryRunStore):
@@ -297,6 +316,50 @@ async def test_the_counts_survive_a_restart(make: Make, clock: Clock) -> None:
     allowance = await after.quotas.allowance(KEY)
     assert allowance is not None
     assert allowance().tokens == 600
+
+
+async def test_a_restart_counts_the_runs_a_key_left_waiting_until_they_end(make: Make) -> None:
+    before = await opened(make, concurrent_runs=2)
+    waiting = await admit(before)
+    waiting.status = RunStatus.REQUIRES_ACTION  # it waits for a person across the restart
+    await before.store.save(waiting)
+    await ended(before, await admit(before))
+    if not isinstance(before.store, MemoryRunStore):
+        await before.store.close()
+
+    after = await opened(make, concurrent_runs=2)
+    await admit(after)
+    assert (await refusal(after)).details["used"] == 2  # the waiting one, and the new one
+    await ended(after, waiting)  # decided and ended, in the new process
+    await admit(after)
+
+
+async def test_a_run_that_ends_while_its_keys_runs_are_read_is_not_counted(
+    tmp_path: Path,
+) -> None:
+    class EndingWhileRead(SqliteRunStore):
+        """A store whose read of a key's runs lets one of them end before it answers."""
+
+        ending: RunRecord | None = None
+
+        async def list_runs(self, **kw: Any) -> list[RunRecord]:
+            found = await super().list_runs(**kw)
+            if self.ending is not None:
+                run, self.ending = self.ending, None
+                await ended(side, run)  # stored ended, and said so, as the read answers
+            return found
+
+    store = EndingWhileRead(str(tmp_path / "q.db"))
+    await store.open()
+    try:
+        side = Side(store, LocalQuotas(store, QuotaLimits(concurrent_runs=1)))
+        store.ending = record(KEY)  # a run a previous process left waiting
+        store.ending.status = RunStatus.REQUIRES_ACTION
+        await store.create(store.ending)
+        await admit(side)  # the first sight of the key reads its runs: that one ends then
+        assert (await refusal(side)).details["used"] == 1
+    finally:
+        await store.close()
 
 
 @pytest.fixture

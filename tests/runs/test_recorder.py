@@ -75,7 +75,7 @@ def recorder(store: HeldStore) -> RunRecorder:
     return RunRecorder(
         store=store,  # type: ignore[arg-type]  # the part of the protocol the recorder uses
         metrics=RunMetrics(CollectorRegistry()),
-        quotas=LocalQuotas(MemoryRunStore().counters, QuotaLimits()),
+        quotas=LocalQuotas(MemoryRunStore(), QuotaLimits()),
         max_event_content_chars=1000,
         on_ended=lambda record: None,
     )

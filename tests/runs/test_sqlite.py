@@ -370,8 +370,8 @@ async def test_a_version_5_database_gets_the_quota_counters_and_counts_its_runs(
 
     async with opened(path) as store:
         assert await store.counters.active_runs("k") == 1  # made before quotas: counted
-        added = await store.counters.add_usage("k", "2026-03-14", DayUsage(runs=1))
-        assert await added == DayUsage(runs=1)
+        await (await store.counters.add_usage("k", "2026-03-14", DayUsage(runs=1)))
+        assert await store.counters.day_usage("k", "2026-03-14") == DayUsage(runs=1)
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 

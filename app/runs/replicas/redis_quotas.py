@@ -5,8 +5,9 @@ the script reads and writes).
 
 A key's unended runs are those in its status indexes (queued, running, requires_action) plus
 the tickets of runs past the check and not yet stored (`P quota:T:admitting`, dropped once
-the run is stored, or after `HOLD_S` when the replica admitting it died meanwhile): between
-the store and the drop a run counts twice, so the error is towards refusing, for a moment.
+the run is stored, or after `HOLD_S` when the replica admitting it died meanwhile). A ticket
+is its run's id, so a run stored and not yet let go is counted once, by its index: the count
+is exact at every moment.
 Times are the replicas' clocks (UTC days, the minute's window), which NTP keeps together.
 """
 
@@ -34,7 +35,8 @@ from app.runs.quotas import (
     until_tomorrow_s,
     utc_day,
 )
-from app.runs.store import DayUsage
+from app.runs.records import RunRecord
+from app.runs.store import DayUsage, settled
 from app.runs.stores.redis_counters import DAY_TTL_S, RedisCounters
 from app.runs.stores.redis_store import RedisRunStore
 
@@ -43,7 +45,8 @@ log = structlog.get_logger("finishline.runs")
 HOLD_S = 30.0
 """How long a ticket of a run being admitted counts at most (its replica may have died)."""
 
-# ARGV: quota key prefix (P quota:T), index prefix (P idx:T|), ticket, now (epoch seconds),
+# ARGV: quota key prefix (P quota:T), the key's run index (P idx:T; by status: P idx:T|S), the
+# run's id (its ticket), now (epoch seconds),
 # day, concurrent, per minute, tokens per day, USD per day ("" for a quota not set), hold_s,
 # window_s, day ttl (s)
 # -> {"ok"}, or {quota name, what the key holds of it, the oldest admission of the window}
@@ -55,9 +58,13 @@ local hold, window, day_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(A
 local admitting, starts, days = Q .. ':admitting', Q .. ':starts', Q .. ':day:' .. day
 if concurrent then
   redis.call('ZREMRANGEBYSCORE', admitting, '-inf', now - hold)
-  local held = redis.call('ZCARD', admitting)
+  local held = 0
   for _, status in ipairs({'queued', 'running', 'requires_action'}) do
-    held = held + redis.call('ZCARD', I .. status)
+    held = held + redis.call('ZCARD', I .. '|' .. status)
+  end
+  -- a ticket is its run's id: a run stored already is counted by its index, once
+  for _, run in ipairs(redis.call('ZRANGE', admitting, 0, -1)) do
+    if not redis.call('ZSCORE', I, run) then held = held + 1 end
   end
   if held >= concurrent then return {'concurrent_runs', tostring(held), ''} end
 end
@@ -103,15 +110,15 @@ class RedisQuotas:
         self._days: dict[str | None, tuple[str, DayUsage]] = {}
         """Per key, its day's figures as last read or added here (`allowance`)."""
 
-    def admit(self, owner: str | None) -> AbstractAsyncContextManager[QuotaTicket]:
-        return self._admit(owner)
+    def admit(self, owner: str | None, run_id: str) -> AbstractAsyncContextManager[QuotaTicket]:
+        return self._admit(owner, run_id)
 
     @asynccontextmanager
-    async def _admit(self, owner: str | None) -> AsyncIterator[QuotaTicket]:
+    async def _admit(self, owner: str | None, run_id: str) -> AsyncIterator[QuotaTicket]:
         limits, now = self.limits, self.clock()
-        day, ticket = utc_day(now), QuotaTicket()
+        day, ticket = utc_day(now), QuotaTicket(run_id)
         quota = self.counters.key(owner)
-        args: list[str | float] = [quota, self.counters.indexes(owner), ticket.id, repr(now), day]
+        args: list[str | float] = [quota, self.counters.index(owner), run_id, repr(now), day]
         for name in QuotaName:
             value = getattr(limits, name.value)
             args.append("" if value is None else repr(value))
@@ -121,25 +128,25 @@ class RedisQuotas:
             raise self._refusal(QuotaName(outcome[0]), outcome[1], outcome[2], now)
         try:
             yield ticket
-        except BaseException:
-            ticket.void()
-            raise
         finally:
             await self._release(quota, day, ticket)
 
     async def _release(self, quota: str, day: str, ticket: QuotaTicket) -> None:
-        """The run is stored (its place is its status now) or was not made (its share is
-        given back). A failure here fails no request: the run is made either way, and a
+        """The run is stored (its place is its status index now) or was not made (its share
+        is given back). A failure here fails no request: the run is made either way, and a
         ticket left behind stops counting after `HOLD_S`."""
         try:
             async with self.counters.redis.pipeline(transaction=True) as pipe:
-                pipe.zrem(f"{quota}:admitting", ticket.id)
-                if ticket.voided:
-                    pipe.zrem(f"{quota}:starts", ticket.id)
+                pipe.zrem(f"{quota}:admitting", ticket.run_id)
+                if not ticket.stored:  # no run made: the share is given back
+                    pipe.zrem(f"{quota}:starts", ticket.run_id)
                     pipe.hincrby(f"{quota}:day:{day}", "runs", -1)
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            log.warning("quota_ticket_not_released", voided=ticket.voided, error=str(exc))
+            log.warning("quota_ticket_not_released", made=ticket.stored, error=str(exc))
+
+    def ended(self, record: RunRecord) -> None:
+        return None  # its status index says so: the script counts the indexes
 
     def _refusal(self, name: QuotaName, held: str, oldest: str, now: float) -> Exception:
         """The refusal the script named, as the one-process side words it."""
@@ -152,11 +159,10 @@ class RedisQuotas:
         used = int(held) if name == QuotaName.TOKENS_PER_DAY else float(held)
         return QuotaExceededError(name, limit, used, until_tomorrow_s(now))
 
-    async def spend(self, owner: str | None, call: DayUsage) -> Awaitable[DayUsage]:
+    async def spend(self, owner: str | None, call: DayUsage) -> Awaitable[None]:
         day = utc_day(self.clock())
-        added = await self.counters.add_usage(owner, day, call)
-        self._days[owner] = (day, await added)  # made at once: every replica's spend in it
-        return added
+        self._days[owner] = (day, await self.counters.added(owner, day, call))
+        return settled(None)
 
     async def allowance(self, owner: str | None) -> Allowances | None:
         if not self.limits.day_bounded:

@@ -68,9 +68,9 @@ class MemoryCounters:
     async def day_usage(self, owner: str | None, day: str) -> DayUsage:
         return self._days.get((owner, day), DayUsage())
 
-    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[DayUsage]:
-        total = self._days[(owner, day)] = self._days.get((owner, day), DayUsage()) + usage
-        return settled(total)
+    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[None]:
+        self._days[(owner, day)] = self._days.get((owner, day), DayUsage()) + usage
+        return settled(None)
 
     async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
         notes = self._admissions.setdefault(owner, {})

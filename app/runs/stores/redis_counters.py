@@ -47,15 +47,21 @@ class RedisCounters:
         """The prefix of the key's quota keys: `P quota:T`."""
         return f"{self.prefix}quota:{self.tag(owner)}"
 
-    def indexes(self, owner: str | None) -> str:
-        """The prefix of the key's run indexes by status: `P idx:T|`."""
-        return f"{self.prefix}idx:{self.tag(owner)}|"
+    def index(self, owner: str | None) -> str:
+        """The key's index of its runs, `P idx:T`; by status: `P idx:T|S`."""
+        return f"{self.prefix}idx:{self.tag(owner)}"
 
     async def day_usage(self, owner: str | None, day: str) -> DayUsage:
         raw: Any = await self.redis.hgetall(f"{self.key(owner)}:day:{day}")
         return day_of(raw)
 
-    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[DayUsage]:
+    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[None]:
+        await self.added(owner, day, usage)
+        return settled(None)
+
+    async def added(self, owner: str | None, day: str, usage: DayUsage) -> DayUsage:
+        """`add_usage`, made at once; the day's figures with it added (every replica's adds
+        before it in them)."""
         key = f"{self.key(owner)}:day:{day}"
         async with self.redis.pipeline(transaction=True) as pipe:  # MULTI: the add, then the day
             for name in FIELDS:
@@ -65,7 +71,7 @@ class RedisCounters:
             pipe.expire(key, DAY_TTL_S)
             pipe.hgetall(key)
             replies = await pipe.execute()
-        return settled(day_of(replies[-1]))
+        return day_of(replies[-1])
 
     async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
         key = f"{self.key(owner)}:starts"
@@ -89,6 +95,6 @@ class RedisCounters:
     async def active_runs(self, owner: str | None) -> int:
         async with self.redis.pipeline(transaction=True) as pipe:
             for status in UNENDED:
-                pipe.zcard(self.indexes(owner) + status.value)
+                pipe.zcard(f"{self.index(owner)}|{status.value}")
             counts: list[int] = await pipe.execute()
         return sum(counts)

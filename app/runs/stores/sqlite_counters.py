@@ -33,7 +33,6 @@ ON CONFLICT (owner, day) DO UPDATE SET runs = runs + excluded.runs,
     prompt_tokens = prompt_tokens + excluded.prompt_tokens,
     completion_tokens = completion_tokens + excluded.completion_tokens,
     cost_usd = cost_usd + excluded.cost_usd
-RETURNING runs, llm_calls, unpriced_calls, prompt_tokens, completion_tokens, cost_usd
 """
 _DAY = """
 SELECT runs, llm_calls, unpriced_calls, prompt_tokens, completion_tokens, cost_usd
@@ -59,7 +58,7 @@ class SqliteCounters:
         rows = await self._read(lambda conn: conn.execute(_DAY, (owner or "", day)).fetchall())
         return DayUsage(*rows[0]) if rows else DayUsage()
 
-    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[DayUsage]:
+    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[None]:
         row = (
             owner or "",
             day,
@@ -70,7 +69,11 @@ class SqliteCounters:
             usage.completion_tokens,
             usage.cost_usd,
         )
-        return self._submit(lambda conn: DayUsage(*conn.execute(_ADD, row).fetchone()))
+
+        def add(conn: sqlite3.Connection) -> None:
+            conn.execute(_ADD, row)
+
+        return self._submit(add)
 
     async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
         def note(conn: sqlite3.Connection) -> None:
