@@ -75,9 +75,19 @@ class QuotaLimits:
         return {QuotaName(f.name): v for f in fields(self) if (v := getattr(self, f.name))}
 
 
+_DAYS: dict[int, str] = {}
+
+
 def utc_day(now: float) -> str:
-    """The UTC day of `now` (epoch seconds), `YYYY-MM-DD`: what day quotas count by."""
-    return datetime.fromtimestamp(now, UTC).date().isoformat()
+    """The UTC day of `now` (epoch seconds), `YYYY-MM-DD`: what day quotas count by. (Epoch
+    time has 86,400 s a day, so the day's number is `now // 86400`; its name is made once.)"""
+    number = int(now // 86_400)
+    day = _DAYS.get(number)
+    if day is None:
+        if len(_DAYS) > 64:  # days go by: keep a few
+            _DAYS.clear()
+        day = _DAYS[number] = datetime.fromtimestamp(number * 86_400, UTC).date().isoformat()
+    return day
 
 
 def until_tomorrow_s(now: float) -> int:

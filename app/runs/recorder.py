@@ -45,12 +45,13 @@ log = structlog.get_logger("finishline.runs")
 def spent(llm_call: dict[str, Any]) -> DayUsage:
     """What an `llm.call` event's call adds to its API key's day."""
     cost = llm_call["cost_usd"]
-    return DayUsage(
-        llm_calls=1,
-        unpriced_calls=int(cost is None),
-        prompt_tokens=llm_call["prompt_tokens"],
-        completion_tokens=llm_call["completion_tokens"],
-        cost_usd=cost or 0.0,
+    return DayUsage(  # runs, llm_calls, unpriced_calls, prompt, completion tokens, USD
+        0,
+        1,
+        int(cost is None),
+        llm_call["prompt_tokens"],
+        llm_call["completion_tokens"],
+        cost or 0.0,
     )
 
 

@@ -56,11 +56,13 @@ class Checkpoint:
         return RunState.from_checkpoint(self.state)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DayUsage:
     """What one API key used on one UTC day, across its runs (DESIGN §13): runs admitted, LLM
     calls, tokens and USD. `cost_usd` sums the priced calls; `unpriced_calls` counts the ones
-    whose model had no price (not in the sum). Also a change to add (`UsageCounters`)."""
+    whose model had no price (not in the sum). Also a change to add (`UsageCounters`).
+    A value, never changed once made (`+` makes another): not frozen only because a frozen
+    dataclass takes four times as long to make, and one is made per LLM call."""
 
     runs: int = 0
     llm_calls: int = 0
@@ -74,7 +76,7 @@ class DayUsage:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: DayUsage) -> DayUsage:
-        return DayUsage(
+        return DayUsage(  # positional: keywords cost more to match
             self.runs + other.runs,
             self.llm_calls + other.llm_calls,
             self.unpriced_calls + other.unpriced_calls,
