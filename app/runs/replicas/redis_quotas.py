@@ -135,6 +135,8 @@ class RedisQuotas:
         """The run is stored (its place is its status index now) or was not made (its share
         is given back). A failure here fails no request: the run is made either way, and a
         ticket left behind stops counting after `HOLD_S`."""
+        if ticket.stored and self.limits.concurrent_runs is None:
+            return  # no ticket was taken: nothing to let go
         try:
             async with self.counters.redis.pipeline(transaction=True) as pipe:
                 pipe.zrem(f"{quota}:admitting", ticket.run_id)
