@@ -75,6 +75,8 @@
 #     FINISHLINE_MCP_MAX_RESULT_BYTES=1000000    most of one MCP message read; more fails that call
 #     FINISHLINE_AGENTS=                         agent profiles: JSON or @/path/to/file.json (mount it)
 #     FINISHLINE_A2A_DEFAULT_AGENT=              the profile whose A2A card is at /.well-known/agent-card.json
+#     FINISHLINE_MAX_AGENT_DEPTH=2               how deep sub-agents nest (the root is 0)
+#     FINISHLINE_MAX_AGENT_RUNS=20               child runs one tree of runs may start
 #     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval
 #   per-run defaults, and the caps a request may not exceed (422 past a cap)
 #     FINISHLINE_MAX_STEPS=10                    FINISHLINE_MAX_STEPS_LIMIT=100
@@ -93,6 +95,7 @@
 #     FINISHLINE_STOP_TOOL=true                  FINISHLINE_PROGRESS=false
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
+#     FINISHLINE_MAX_OUTPUT_RETRIES=2            FINISHLINE_MAX_OUTPUT_RETRIES_LIMIT=10
 #     FINISHLINE_PLANNING_INTERVAL=              FINISHLINE_PLANNING_INTERVAL_LIMIT=100
 #   traces (OpenTelemetry, off unless an endpoint is set; README "Traces")
 #     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318

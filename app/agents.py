@@ -10,9 +10,10 @@ server (caps, tool names, allowed hosts, the model) is checked at start-up next,
 `app.assembly.RunAssembly.check_profiles`. The file is read once, when the settings are made:
 a request that names a profile reads nothing.
 
-A field DESIGN lists that this server's requests do not take yet (`output_schema`, typed
-answers; `agents`, sub-agents) is refused at start-up as not supported yet: a profile is
-never half applied. Once `RunRequest` has the field, profiles take it with no change here.
+A field DESIGN lists that this server's requests do not take yet would be refused at start-up
+as not supported yet: a profile is never half applied. Every field of DESIGN §14 is taken
+now: a profile's `output_schema` is its runs' default, which a request's own replaces (an
+invalid one stops start-up), and its `agents` are its runs' sub-agents (DESIGN §15).
 
 `apply_profile` makes a request's run: the profile's values are its defaults; a field the
 request gives replaces the profile's (lists such as `tools` whole), except `settings`, which
@@ -43,8 +44,6 @@ PROFILE_FIELDS = (
 )
 """What a profile may set besides its description: the fields of DESIGN §14, named as in
 `POST /runs`."""
-NOT_YET = {"output_schema": "typed answers (DESIGN §12)", "agents": "sub-agents (DESIGN §15)"}
-"""What the fields DESIGN lists and runs here may not take yet are for, for the refusal."""
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 """1 to 64 letters, digits, '-' or '_', starting with a letter or digit: a name that fits in
 a URL path (`/agents/NAME`, `/a2a/NAME`) as it is."""
@@ -136,8 +135,7 @@ def _profile(name: str, spec: Any) -> tuple[list[str], AgentProfile | None]:
                 f"unknown field {key!r}; a profile takes description, {', '.join(PROFILE_FIELDS)}"
             )
         elif key not in RunRequest.model_fields:
-            what = NOT_YET.get(key, key)
-            problems.append(f"{key}: not supported yet: runs on this server do not take {what}")
+            problems.append(f"{key}: not supported yet: runs on this server do not take it")
         else:
             fields[key] = item
     try:

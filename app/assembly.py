@@ -2,53 +2,39 @@
 
 `RunAssembly` is the runs layer's `RunAssembler`: server-dependent checks at creation (caps,
 allow-lists, tool and model names), then the model, tools, limits and prompts at start.
-`FetcherPoster` is its `JsonPoster`, for webhooks. Both sit beside `app.main`, so the runs
-layer depends on neither settings, tools nor models."""
+Its `JsonPoster`, for webhooks, is `app.posting.FetcherPoster`. Both sit beside `app.main`, so
+the runs layer depends on neither settings, tools nor models. A request's sub-agents are
+checked and made tools by `app.subagents`."""
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from app.agents import VARIABLE as AGENTS_VARIABLE
 from app.agents import apply_profile
 from app.caps import check_sizes
-from app.engine.errors import ToolError
+from app.compiling import checked_output, client_tool_of, compile_schemas, compiled_off_loop
 from app.engine.policies import Limits, PromptLanguage
 from app.engine.ports import Tool
-from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
+from app.engine.prompts import TASK_FINISHED, UPDATE_PLAN, Prompts
 from app.engine.replycap import CappedModel
 from app.llm.models import SCRIPTED, ModelFactory, ModelUnavailableError
 from app.offload import off_loop
 from app.runs.errors import InvalidRunError
-from app.runs.ports import CheckedRequest, PostOutcome, RunInputs
+from app.runs.ports import CheckedRequest, RunInputs
 from app.runs.records import RunRecord
 from app.runs.spec import ClientToolIn, HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import RUN_SETTINGS, Settings
+from app.subagents import agent_tools, check_agents, nested_http_tools, remote_agents
 from app.tools.base import CompiledSchema, compiled_schema
 from app.tools.bounds import bind_http_scope
-from app.tools.client import ClientTool
-from app.tools.fetcher import HttpFetcher
 from app.tools.http import HttpTool
 from app.tools.mcp.errors import UnknownServerError
 from app.tools.netguard import check_url_allowed
 from app.tools.plan import UpdatePlanTool
 from app.tools.registry import ToolRegistry, UnknownToolError
-
-
-def load_prompts(path: Path | None) -> dict[PromptLanguage, Prompts]:
-    """The built-in texts, with a deployment's overrides from a TOML file ([en], [zh])."""
-    if path is None:
-        return dict(BUILTIN)
-    with path.open("rb") as handle:
-        overrides = tomllib.load(handle)
-    unknown = sorted(set(overrides) - set(BUILTIN))
-    if unknown:
-        raise ValueError(f"{path}: unknown prompt languages {unknown}; use [en] and [zh]")
-    return {lang: BUILTIN[lang].merged(overrides.get(lang, {})) for lang in BUILTIN}
 
 
 class RunAssembly:
@@ -72,18 +58,23 @@ class RunAssembly:
             # a profile's own sizes were checked at start-up, the request's when it was read:
             # only HTTP tools beside the other's tools can add up past a cap, checked below
             request = self.with_profile(request)
-        if sized and not request.http_tools and not request.client_tools:
+        if sized and not (
+            request.http_tools or request.client_tools or request.output_schema or request.agents
+        ):
             # nothing in proportion to the request's size is left: no hop to the worker
             # thread, whose one-at-a-time queue every POST /runs would wait in under load
             return self._check(request, [])
-        # sizes first, then each HTTP tool's schema checked and its validator built, in a
-        # worker thread: milliseconds a property, 64 KB of schemas would stall the loop
+        # sizes first, then each HTTP tool's schema (and the output schema) checked and its
+        # validator built, in a worker thread: milliseconds a property, 64 KB of schemas
+        # would stall the loop
         schemas = await off_loop(self._sized_and_compiled, request)
         return self._check(request, schemas)
 
     def _sized_and_compiled(self, request: RunRequest) -> list[CompiledSchema]:
         check_sizes(request, self.settings)
+        checked_output(request)
         compile_schemas(request.client_tools)  # checked by `_client_tools` (remembered)
+        compile_schemas(nested_http_tools(request))  # its sub-agents' (checked with each)
         return compile_schemas(request.http_tools)
 
     def with_profile(self, request: RunRequest) -> RunRequest:
@@ -111,16 +102,35 @@ class RunAssembly:
             request = profile.defaults
             try:
                 check_sizes(request, self.settings)
+                checked_output(request)
                 self._check(request, compile_schemas(request.http_tools), profile=True)
             except InvalidRunError as exc:
                 problems.append(f"profile {name!r}: {exc}")
         if problems:
             raise ValueError(f"{AGENTS_VARIABLE}: " + "; ".join(problems))
 
-    def _check(
-        self, request: RunRequest, schemas: list[CompiledSchema], *, profile: bool = False
+    def check_nested(
+        self, request: RunRequest, *, depth: int, inline: bool, priced: bool, profile: bool
     ) -> CheckedRequest:
-        """`profile`: `request` holds an agent profile's values, checked at start-up."""
+        """A sub-agent's child request, checked as a request (`app.subagents`)."""
+        checked_output(request)
+        schemas = compile_schemas(request.http_tools)  # remembered: compiled off the loop
+        return self._check(
+            request, schemas, profile=profile, depth=depth, inline=inline, priced=priced
+        )
+
+    def _check(
+        self,
+        request: RunRequest,
+        schemas: list[CompiledSchema],
+        *,
+        profile: bool = False,
+        depth: int = 0,
+        inline: bool = True,
+        priced: bool = False,
+    ) -> CheckedRequest:
+        """`profile`: `request` holds an agent profile's values, checked at start-up; `depth`,
+        `inline`, `priced`: a sub-agent's, see `app.subagents.check_agents`."""
         server = self.settings  # the sizes were checked first (`app.caps.check_sizes`)
         limits = self.resolve_settings(request.settings)
         try:
@@ -200,6 +210,16 @@ class RunAssembly:
                     available=names,
                 )
         names += [t.name for t in request.client_tools]
+        names += check_agents(
+            self,
+            request,
+            taken,
+            model=model,
+            depth=depth,
+            inline=inline,
+            priced=priced or limits.max_cost_usd is not None,
+            profile=profile,
+        )
         return CheckedRequest(model=model, limits=limits, tool_names=names, request=request)
 
     def _client_tools(self, tools: Sequence[ClientToolIn], taken: set[str]) -> None:
@@ -216,7 +236,7 @@ class RunAssembly:
                     f"{where}.parameters", "must be a JSON schema of type 'object'"
                 )
             try:
-                _client_tool(tool, compiled_schema(tool.parameters))
+                client_tool_of(tool, compiled_schema(tool.parameters))
             except ValueError as exc:
                 raise InvalidRunError(f"{where}.parameters", str(exc)) from exc
 
@@ -257,20 +277,24 @@ class RunAssembly:
         """What the engine needs to run `record`; called in the run's own task, which it binds
         to the run's per-run and per-key bounds on HTTP tool connections."""
         request = record.request
-        schemas = await _compiled_off_loop(request.http_tools)
+        schemas = await compiled_off_loop(request.http_tools)
         bind_http_scope(record.id, record.owner)
         tools: list[Tool] = list(self.registry.resolve(request.tools, stand_ins=True))
         mcp = self._mcp_tools(request.mcp_servers, lenient=True)
         tools += [t for t in mcp if t.name not in request.tools]
         tools += [self._http_tool(t, c) for t, c in zip(request.http_tools, schemas, strict=True)]
-        client = await _compiled_off_loop(request.client_tools)
-        tools += [_client_tool(t, c) for t, c in zip(request.client_tools, client, strict=True)]
+        client = await compiled_off_loop(request.client_tools)
+        tools += [client_tool_of(t, c) for t, c in zip(request.client_tools, client, strict=True)]
+        tools += agent_tools(self, request, remote_agents(request, self.registry.http))
         limits = record.settings
         if limits.planning_interval is not None and all(t.name != UPDATE_PLAN for t in tools):
             tools.append(UpdatePlanTool())  # plan-then-execute plans with it
         script = [entry.model_dump() for entry in request.model_script or ()]
         model = self.models.create(record.model, script, start=record.usage.llm_calls)
         prompts = self.prompts[limits.prompt_language]
+        output = None
+        if request.output_schema is not None:  # compiled once per run, off the event loop
+            output = await off_loop(checked_output, request)
         return RunInputs(
             # what one reply brings into the run is capped (app.engine.replycap)
             model=CappedModel(model, self.settings.max_reply_chars, prompts),
@@ -280,6 +304,7 @@ class RunAssembly:
             approval=self.approval_tools(request),
             task=request.task,
             system_prompt=record.system_prompt,
+            output=output,
         )
 
     def _mcp_named(self, name: str) -> bool:
@@ -319,15 +344,15 @@ class RunAssembly:
         request = record.request
         for declared_tool in request.http_tools:
             if declared_tool.name == tool:
-                (schema,) = await _compiled_off_loop([declared_tool])
+                (schema,) = await compiled_off_loop([declared_tool])
                 return self._http_tool(declared_tool, schema).validate(arguments)
         if tool in request.tools and tool in self.registry:
             (found,) = self.registry.resolve([tool])
             return found.validate(arguments)
         for client_tool in request.client_tools:
             if client_tool.name == tool:
-                (schema,) = await _compiled_off_loop([client_tool])
-                return _client_tool(client_tool, schema).validate(arguments)
+                (schema,) = await compiled_off_loop([client_tool])
+                return client_tool_of(client_tool, schema).validate(arguments)
         for mcp_tool in self._mcp_tools(request.mcp_servers, lenient=True):
             if mcp_tool.name == tool:
                 return mcp_tool.validate(arguments)
@@ -349,43 +374,3 @@ class RunAssembly:
             timeout_s=tool.timeout_s,
             idempotent=tool.idempotent,
         )
-
-
-def _client_tool(tool: ClientToolIn, schema: CompiledSchema) -> ClientTool:
-    return ClientTool(name=tool.name, description=tool.description, parameters=schema)
-
-
-def compile_schemas(tools: Sequence[HttpToolIn | ClientToolIn]) -> list[CompiledSchema]:
-    """Each tool's `parameters` checked and compiled (remembered by content); costly on a miss,
-    so called in a worker thread."""
-    return [compiled_schema(tool.parameters) for tool in tools]
-
-
-async def _compiled_off_loop(tools: Sequence[HttpToolIn | ClientToolIn]) -> list[CompiledSchema]:
-    if not tools:
-        return []
-    return await off_loop(compile_schemas, tools)
-
-
-class FetcherPoster:
-    """POSTs JSON through the registry's guarded fetcher: webhooks pass the same allow-list
-    and address checks as HTTP tools."""
-
-    def __init__(self, fetcher: HttpFetcher) -> None:
-        self.fetcher = fetcher
-
-    async def post_json(
-        self,
-        url: str,
-        body: dict[str, Any],
-        timeout_s: float,
-        headers: Mapping[str, str] | None = None,
-    ) -> PostOutcome:
-        try:
-            response = await self.fetcher.fetch(
-                "POST", url, json=body, headers=headers, timeout_s=timeout_s
-            )
-        except ToolError as exc:
-            return PostOutcome(None, str(exc))
-        error = None if response.ok else f"answered {response.status_line}"
-        return PostOutcome(response.status_code, error)

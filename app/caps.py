@@ -36,8 +36,9 @@ def check_sizes(request: RunRequest, server: Settings) -> None:
     if request.model is not None and len(request.model) > server.max_model_name_chars:
         raise _over("model", len(request.model), server.max_model_name_chars, "chars")
     tools = len(request.tools) + len(request.http_tools) + len(request.client_tools)
+    tools += len(request.agents or ())
     if tools > server.max_tools:
-        what = "tools (tools, http_tools and client_tools)"
+        what = "tools (tools, http_tools, client_tools and agents)"
         raise _over("tools", tools, server.max_tools, what)
     total = 0
     declared: list[tuple[str, HttpToolIn | ClientToolIn]] = [
@@ -55,6 +56,13 @@ def check_sizes(request: RunRequest, server: Settings) -> None:
         # each schema is checked against the JSON Schema metaschema: milliseconds a property
         field = "client_tools" if request.client_tools else "http_tools"
         raise _over(field, total, server.max_tool_schemas_total_bytes, "bytes of schemas")
+    if request.output_schema is not None:  # capped like a tool's, and counted with them
+        size = _json_chars(request.output_schema)
+        if size > server.max_tool_schema_bytes:
+            raise _over("output_schema", size, server.max_tool_schema_bytes, "bytes")
+        if total + size > server.max_tool_schemas_total_bytes:
+            cap = server.max_tool_schemas_total_bytes
+            raise _over("output_schema", total + size, cap, "bytes of schemas (with the tools')")
     script = request.model_script or []
     if len(script) > server.max_script_replies:
         raise _over("model_script", len(script), server.max_script_replies, "replies")

@@ -42,7 +42,7 @@ def describe_profile(profile: AgentProfile, assembly: RunAssembly) -> dict[str, 
         "model": request.model or assembly.models.default_model,
         "tools": list(tools.values()),
         "settings": settings_dict(limits),
-        "output_schema": getattr(request, "output_schema", None),
+        "output_schema": request.output_schema,
         "approval_tools": sorted(assembly.approval_tools(request)),
     }
 

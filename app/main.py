@@ -20,14 +20,16 @@ from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
 from app.api.routes import a2a, agents, agui, events, health, runs, tools, ui, usage
-from app.assembly import FetcherPoster, RunAssembly, load_prompts
+from app.assembly import RunAssembly
+from app.engine.prompts import load_prompts
 from app.heap import served_heap
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
+from app.posting import FetcherPoster
 from app.runs.backends import Capacity, ReplicaOptions, open_backend, open_store
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
-from app.runs.quotas import QuotaLimits
+from app.runs.quotas.seam import QuotaLimits
 from app.runs.replicas.cluster import replica_name
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
@@ -43,8 +45,9 @@ Run ReAct LLM agents over HTTP, and know when they are done.
 
 POST a task to `/runs`; follow every thought, tool call and result over SSE at
 `/runs/{id}/events`; every run ends with exactly one terminal event and one reason
-(finished, answered, max_steps, timeout, token_budget, cost_budget, nudge_limit, cancelled,
-error).
+(finished, answered, max_steps, timeout, token_budget, cost_budget, nudge_limit,
+invalid_output, cancelled, error). With `output_schema`, a run is done only when its answer
+validates against that JSON Schema: `result.output` holds the value.
 """
 
 
@@ -162,6 +165,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_answer_chars=settings.max_answer_chars,
             max_argument_chars=settings.max_reply_chars,  # a person's edits, as a model's
             observer=tracing,
+            max_agent_depth=settings.max_agent_depth,
+            max_agent_runs=settings.max_agent_runs,
         )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None

@@ -167,18 +167,19 @@ class ServerSettings(BaseSettings):
         64,
         ge=1,
         le=256,
-        description="Most tools one run may have: tools, http_tools and client_tools.",
+        description="Most tools one run may have: tools, http_tools, client_tools and agents.",
     )
     max_tool_schema_bytes: int = Field(
         16_384,
         ge=2,
-        description="Largest parameters schema (JSON) of one request-declared HTTP or client tool.",
+        description="Largest parameters schema (JSON) of one request-declared HTTP or client "
+        "tool, and largest output_schema.",
     )
     max_tool_schemas_total_bytes: int = Field(
         65_536,
         ge=2,
         description="Largest parameters schemas (JSON) of all request-declared HTTP and client "
-        "tools together.",
+        "tools and the output_schema together.",
     )
     max_script_replies: int = Field(
         200, ge=1, le=1000, description="Most replies in a model_script."
@@ -275,6 +276,19 @@ class ServerSettings(BaseSettings):
         description="The agent profile also served as the host's A2A agent: its card at "
         "/.well-known/agent-card.json (every profile's is at /a2a/NAME/.well-known/"
         "agent-card.json). Must name a profile of FINISHLINE_AGENTS.",
+    )
+    max_agent_depth: int = Field(
+        2,
+        ge=0,
+        description="How deep sub-agents may nest: the run a request starts is depth 0, its "
+        "children 1, theirs 2. Past it, a sub-agent call is an is_error observation (a request "
+        "that nests its own agents deeper: 422).",
+    )
+    max_agent_runs: int = Field(
+        20,
+        ge=1,
+        description="Child runs one tree of runs may start (its root not counted), across "
+        "replicas; past it, a sub-agent call is an is_error observation.",
     )
     approval_tools: CommaList = Field(
         default_factory=list,

@@ -1,6 +1,6 @@
 """`python -m bench [--quick]`: every benchmark in turn, results in bench/results/, then the
-table of issue #10's targets. `python -m bench --summary [--quick] [--readme]`: that table
-alone, from the results already there (`--readme` also rewrites it in README.md)."""
+table of issues #10's and #29's targets. `python -m bench --summary [--quick] [--readme]`: that
+table alone, from the results already there (`--readme` also rewrites it in README.md)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ from bench import summary
 from bench.common import ROOT, say
 
 STEPS = (
+    ("start-up and idle memory (bench/startup.py)", ["bench.startup"]),
     ("engine overhead (bench/engine.py)", ["bench.engine"]),
     ("event log (bench/store.py)", ["bench.store"]),
     ("tracing cost (bench/tracing.py)", ["bench.tracing"]),
     ("event-loop stall of the heaviest request (bench/loop_stall.py)", ["bench.loop_stall"]),
     ("client CPU per outbound HTTP call (bench/http_client.py)", ["bench.http_client"]),
     ("service, floors and LangGraph's server (bench/service.py)", ["bench.service", "--extra"]),
+    ("first event at 100 clients next to the floor (bench/first_event.py)", ["bench.first_event"]),
     ("AG-UI stream cost next to the native stream (bench/agui.py)", ["bench.agui"]),
+    ("a sub-agent's child run next to a top-level run (bench/subagents.py)", ["bench.subagents"]),
+    ("a run through each stream, next to the plain run (bench/streams.py)", ["bench.streams"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
 )
 

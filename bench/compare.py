@@ -11,9 +11,15 @@ floor server (`bench/floor_server.py`), and LangGraph's own server (`langgraph d
 | finishline, HTTP LLM | finishline | 5 calls to the fake LLM, 4 calculator calls, the answer |
 | finishline, HTTP tool | finishline | the same, a request-declared HTTP tool for the calculator |
 | floor, HTTP LLM | floor | the same HTTP calls and the same number of SSE events, no store |
+| durable floor, HTTP LLM | durable floor | the floor plus a run's durable SQLite commits |
 | LangGraph server, HTTP LLM | langgraph dev | its ReAct agent: 5 calls, 4 calculator calls |
 | finishline, scripted | finishline | the scripted model in process, 4 calculator calls, finish |
 | bare SSE loop, scripted | floor | the same loop and events on the scripted model |
+| durable floor, scripted | durable floor | the same loop on the scripted model, with the commits |
+
+The durable floor (`bench/durable_floor.py`) makes the store writes a finishline run makes
+(the same events, the same commit points, finishline's own `SqliteRunStore`) and nothing
+else: finishline ÷ durable floor is what the rest of finishline costs on top of durability.
 
 At each concurrency (1 and 10 clients) the contestants take turns in shuffled order, round
 after round; a turn is one block of runs by fresh client processes, and the server's CPU
@@ -51,7 +57,7 @@ RUNS_PER_WORKER = {
 @dataclass
 class Contestant:
     name: str
-    server: str  # "finishline", "floor", "langgraph"
+    server: str  # "finishline", "floor", "durable", "langgraph"
     mode: str  # service_client --mode
     extra: dict[str, Any]
     cpu_s: float = 0.0
@@ -99,15 +105,20 @@ def compare(
     }
     (workdir / "fl").mkdir()
     (workdir / "floor").mkdir()
+    (workdir / "durable").mkdir()
     finishline = Server(workdir / "fl", env)
     floor = Server(workdir / "floor", env, factory="bench.floor_server:create_app")
+    durable_env = {**env, "FINISHLINE_STORE_URL": f"sqlite:///{workdir / 'durable.db'}"}
+    durable = Server(workdir / "durable", durable_env, factory="bench.durable_floor:create_app")
     peer = None if why_not else langgraph_server.LangGraphServer(llm.base_url)
     contestants = [
         Contestant("finishline, HTTP LLM", "finishline", "llm", {}),
         Contestant("finishline, HTTP tool", "finishline", "llm", http_tool_body(llm)),
         Contestant("floor, HTTP LLM", "floor", "llm", {}),
+        Contestant("durable floor, HTTP LLM", "durable", "llm", {}),
         Contestant("finishline, scripted", "finishline", "scripted", {}),
         Contestant("bare SSE loop, scripted", "floor", "scripted", {}),
+        Contestant("durable floor, scripted", "durable", "scripted", {}),
     ]
     if peer is not None:
         contestants.append(Contestant("LangGraph server, HTTP LLM", "langgraph", "llm", {}))
@@ -115,13 +126,15 @@ def compare(
     try:
         finishline.start()
         floor.start()
+        durable.start()
         if peer is not None:
             say("  starting langgraph dev")
             peer.start()
-        urls = {"finishline": finishline.url, "floor": floor.url}
+        urls = {"finishline": finishline.url, "floor": floor.url, "durable": durable.url}
         meters: dict[str, Callable[[], float]] = {
             "finishline": lambda: run_seconds(finishline.pid),
             "floor": lambda: run_seconds(floor.pid),
+            "durable": lambda: run_seconds(durable.pid),
         }
         if peer is not None:
             urls["langgraph"] = peer.url
@@ -191,6 +204,7 @@ def compare(
     finally:
         finishline.stop()
         floor.stop()
+        durable.stop()
         if peer is not None:
             peer.stop()
         llm.stop()
@@ -210,6 +224,12 @@ def figures(comparison: dict[str, Any]) -> dict[str, dict[str, float]]:
             "scripted_ratio": cpu["finishline, scripted"] / cpu["bare SSE loop, scripted"],
             "http_tool_ms_per_call": (cpu["finishline, HTTP tool"] - fl) / 4,
         }
+        if "durable floor, HTTP LLM" in cpu:  # results from before issue #29 have none
+            fig["durable_ratio"] = fl / cpu["durable floor, HTTP LLM"]
+            fig["durable_scripted_ratio"] = (
+                cpu["finishline, scripted"] / cpu["durable floor, scripted"]
+            )
+            fig["durability_ratio"] = cpu["durable floor, HTTP LLM"] / cpu["floor, HTTP LLM"]
         if "LangGraph server, HTTP LLM" in cpu:
             fig["langgraph_ratio"] = fl / cpu["LangGraph server, HTTP LLM"]
         out[level] = fig
@@ -223,28 +243,37 @@ def report(comparison: dict[str, Any]) -> str:
         "Server CPU per 5-step run (ms), summed over interleaved blocks. The floor makes the "
         "same HTTP calls with finishline's client stack and streams as many SSE events, with "
         "no store, logs or guards; the bare SSE loop does the same on the in-process scripted "
-        "model. LangGraph: `langgraph dev` (in memory, no reload) running its prebuilt ReAct "
+        "model. The durable floor adds a run's durable SQLite commits to the floor (the same "
+        "events and commit points, finishline's own store), nothing else. LangGraph: "
+        "`langgraph dev` (in memory, no reload) running its prebuilt ReAct "
         "agent with `ChatOpenAI` against the same fake LLM, followed with `POST /runs/stream`.",
         "",
     ]
     rows = []
+    durable = any(
+        r["name"].startswith("durable floor") for rs in comparison["levels"].values() for r in rs
+    )
     for level, results in comparison["levels"].items():
         base = {r["name"]: r["cpu_ms_per_run"] for r in results}
         for r in results:
-            against = (
-                base["floor, HTTP LLM"] if "HTTP" in r["name"] else base["bare SSE loop, scripted"]
-            )
-            rows.append(
-                [
-                    level,
-                    r["name"],
-                    f"{r['runs']:,}",
-                    fmt(r["events_per_run"], 1),
-                    fmt(r["cpu_ms_per_run"], 2),
-                    f"{r['cpu_ms_per_run'] / against:.2f}×",
-                ]
-            )
+            http = "HTTP" in r["name"]
+            against = base["floor, HTTP LLM"] if http else base["bare SSE loop, scripted"]
+            row = [
+                level,
+                r["name"],
+                f"{r['runs']:,}",
+                fmt(r["events_per_run"], 1),
+                fmt(r["cpu_ms_per_run"], 2),
+                f"{r['cpu_ms_per_run'] / against:.2f}×",
+            ]
+            if durable:
+                floor = base["durable floor, HTTP LLM" if http else "durable floor, scripted"]
+                mine = r["name"].startswith(("finishline", "durable"))
+                row.append(f"{r['cpu_ms_per_run'] / floor:.2f}×" if mine else "–")
+            rows.append(row)
     headers = ["clients", "contestant", "runs", "SSE events/run", "server CPU ms/run", "× floor"]
+    if durable:
+        headers.append("× durable floor")
     parts.append(table(headers, rows))
     if comparison.get("langgraph_skipped"):
         parts += ["", f"LangGraph's server skipped: {comparison['langgraph_skipped']}."]
@@ -255,6 +284,12 @@ def report(comparison: dict[str, Any]) -> str:
             f"bare SSE loop {fig['scripted_ratio']:.2f}×; HTTP tool "
             f"{fmt(fig['http_tool_ms_per_call'], 2)} ms CPU per call over the calculator"
         )
+        if "durable_ratio" in fig:
+            line += (
+                f"; finishline ÷ durable floor {fig['durable_ratio']:.2f}× (scripted "
+                f"{fig['durable_scripted_ratio']:.2f}×), durable floor ÷ floor "
+                f"{fig['durability_ratio']:.2f}×"
+            )
         if "langgraph_ratio" in fig:
             line += f"; finishline ÷ LangGraph's server {fig['langgraph_ratio']:.2f}×"
         parts.append(line + ".")

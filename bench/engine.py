@@ -10,6 +10,9 @@ them alike:
   the run-wide deadline and cancel guard; each step recorded into an in-memory sink that
   does what `RunManager` does per step minus storage (`step.payload()` into a dict with
   seq/type/step, appended to a list).
+- **engine, output_schema**: the same, the run typed (DESIGN §12): an output schema as
+  task_finished's answer, compiled once, the answer validated at the end (issue #23's
+  target: within 10% of **engine** per step).
 - **floor**: a minimal hand-written asyncio loop making the same calls (`complete` on the
   same `ScriptedModel`, the no-op tool) and appending the same assistant and tool messages,
   nothing else.
@@ -42,6 +45,7 @@ from app.engine.ports import Reply, TokenUsage, ToolCall, ToolContext, ToolSpec
 from app.engine.prompts import BUILTIN
 from app.engine.steps import Checkpoint, Finished
 from app.llm.scripted import ScriptedModel
+from app.output import output_schema
 from bench import peer_langgraph
 from bench.common import fmt, machine, machine_line, say, summary, table, write_results
 
@@ -49,6 +53,8 @@ TASK = "Call the noop tool until you are done."
 SYSTEM = "You are a benchmark agent."
 STEPS = (10, 50)
 TARGET_US = 30.0
+TYPED_TARGET = 1.10
+"""Engine time per step with an output schema, at most this × without (issue #23)."""
 
 LIMITS = Limits(
     max_steps=100,
@@ -86,7 +92,7 @@ class NoopTool:
 NOOP = NoopTool()
 
 
-def script(steps: int) -> list[Reply]:
+def script(steps: int, answer: Any = "done") -> list[Reply]:
     """steps - 1 noop calls with distinct arguments (no repetition hint), then the finish."""
     usage = TokenUsage(120, 12)
     replies = [
@@ -98,12 +104,29 @@ def script(steps: int) -> list[Reply]:
         )
         for i in range(steps - 1)
     ]
-    finish = ToolCall("call_end", "task_finished", json.dumps({"answer": "done"}))
+    finish = ToolCall("call_end", "task_finished", json.dumps({"answer": answer}))
     replies.append(Reply(tool_calls=(finish,), usage=usage, finish_reason="tool_calls"))
     return replies
 
 
 SCRIPTS = {steps: script(steps) for steps in STEPS}
+OUTPUT = output_schema(
+    {
+        "type": "object",
+        "properties": {
+            "summary": {"type": "string", "minLength": 1},
+            "calls": {"type": "integer", "minimum": 0},
+            "tags": {"type": "array", "items": {"enum": ["bench", "noop"]}},
+        },
+        "required": ["summary", "calls"],
+        "additionalProperties": False,
+    }
+)
+"""A typical output schema, compiled once (as a run compiles its own once, off the loop)."""
+TYPED_SCRIPTS = {
+    steps: script(steps, {"summary": "done", "calls": steps - 1, "tags": ["bench"]})
+    for steps in STEPS
+}
 
 
 class Sink:
@@ -130,22 +153,29 @@ class Sink:
         )
 
 
-async def engine_run(steps: int, limits: Limits = LIMITS) -> int:
+async def engine_run(steps: int, limits: Limits = LIMITS, typed: bool = False) -> int:
     sink = Sink()
     async for step in run_react(
         task=TASK,
-        model=ScriptedModel(SCRIPTS[steps]),
+        model=ScriptedModel((TYPED_SCRIPTS if typed else SCRIPTS)[steps]),
         tools=[NOOP],
         limits=limits,
         system_prompt=SYSTEM,
+        output=OUTPUT if typed else None,
         run_id="run_bench",
         cancel=asyncio.Event(),
     ):
         sink.record(step)
+        if typed and isinstance(step, Finished):
+            assert step.output is not None, step
     last = sink.events[-1]
     assert last["data"].get("reason") == "finished", last
     assert last["step"] == steps, last
     return steps
+
+
+async def engine_typed_run(steps: int) -> int:
+    return await engine_run(steps, typed=True)
 
 
 async def engine_defaults_run(steps: int) -> int:
@@ -213,6 +243,7 @@ async def measure(rounds: int, with_peer: bool) -> dict[str, dict[int, list[floa
     contestants: dict[str, Contestant] = {
         "engine": engine_run,
         "engine, default guards": engine_defaults_run,
+        "engine, output_schema": engine_typed_run,
         "floor": floor_run,
     }
     if with_peer:
@@ -283,7 +314,9 @@ def report(samples: dict[str, dict[int, list[float]]], info: dict[str, Any], not
         "**engine**: every guard on (stop tool, repetition, truncation, progress messages, "
         "a context cap and a token budget, deadline and cancel), each step recorded into an "
         "in-memory sink as RunManager records it (minus storage). **engine, default "
-        "guards**: the per-run defaults (no progress messages, no caps). **floor**: a "
+        "guards**: the per-run defaults (no progress messages, no caps). **engine, "
+        "output_schema**: every guard on and the run typed (an output schema as "
+        "task_finished's answer, the answer validated). **floor**: a "
         "hand-written loop making the same model and tool calls and appending the same "
         "messages. Engine logs are filtered at WARNING (the service benchmark measures INFO). "
         "Ratio and overhead are against the floor's median.",
@@ -304,6 +337,17 @@ def report(samples: dict[str, dict[int, list[float]]], info: dict[str, Any], not
         "",
         f"Target: engine median ≤ {TARGET_US:g} µs/step — {'met' if met else 'MISSED'}: {verdict}.",
     ]
+    typed = [
+        stats["engine, output_schema"][steps]["median"] / stats["engine"][steps]["median"]
+        for steps in STEPS
+    ]
+    typed_met = all(r <= TYPED_TARGET for r in typed)
+    lines.append(
+        f"With an output schema (issue #23, target ≤ {TYPED_TARGET:g}× the engine's time "
+        f"per step) — {'met' if typed_met else 'MISSED'}: "
+        + " and ".join(f"{r:.3f}× at {steps} steps" for r, steps in zip(typed, STEPS, strict=True))
+        + "."
+    )
     if "langgraph" in stats:
         ratios = [
             stats["langgraph"][steps]["median"] / stats["engine"][steps]["median"]

@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from app.engine.events import EventType
-from app.runs.quotas import LocalQuotas, QuotaLimits
+from app.runs.quotas.local import LocalQuotas
+from app.runs.quotas.seam import QuotaLimits
 from app.runs.records import RunRecord, new_run_id
 from app.runs.store import DayUsage
 from app.runs.stores.sqlite import SqliteRunStore

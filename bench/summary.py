@@ -1,4 +1,4 @@
-"""Where finishline stands against issue #10's targets, from bench/results/*.json.
+"""Where finishline stands against issues #10's and #29's targets, from bench/results/*.json.
 
     python -m bench --summary            # print the table (from the committed results)
     python -m bench --summary --quick    # from the *-quick results of `make bench QUICK=1`
@@ -30,8 +30,10 @@ class Figure:
     target: str
     values: Callable[[dict[str, Any]], list[float]]
     """The measured values (one per configuration the figure names); nan when missing."""
-    met: Callable[[float], bool]
+    met: Callable[[float], bool] | None
+    """None: a figure reported without a target (its verdict says "reported")."""
     show: Callable[[list[float]], str]
+    issue: int = 10
 
 
 def _load(name: str, quick: bool) -> dict[str, Any]:
@@ -69,8 +71,28 @@ def _engine(data: dict[str, Any]) -> list[float]:
     return [stats[s]["median"] for s in ("10", "50") if s in stats] or [math.nan]
 
 
+def _startup(data: dict[str, Any]) -> list[float]:
+    medians = data["startup"].get("medians", {}).get("finishline")
+    if not medians:
+        return [math.nan, math.nan]
+    return [medians["healthz_s"], medians["idle_rss_mb"]]
+
+
+def _first_event_ratio(data: dict[str, Any]) -> list[float]:
+    sides = data["first_event"].get("sides")
+    if not sides:
+        return [math.nan]
+    return [sides["finishline"]["first_ms"]["p50"] / sides["floor"]["first_ms"]["p50"]]
+
+
+def _stream(name: str) -> Callable[[dict[str, Any]], list[float]]:
+    return lambda d: [d["streams"].get("ratio", {}).get(name, math.nan)]
+
+
 def _pair(unit: str, digits: int = 2) -> Callable[[list[float]], str]:
-    return lambda v: " / ".join(fmt(x, digits) for x in v) + unit
+    return lambda v: (
+        "–" if all(math.isnan(x) for x in v) else " / ".join(fmt(x, digits) for x in v) + unit
+    )
 
 
 FIGURES = (
@@ -140,21 +162,86 @@ FIGURES = (
         lambda v: v <= 30,
         _pair(" µs", 1),
     ),
+    Figure(
+        "start-up: `/healthz` after process start / idle RSS after warm-up, demo defaults",
+        "≤ 1.0 s / ≤ 80 MB",
+        _startup,
+        lambda v: True,  # checked pairwise in rows()
+        lambda v: f"{fmt(v[0], 2)} s / {fmt(v[1], 1)} MB",
+        29,
+    ),
+    Figure(
+        "server CPU per 5-step run ÷ the durable floor (the floor + a run's SQLite commits), "
+        "at 1 / 10 clients",
+        "≤ 1.3x",
+        lambda d: [_comparison(d, lv, "durable_ratio") for lv in ("1", "10")],
+        lambda v: v <= 1.3,
+        _pair("x"),
+        29,
+    ),
+    Figure(
+        "first SSE event p50 at 100 clients ÷ the floor's, interleaved, 50 ms per LLM call",
+        "≤ 2x",
+        _first_event_ratio,
+        lambda v: v <= 2.0,
+        _pair("x"),
+        29,
+    ),
+    Figure(
+        "server CPU per run through the AG-UI stream ÷ the plain run",
+        "–",
+        _stream("AG-UI stream"),
+        None,
+        _pair("x"),
+        29,
+    ),
+    Figure(
+        "server CPU per run through the A2A stream ÷ the plain run",
+        "–",
+        _stream("A2A stream"),
+        None,
+        _pair("x"),
+        29,
+    ),
+    Figure(
+        "server CPU per run with a typed answer ÷ the plain run",
+        "–",
+        _stream("typed answer"),
+        None,
+        _pair("x"),
+        29,
+    ),
+    Figure(
+        "server CPU per run with one sub-agent ÷ the plain run",
+        "–",
+        _stream("run with one sub-agent"),
+        None,
+        _pair("x"),
+        29,
+    ),
 )
+NAMES = ("service", "engine", "http_client", "startup", "first_event", "streams")
 
 
 def rows(quick: bool = False) -> list[list[str]]:
-    data = {n: _load(n, quick) for n in ("service", "engine", "http_client")}
+    data = {n: _load(n, quick) for n in NAMES}
     out = []
     for figure in FIGURES:
         values = figure.values(data)
-        if figure.text.startswith("first SSE event"):
+        if figure.text.startswith("first SSE event p50, idle"):
             met = [values[0] <= 5, values[1] <= 50]
+        elif figure.text.startswith("start-up"):
+            met = [values[0] <= 1.0, values[1] <= 80]
         else:
-            met = [figure.met(v) for v in values]
+            met = [figure.met(v) for v in values] if figure.met else []
         missing = any(math.isnan(v) for v in values)
-        verdict = "not measured" if missing else ("met" if all(met) else "**missed**")
-        out.append([figure.text, figure.show(values), figure.target, verdict])
+        if missing:
+            verdict = "not measured"
+        elif figure.met is None:
+            verdict = "reported"
+        else:
+            verdict = "met" if all(met) else "**missed**"
+        out.append([f"#{figure.issue}", figure.text, figure.show(values), figure.target, verdict])
     return out
 
 
@@ -162,12 +249,13 @@ def markdown(quick: bool = False) -> str:
     service = _load("service", quick)
     when = service.get("machine", {}).get("when", "never")
     lines = [
-        "| figure | now | target | |",
-        "|---|---|---|---|",
+        "| issue | figure | now | target | |",
+        "|---|---|---|---|---|",
         *("| " + " | ".join(row) + " |" for row in rows(quick)),
         "",
         f"From bench/results/{'*-quick' if quick else '*'}.json (service benchmark run {when}); "
-        "ratios are the claims, absolute figures move with the machine.",
+        "ratios are the claims, absolute figures move with the machine. *reported*: a figure "
+        "with no target; *not measured*: no result for it yet.",
     ]
     return "\n".join(lines)
 
@@ -192,6 +280,9 @@ def blocks(quick: bool) -> dict[str, str]:
         "service": service.strip(),
         "compare": compare.split("\n", 1)[1].strip() if compare else "",
         "store": _body("store", quick),
+        "startup": _body("startup", quick),
+        "first_event": _body("first_event", quick),
+        "streams": _body("streams", quick),
     }
 
 
@@ -212,6 +303,6 @@ def update_readmes(quick: bool) -> None:
 def write(quick: bool) -> str:
     text = markdown(quick)
     (RESULTS / f"summary{'-quick' if quick else ''}.md").write_text(
-        "# Issue #10's targets\n\n" + text + "\n", encoding="utf-8"
+        "# Issues #10's and #29's targets\n\n" + text + "\n", encoding="utf-8"
     )
     return text

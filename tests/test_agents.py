@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.agents import NOT_YET, apply_profile, parse_agents
+from app.agents import PROFILE_FIELDS, apply_profile, parse_agents
 from app.runs.spec import RunRequest
 from app.settings import Settings
 
@@ -81,22 +81,41 @@ def test_a_bad_profile_is_refused_naming_the_profile_and_the_field(
         Settings(_env_file=None, agents=value)
 
 
-SAMPLES = {"output_schema": {"type": "object"}, "agents": {"helper": {"description": "Helps."}}}
-"""A value of each field DESIGN §14 lists that runs may not take yet (typed answers, sub-agents)."""
+SAMPLES = {
+    "agents": {"helper": {"description": "Helps."}},
+    "output_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+}
+"""A value of the fields DESIGN §14 lists that runs took last (typed answers, sub-agents)."""
 
 
-@pytest.mark.parametrize("field", sorted(NOT_YET))
-def test_a_field_runs_do_not_take_yet_is_refused_and_one_they_take_is_a_default(
-    field: str,
-) -> None:
+def test_every_field_design_lists_for_a_profile_is_one_runs_take() -> None:
+    assert [f for f in PROFILE_FIELDS if f not in RunRequest.model_fields] == []
+
+
+@pytest.mark.parametrize("field", sorted(SAMPLES))
+def test_a_profiles_value_of_a_field_runs_take_is_their_default(field: str) -> None:
     value = {"x": {"description": "d", field: SAMPLES[field]}}
-    if field not in RunRequest.model_fields:  # refused, never ignored: no half-applied profile
-        with pytest.raises(ValueError, match=f"profile 'x': {field}: not supported yet"):
-            parse_agents(value)
-        return
-    (profile,) = parse_agents(value).values()  # once runs take it, profiles do, unchanged
+    (profile,) = parse_agents(value).values()
     run = apply_profile(RunRequest.model_validate({"task": "t", "agent": "x"}), profile)
     assert getattr(run, field) == getattr(profile.defaults, field)
+
+
+SCHEMA = {"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}}}
+
+
+def test_a_profiles_output_schema_is_a_default_the_request_may_replace() -> None:
+    (profile,) = parse_agents({"x": {"description": "d", "output_schema": SCHEMA}}).values()
+    assert profile.fields == ["output_schema"]
+    run = apply_profile(RunRequest.model_validate({"task": "t", "agent": "x"}), profile)
+    assert run.output_schema == SCHEMA
+    own = {"type": "string"}
+    request = RunRequest.model_validate({"task": "t", "agent": "x", "output_schema": own})
+    assert apply_profile(request, profile).output_schema == own
+
+
+def test_a_profiles_output_schema_is_validated_as_the_request_field() -> None:
+    with pytest.raises(ValueError, match="profile 'x': output_schema: Input should be a valid"):
+        parse_agents({"x": {"description": "d", "output_schema": [1]}})
 
 
 def test_every_problem_is_named_at_once() -> None:

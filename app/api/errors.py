@@ -17,6 +17,7 @@ from starlette.routing import Match
 
 from app.engine.errors import FinishlineError
 from app.runs.errors import (
+    AmbiguousCallError,
     IdempotencyConflictError,
     InvalidRunError,
     QueueFullError,
@@ -28,6 +29,7 @@ from app.runs.errors import (
     RunsError,
     RunUnreadableError,
     ShuttingDownError,
+    StoreUnavailableError,
     TooManyMessagesError,
 )
 
@@ -93,12 +95,14 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunNotEndedError: (409, "run_not_ended"),
     RunAlreadyEndedError: (409, "run_already_ended"),
     RunNotWaitingError: (409, "run_not_waiting"),
+    AmbiguousCallError: (409, "ambiguous_call"),  # a call id several runs of a tree wait on
     RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),
     QueueFullError: (429, "queue_full"),
     QuotaExceededError: (429, "quota_exceeded"),
     TooManyMessagesError: (429, "too_many_messages"),
     ShuttingDownError: (503, "shutting_down"),
+    StoreUnavailableError: (503, "store_unavailable"),  # Redis away: try again, Retry-After
 }
 
 STATUS_TYPES = {
@@ -180,7 +184,7 @@ async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunsError)
     status, type_ = runs_error_status(exc)
     headers = None
-    if isinstance(exc, QueueFullError | QuotaExceededError):  # when to try again
+    if isinstance(exc, QueueFullError | QuotaExceededError | StoreUnavailableError):
         headers = {"Retry-After": str(exc.retry_after_s)}
     return error_response(status, type_, exc.message, exc.details, headers)
 

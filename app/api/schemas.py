@@ -71,6 +71,13 @@ class DecisionIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     call_id: str = Field(max_length=200, description="The call, as in `pending_approvals`.")
+    run_id: str | None = Field(
+        None,
+        pattern=r"^run_[0-9A-Z]{26}$",
+        description="The run whose call it is, as in `pending_approvals` (a sub-agent's child "
+        "run, DESIGN §15); needed only when several runs of the tree wait on the same call id "
+        "(409 ambiguous_call otherwise).",
+    )
     approve: bool = Field(description="true: the call runs; false: the model is told it did not.")
     message: str | None = Field(
         None,

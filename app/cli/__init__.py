@@ -142,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON list of replies for the scripted model ('-': stdin); implies --model scripted",
     )
     run.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema file ('-': stdin) the answer must validate against: the run is "
+        "done when it does, and its output is shown as JSON",
+    )
+    run.add_argument(
         "--follow",
         action=argparse.BooleanOptionalAction,
         default=True,

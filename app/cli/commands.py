@@ -70,16 +70,21 @@ def report(err: Console, exc: CliError) -> None:
 # -- run --------------------------------------------------------------------------------------
 
 
-def load_script(source: str) -> list[Any]:
-    """The scripted model's replies: a JSON list, from a file or '-' (stdin)."""
+def load_json(source: str, option: str) -> Any:
+    """The JSON in a file, or in stdin for '-'; UsageError naming `option` when it is not."""
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"--script: cannot read {source}: {exc.strerror}") from None
+        raise UsageError(f"{option}: cannot read {source}: {exc.strerror}") from None
     try:
-        script = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"--script: {source} is not JSON: {exc}") from None
+        raise UsageError(f"{option}: {source} is not JSON: {exc}") from None
+
+
+def load_script(source: str) -> list[Any]:
+    """The scripted model's replies: a JSON list, from a file or '-' (stdin)."""
+    script = load_json(source, "--script")
     if not isinstance(script, list):
         raise UsageError(f"--script: {source} must hold a JSON list of replies")
     return script
@@ -107,6 +112,8 @@ def run_body(args: argparse.Namespace) -> dict[str, Any]:
         body["metadata"] = dict(args.metadata)
     if args.script is not None:
         body["model_script"] = load_script(args.script)
+    if args.output_schema is not None:  # the service says what is wrong with it, if anything
+        body["output_schema"] = load_json(args.output_schema, "--output-schema")
     return body
 
 

@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     API_ERROR = 9  # the service answered with an error (4xx/5xx), printed with its message
     UNREACHABLE = 10  # cannot connect, or the stream was lost and reconnecting failed
     COST_BUDGET = 11
+    INVALID_OUTPUT = 12  # the answers kept failing the run's output_schema
     DETACHED = 130  # Ctrl-C while following, run left going
 
 
@@ -35,6 +36,7 @@ REASON_EXIT_CODES: dict[StopReason, ExitCode] = {
     StopReason.TOKEN_BUDGET: ExitCode.TOKEN_BUDGET,
     StopReason.COST_BUDGET: ExitCode.COST_BUDGET,
     StopReason.NUDGE_LIMIT: ExitCode.NUDGE_LIMIT,
+    StopReason.INVALID_OUTPUT: ExitCode.INVALID_OUTPUT,
     StopReason.CANCELLED: ExitCode.CANCELLED,
     StopReason.ERROR: ExitCode.FAILED,
 }
@@ -72,6 +74,7 @@ exit codes:
   9    the service answered with an error (its message is printed)
   10   cannot connect to the service, or the event stream was lost
   11   the run ended with cost_budget
+  12   the run ended with invalid_output (its answers failed the output schema)
   130  detached with Ctrl-C; the run goes on
 
 environment:

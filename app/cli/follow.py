@@ -6,6 +6,12 @@ When `decide` is given (a terminal to answer on), a run that asks for a person's
 Ctrl-C asks whether to cancel the run. Yes: POST its cancel, then keep following to show the
 end (exit code of that end, normally 7). No (or a second Ctrl-C, or no terminal to answer
 on): detach, print how to resume, exit 130; the run goes on.
+
+With a renderer that nests (`finishline events --follow`), a sub-agent's child run (DESIGN
+§15) is followed when its `agent.started` arrives, to its end, with a renderer one level
+deeper (its own children likewise), then the parent is followed on from where it was;
+children started together are shown one after the other. Ctrl-C in a child is about the run
+followed at the top.
 """
 
 from __future__ import annotations
@@ -54,14 +60,18 @@ def follow_run(
     reconnect: Reconnect | None = None,
     on_event: EventHook | None = None,
     decide: Confirm | None = None,
+    depth: int = 0,
 ) -> ExitCode:
     """Show the run's events after seq `after` through its terminal event; the exit code
     of how it ended, or DETACHED when the user leaves it going. `decide`: ask about the
-    calls the run waits on (approve or not)."""
+    calls the run waits on (approve or not). `depth` > 0: a child run followed for its
+    parent (a Ctrl-C is the parent's)."""
     last, ended = after, None
     asked: set[str] = set()
+    followed: set[str] = set()
     while True:
         asking = False
+        child: str | None = None
         try:
             with (
                 renderer.live(),
@@ -85,6 +95,22 @@ def follow_run(
                     ):
                         asking = True  # leave the live display to ask
                         break
+                    child = _child_of(event, renderer, followed)
+                    if child is not None:  # follow it first, then this run on
+                        break
+            if child is not None:
+                nested = renderer.nested()  # type: ignore[attr-defined]
+                follow_run(
+                    api,
+                    child,
+                    nested,
+                    err=err,
+                    confirm=confirm,
+                    reconnect=reconnect,
+                    decide=decide,
+                    depth=depth + 1,
+                )
+                continue
             if not asking:
                 raise AssertionError(
                     "follow_events ended without a terminal event"
@@ -92,6 +118,8 @@ def follow_run(
             assert decide is not None
             _ask_approvals(api, run_id, decide, err, asked)
         except KeyboardInterrupt:
+            if depth > 0:  # a child followed for its parent: the parent's Ctrl-C
+                raise
             if ended is not None:  # too late to cancel: its end is already shown
                 return ended
             err.print()
@@ -104,6 +132,18 @@ def follow_run(
                 )
                 return ExitCode.DETACHED
             _cancel(api, run_id, err)
+
+
+def _child_of(event: Event, renderer: Renderer, followed: set[str]) -> str | None:
+    """The child run to follow now: one an `agent.started` names, not followed yet, when the
+    renderer nests."""
+    child = event.get("child_run_id")
+    if event.get("type") != "agent.started" or not child or not hasattr(renderer, "nested"):
+        return None
+    if child in followed:  # (a call redone after a takeover names its child again)
+        return None
+    followed.add(child)
+    return str(child)
 
 
 def _ask_approvals(api: Api, run_id: str, decide: Confirm, err: Console, asked: set[str]) -> None:

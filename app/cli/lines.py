@@ -1,4 +1,6 @@
-"""Events one line each (`finishline events`), or as JSON lines (`--json`)."""
+"""Events one line each (`finishline events`), or as JSON lines (`--json`). Following a run,
+a sub-agent's child run is followed too, its lines indented under the call that started it
+(`nested`)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,11 @@ def event_summary(event: Event) -> str:
         ]
         marks = f" [{' '.join(flags)}]" if flags else ""
         return f"{event.get('tool')}{marks} → {one_line(str(event.get('content', '')), 160)}"
+    if kind == EventType.AGENT_STARTED:
+        run = event.get("child_run_id") or "a remote agent"
+        return f"{event.get('agent')} → {run}"
+    if kind == EventType.AGENT_FINISHED:
+        return f"{event.get('agent')} {event.get('status')} ({event.get('reason')})"
     if kind == EventType.INTERVENTION:
         return f"{event.get('kind')}: {one_line(str(event.get('message', '')), 160)}"
     if kind == EventType.LLM_CALL:
@@ -71,17 +78,24 @@ def event_summary(event: Event) -> str:
 
 
 class LineRenderer:
-    """`seq time step type summary`, one line each, cut to the console's width."""
+    """`seq time step type summary`, one line each, cut to the console's width; a child
+    run's lines are indented by its depth in the tree."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, depth: int = 0) -> None:
         self.console = console
+        self.depth = depth
 
     def live(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    def nested(self) -> LineRenderer:
+        """The renderer of a child run: one level deeper."""
+        return LineRenderer(self.console, self.depth + 1)
+
     def show(self, event: Event) -> None:
         style = "red" if event.get("is_error") or event.get("type") == EventType.RUN_FAILED else ""
         line = Text.assemble(
+            ("│ " * self.depth, "magenta"),
             (f"{event.get('seq', ''):>4} ", "dim"),
             (f"{local_time(event.get('ts'), '%H:%M:%S')} ", "dim"),
             (f"s{event.get('step', 0):<3}", "dim"),
@@ -99,6 +113,10 @@ class JsonRenderer:
 
     def live(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
+
+    def nested(self) -> JsonRenderer:
+        """A child run's events are lines of their own too (each names its run_id)."""
+        return self
 
     def show(self, event: Event) -> None:
         print_raw(self.console, json.dumps(event, ensure_ascii=False))

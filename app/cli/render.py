@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from rich.console import Console, Group, RenderableType
+from rich.json import JSON
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -61,17 +62,31 @@ def _row(label: str, style: str, body: RenderableType) -> Table:
 
 
 def answer_panel(result: dict[str, Any]) -> RenderableType:
+    """The answer; a typed one (a run with an output_schema) as its value, in indented JSON."""
     answer = result.get("answer")
     degraded = bool(result.get("degraded"))
     if answer is None:
         return Text("(no answer)", style="dim")
-    title = "answer (degraded)" if degraded else "answer"
+    typed = "output" in result and not result.get("output_errors")
+    title = ("output" if typed else "answer") + (" (degraded)" if degraded else "")
+    body: RenderableType = Text(answer)
+    if typed:
+        body = JSON(json.dumps(result["output"], ensure_ascii=False), indent=2)
     return Panel(
-        Text(answer),
+        body,
         title=title,
         title_align="left",
         border_style="yellow" if degraded else "green",
     )
+
+
+def output_errors_text(errors: list[dict[str, Any]]) -> Text:
+    """Why a typed answer failed its schema: a line per error, its JSON path first."""
+    text = Text()
+    for n, error in enumerate(errors):
+        text.append(("\n" if n else "") + str(error.get("path")), style="bold")
+        text.append(f"  {error.get('message')}")
+    return text
 
 
 def ending_rows(
@@ -84,6 +99,9 @@ def ending_rows(
     rows: list[RenderableType] = []
     if result is not None:
         rows.append(answer_panel(result))
+        if result.get("output_errors"):
+            errors = output_errors_text(result["output_errors"])
+            rows.append(_row("not valid", "bold red", errors))
         reason = Text(str(result.get("reason")), style="bold")
         if result.get("degraded"):
             reason.append("  DEGRADED", style="bold yellow")
@@ -170,6 +188,8 @@ class RunRenderer:
             EventType.OBSERVATION: self._observation,
             EventType.INTERVENTION: self._intervention,
             EventType.USER_MESSAGE: self._user_message,
+            EventType.AGENT_STARTED: self._agent_started,
+            EventType.AGENT_FINISHED: self._agent_finished,
             **dict.fromkeys(TERMINAL_EVENT_TYPES, self._terminal),
         }
 
@@ -285,6 +305,24 @@ class RunRenderer:
         body.append("\n" + " · ".join(notes), style="dim")
         label, style = ("error", "bold red") if is_error else ("observation", "bold green")
         self._print(_row(label, style, body))
+
+    def _agent_started(self, event: Event) -> None:
+        child = event.get("child_run_id")
+        where = f"child run {child}" if child else "a remote agent"
+        body = Text.assemble((str(event.get("agent")), "bold"), f" started: {where}")
+        if child:
+            body.append(f"\nfollow it: finishline events {child} --follow", style="dim")
+        self._print(_row("sub-agent", "bold magenta", body))
+
+    def _agent_finished(self, event: Event) -> None:
+        status = str(event.get("status"))
+        body = Text.assemble(
+            (str(event.get("agent")), "bold"),
+            " ",
+            (status, STATUS_STYLES.get(status, "")),
+            f" ({event.get('reason')})",
+        )
+        self._print(_row("sub-agent", "bold magenta", body))
 
     def _intervention(self, event: Event) -> None:
         text = Text.assemble(

@@ -118,6 +118,8 @@ def run_detail(run: dict[str, Any]) -> RenderableType:
         *(t.get("name", "?") for t in run.get("http_tools", [])),
     ]
     facts.add_row("tools", ", ".join(tools) or "none")
+    if run.get("output_schema") is not None:
+        facts.add_row("schema", Text(_value(run["output_schema"])))
     facts.add_row("created", local_time(run.get("created_at")))
     facts.add_row("started", local_time(run.get("started_at")))
     facts.add_row("ended", local_time(run.get("ended_at")) + _duration(run))

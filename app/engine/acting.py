@@ -14,18 +14,19 @@ outcome is unknown, and the model decides what to do.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
+from app.engine.children import Delegation, outcome_of
 from app.engine.context import RunContext
+from app.engine.delegating import AgentTool, ChildOutcome
 from app.engine.guard import CancelRequestedError, DeadlineError, abandon
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
-from app.engine.ports import Message, Reply, Tool, ToolCall, ToolSpec
-from app.engine.prompts import TASK_FINISHED, Prompts
-from app.engine.replycap import restored_call
+from app.engine.ports import Reply, ToolCall
+from app.engine.prompts import TASK_FINISHED
+from app.engine.specs import only_finish
 from app.engine.steps import Action, ApprovalRequested, Intervention, Observation, Step
-from app.engine.tokens import estimate_tokens
 from app.engine.toolcalls import (
     CallResult,
     PreparedCall,
@@ -36,77 +37,15 @@ from app.engine.toolcalls import (
     timed_out,
 )
 from app.engine.truncate import truncate
-
-
-@functools.lru_cache(maxsize=32)  # prompt sets are made at start-up: a handful
-def task_finished_spec(prompts: Prompts) -> ToolSpec:
-    """The stop tool's spec in `prompts`' language: made once per prompt set, shared."""
-    return ToolSpec(
-        name=TASK_FINISHED,
-        description=prompts.task_finished_description,
-        parameters={
-            "type": "object",
-            "properties": {
-                "answer": {"type": "string", "description": prompts.task_finished_answer}
-            },
-            "required": ["answer"],
-            "additionalProperties": False,
-        },
-    )
-
-
-@functools.lru_cache(maxsize=32)  # prompt sets are made at start-up: a handful
-def _finish_spec_tokens(prompts: Prompts) -> int:
-    return _estimate_specs([task_finished_spec(prompts)])
-
-
-def _estimate_specs(specs: Sequence[ToolSpec]) -> int:
-    return estimate_tokens([{"content": str(s.to_openai())} for s in specs])
-
-
-def tool_specs(
-    tools: Sequence[Tool], stop_tool: bool, prompts: Prompts
-) -> tuple[list[ToolSpec], int]:
-    """The specs sent with each LLM call (the tools', then task_finished's when the stop
-    tool is on) and their estimated tokens; task_finished's estimate is made once."""
-    specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools]
-    tokens = _estimate_specs(specs)
-    if stop_tool:
-        specs.append(task_finished_spec(prompts))
-        tokens += _finish_spec_tokens(prompts)
-    return specs, tokens
-
+from app.engine.typed import (
+    CheckedAnswer,
+    check_argument,
+    invalid_answer_text,
+    rejected,
+)
 
 _NONE: frozenset[str] = frozenset()
-
-
-def only_finish(calls: tuple[ToolCall, ...]) -> bool:
-    """Whether every call is of task_finished (`all(...)` without a generator: per step)."""
-    for call in calls:  # noqa: SIM110 (a generator per step costs more than this loop)
-        if call.name != TASK_FINISHED:
-            return False
-    return True
-
-
-def assistant_message(reply: Reply) -> Message:
-    return {
-        "role": "assistant",
-        "content": reply.content,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in reply.tool_calls
-        ],
-    }
-
-
-def reply_of(message: Message) -> Reply:
-    """The reply an assistant message with tool calls came from (`assistant_message`'s
-    inverse), for a step redone after an interruption."""
-    calls = tuple(
-        restored_call(ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]))
-        for c in message.get("tool_calls") or ()
-    )
-    return Reply(content=message.get("content"), tool_calls=calls)
+_NONE_REJECTED: frozenset[int] = frozenset()
 
 
 class ToolStep:
@@ -119,7 +58,14 @@ class ToolStep:
         self.reply = reply
         self.redo = redo
         self.finished: str | None = None
-        """The answer, when the model called task_finished alone with valid arguments."""
+        """The answer, when the model called task_finished alone with valid arguments (with
+        an output schema: an answer that validates, as JSON text; its value is `output`)."""
+        self.output: Any = None
+        self.invalid: CheckedAnswer | None = None
+        """With an output schema: the reply's answer that failed it, when none validated."""
+        self.invalid_ends = False
+        """The invalid answer was the model's last try (`max_output_retries`)."""
+        self._rejected: list[tuple[PreparedCall, CheckedAnswer]] = []
         self._shown: dict[int, str] = {}
         self.pending: list[PendingCall] = []
         """Calls of tools that need approval: not executed, waiting for a person."""
@@ -145,17 +91,21 @@ class ToolStep:
                 yield ApprovalRequested(st.step, call.id, call.name, item.arguments)
         if self.finished is not None:
             return
+        rejected = self._rejection() if self._rejected else _NONE_REJECTED
         waiting = {p.call_id for p in self.pending} if self.pending else _NONE
         st.pending = list(self.pending)
         st.tool_calls += counted
 
         runnable: list[int] = []
+        children: Delegation | None = None
         try:
             for index, item in enumerate(prepared):
                 if not item.runnable:
                     if item.repeated:
                         self.run.log.info("intervened", kind=InterventionKind.REPETITION.value)
                         yield Intervention(st.step, InterventionKind.REPETITION, item.reply or "")
+                    elif id(item) in rejected:
+                        yield run.intervention(InterventionKind.INVALID_OUTPUT, item.reply or "")
                     yield self._observe(index, item, CallResult(item.reply or "", item.is_error, 0))
                     continue
                 if item.call.id in waiting:
@@ -167,18 +117,38 @@ class ToolStep:
                 if index not in self._shown:
                     runnable.append(index)
             try:
-                if len(runnable) == 1:  # the common case: no task needed
+                agents = {
+                    i: (prepared[i].call, tool)
+                    for i in runnable
+                    if isinstance(tool := prepared[i].tool, AgentTool)
+                }
+                if agents:  # sub-agents: their child runs start first (DESIGN §15)
+                    children = Delegation(run, agents)
+                    async for index, started in children.start():
+                        if isinstance(started, CallResult):  # not started: the model is told
+                            runnable.remove(index)
+                            yield self._observe(index, prepared[index], started)
+                        else:
+                            yield started
+                if len(runnable) == 1 and children is not None and runnable[0] in children.handles:
+                    index = runnable[0]
+                    outcome = await children.wait_alone(index)
+                    for step in self._child_ended(children, index, prepared[index], outcome):
+                        yield step
+                elif len(runnable) == 1:  # the common case: no task needed
                     index = runnable[0]
                     result = await self._execute_alone(prepared[index])
                     yield self._observe(index, prepared[index], result)
                 elif runnable:
-                    async for observation in self._execute_concurrently(prepared, runnable):
-                        yield observation
+                    async for step in self._execute_concurrently(prepared, runnable, children):
+                        yield step
             except (CancelRequestedError, DeadlineError) as exc:
+                if children is not None:
+                    children.stop_unfinished()
                 cancelled = isinstance(exc, CancelRequestedError)
                 reason = StopReason.CANCELLED if cancelled else StopReason.TIMEOUT
                 for index in runnable:
-                    if index not in self._shown:
+                    if index not in self._shown and not self._waits(prepared[index]):
                         item = prepared[index]
                         text = run.prompts.call_interrupted.format(
                             tool=item.call.name, reason=reason.value
@@ -196,11 +166,40 @@ class ToolStep:
                         }
                     )
 
+    def _rejection(self) -> set[int]:
+        """The reply's answers all failed the output schema: one more invalid answer for the
+        run; each call is told its errors and the tries left (0: the run ends)."""
+        self.invalid = self._rejected[-1][1]
+        left, self.invalid_ends = rejected(self.run, self.invalid)
+        for item, checked in self._rejected:
+            item.reply = invalid_answer_text(self.run.prompts.invalid_output, checked, left)
+        return {id(item) for item, _ in self._rejected}
+
+    def _waits(self, item: PreparedCall) -> bool:
+        """Whether the call waits on a child that waits for a person (no result yet)."""
+        return any(p.call_id == item.call.id for p in self.pending)
+
+    def _child_ended(
+        self, children: Delegation, index: int, item: PreparedCall, outcome: ChildOutcome
+    ) -> list[Step]:
+        """A sub-agent call's child is done for now: ended (its `agent.finished` and the
+        observation), or waiting for a person (the run will wait on the call too)."""
+        steps, result = children.finish(index, outcome)
+        if result is None:
+            self.pending.append(children.waiting_call(index, outcome, item.arguments))
+            self.run.state.pending = list(self.pending)
+            return steps
+        return [*steps, self._observe(index, item, result)]
+
     def _redone(
         self, index: int, item: PreparedCall, recorded: Mapping[str, CallResult]
     ) -> Observation | None:
         """A call of a step redone after an interruption: its recorded result (not logged
-        again: None), nothing for an idempotent tool (it runs again), else outcome unknown."""
+        again: None), nothing for an idempotent tool (it runs again) or a sub-agent (its
+        child is found again: its usage counts, its end is logged again), else outcome
+        unknown."""
+        if isinstance(item.tool, AgentTool):  # re-attaches to its child: never a second one
+            return None
         result = recorded.get(item.call.id)
         if result is not None:
             self._observe(index, item, result)
@@ -226,28 +225,53 @@ class ToolStep:
             return timed_out(item, run.limits.tool_timeout_s, run.prompts)
 
     async def _execute_concurrently(
-        self, prepared: list[PreparedCall], runnable: list[int]
-    ) -> AsyncIterator[Observation]:
-        """Run the calls in tasks of their own; observe each as it ends. On a cancel or the
-        deadline, the unfinished ones are abandoned (the caller reports them interrupted)."""
+        self, prepared: list[PreparedCall], runnable: list[int], children: Delegation | None
+    ) -> AsyncIterator[Step]:
+        """Run the calls in tasks of their own (a sub-agent call awaits its child, bounded
+        by the run's deadline alone); observe each as it ends. While only children are left,
+        the run's slot is lent. On a cancel or the deadline, the unfinished ones are abandoned
+        (the caller reports them interrupted)."""
         limits, ctx, prompts = self.run.limits, self.run.tool_ctx, self.run.prompts
-        tasks = {
-            asyncio.ensure_future(
-                execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)
-            ): i
-            for i in runnable
-        }
+        handles = children.handles if children is not None else {}
+        tasks: dict[asyncio.Future[CallResult | ChildOutcome], int] = {}
+        for i in runnable:
+            work = (
+                outcome_of(handles[i])
+                if i in handles
+                else execute_within(prepared[i], ctx, limits.tool_timeout_s, prompts)
+            )
+            tasks[asyncio.ensure_future(work)] = i
         pending = set(tasks)
         try:
             while pending:
-                done = await self.run.guard.wait_any(pending, self.run.deadline)
+                idle = children is not None and children.only_children(tasks[t] for t in pending)
+                done = await self._wait(pending, idle)
                 for task in sorted(done, key=tasks.__getitem__):
                     pending.discard(task)
                     index = tasks[task]
-                    yield self._observe(index, prepared[index], task.result())
+                    result = task.result()
+                    if isinstance(result, ChildOutcome):
+                        assert children is not None
+                        for step in self._child_ended(children, index, prepared[index], result):
+                            yield step
+                    else:
+                        yield self._observe(index, prepared[index], result)
         finally:
             for task in pending:
                 abandon(task)
+
+    async def _wait(
+        self, pending: set[asyncio.Future[CallResult | ChildOutcome]], idle: bool
+    ) -> set[asyncio.Future[CallResult | ChildOutcome]]:
+        """Until one of `pending` is done; `idle` (children alone): the run's slot is lent."""
+        port = self.run.subagents if idle else None
+        if port is not None:
+            port.lend()
+        try:
+            return await self.run.guard.wait_any(pending, self.run.deadline)
+        finally:
+            if port is not None:
+                port.reclaim()
 
     def _prepare(self, call: ToolCall, finishing: bool) -> PreparedCall:
         run = self.run
@@ -263,6 +287,17 @@ class ToolStep:
             item.reply = run.prompts.finish_beside_others
         elif arguments is None:
             item.reply = run.prompts.bad_json.format(tool=call.name, error=error)
+        elif run.output is not None:
+            if "answer" not in arguments:
+                problem = "'answer' is a required property"
+                item.reply = run.prompts.bad_arguments.format(tool=call.name, error=problem)
+            elif self.finished is None:
+                checked = check_argument(run.output, arguments["answer"])
+                if checked.valid:
+                    self.finished, self.output = checked.text, checked.output
+                    item.reply, item.is_error = "", False
+                else:
+                    self._rejected.append((item, checked))
         elif not isinstance(arguments.get("answer"), str):
             problem = "'answer' is a required property and must be a string"
             item.reply = run.prompts.bad_arguments.format(tool=call.name, error=problem)

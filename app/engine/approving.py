@@ -6,14 +6,18 @@ tool's call (DESIGN §16) is answered with the client's `result`, not run."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 
+from app.engine.children import begin, ended, wait_for
 from app.engine.context import RunContext
+from app.engine.delegating import AgentTool, ChildCall, ChildOutcome, ChildRefusedError
 from app.engine.guard import CancelRequestedError, DeadlineError
 from app.engine.pending import Decision, PendingCall
 from app.engine.policies import StopReason
 from app.engine.ports import ToolCall
-from app.engine.steps import Observation
+from app.engine.steps import AgentFinished, Observation
 from app.engine.toolcalls import CallResult, PreparedCall, execute, timed_out
 from app.engine.truncate import truncate
 
@@ -22,16 +26,32 @@ NO_DECISION = "no decision was given"
 
 async def settle_pending(
     run: RunContext, decisions: Mapping[str, Decision]
-) -> AsyncIterator[Observation]:
+) -> AsyncIterator[Observation | AgentFinished]:
     """Settle `run.state.pending`; every pending call gets its tool message, even when the
-    run is cancelled or passes its deadline meanwhile (then the exception propagates)."""
+    run is cancelled or passes its deadline meanwhile (then the exception propagates). A
+    sub-agent call waits on its child again (it was waiting for a person, DESIGN §15): one
+    whose child waits again stays pending (`run.state.pending`), without a tool message."""
     st = run.state
     pending, st.pending = st.pending, []
     shown: dict[str, str] = {}
+    again: list[PendingCall] = []
     try:
         for call in pending:
             try:
-                result = await _settle(run, call, decisions.get(call.call_id))
+                if call.child_run_id is not None:
+                    began = time.perf_counter()
+                    outcome = await _rejoin(run, call)
+                    if outcome.waiting:
+                        again.append(replace(call, waits_on=outcome.waits_on))
+                        continue
+                    waited = time.perf_counter() - began
+                    steps, result = ended(
+                        run, call.call_id, call.tool, call.child_run_id, outcome, waited
+                    )
+                    for step in steps:
+                        yield step  # type: ignore[misc]  # (agent.finished)
+                else:
+                    result = await _settle(run, call, decisions.get(call.call_id))
             except (CancelRequestedError, DeadlineError) as exc:
                 reason = (
                     StopReason.CANCELLED
@@ -47,13 +67,30 @@ async def settle_pending(
                 raise
             yield _observe(run, call, result, shown)
     finally:
+        st.pending = again
         for call in pending:
+            if call in again:
+                continue
             content = shown.get(call.call_id)
             if content is None:
                 content = run.prompts.call_interrupted.format(
                     tool=call.tool, reason=StopReason.CANCELLED.value
                 )
             st.append({"role": "tool", "tool_call_id": call.call_id, "content": content})
+
+
+async def _rejoin(run: RunContext, call: PendingCall) -> ChildOutcome:
+    """A sub-agent call resumed: found again (never started twice), and awaited."""
+    tool = run.tools.get(call.tool)
+    if not isinstance(tool, AgentTool):  # the run's tools are fixed at creation
+        return ChildOutcome("failed", "error", error=f"{call.tool} is no sub-agent of this run")
+    task = str(call.arguments.get("task", ""))
+    child = ChildCall(call.call_id, run.state.step, call.tool, task, run.deadline - run.clock())
+    try:
+        handle = await begin(run, tool, child)
+    except ChildRefusedError as exc:
+        return ChildOutcome("failed", "error", error=exc.message)
+    return await wait_for(run, handle)
 
 
 async def _settle(run: RunContext, call: PendingCall, decision: Decision | None) -> CallResult:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from app.engine.context import RunContext
 from app.engine.errors import LLMError, LLMTimeoutError
 from app.engine.guard import DeadlineError
-from app.engine.policies import StopReason, prompt_over_cost_budget
+from app.engine.policies import StopReason, day_spent, prompt_over_cost_budget
 from app.engine.ports import Reply, ToolSpec
 from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
 from app.engine.tokens import estimate_reply_tokens
@@ -35,8 +35,12 @@ async def ask(
     thought, then the `Reply`. Retries transient failures with backoff (Retry-After wins),
     never sleeping past `deadline`; raises LLMError when it gives up, DeadlineError when
     `deadline` interrupts the call, CancelRequestedError on a cancel. `force_tool`: the tool
-    the reply must call, where the model can be forced (a planning call)."""
+    the reply must call, where the model can be forced (a planning call). With an output
+    schema, a call whose reply may be the answer (the final call; every call with the stop
+    tool off) asks for JSON matching it, where the model can be asked."""
     st, limits = run.state, run.limits
+    output = run.output
+    schema = output.schema if output is not None and (final or not limits.stop_tool) else None
     attempt = 0
     while True:
         call_deadline = min(run.clock() + limits.llm_timeout_s, deadline)
@@ -48,7 +52,11 @@ async def ask(
                 deltas: asyncio.Queue[str] = asyncio.Queue()
                 task = asyncio.ensure_future(
                     run.model.complete(
-                        st.messages, specs, on_delta=deltas.put_nowait, force_tool=force_tool
+                        st.messages,
+                        specs,
+                        on_delta=deltas.put_nowait,
+                        force_tool=force_tool,
+                        answer_schema=schema,
                     )
                 )
                 async for delta in run.guard.stream(task, deltas, call_deadline):
@@ -56,7 +64,9 @@ async def ask(
                 reply = task.result()
             else:
                 with run.guard.scope(call_deadline):
-                    reply = await run.model.complete(st.messages, specs, force_tool=force_tool)
+                    reply = await run.model.complete(
+                        st.messages, specs, force_tool=force_tool, answer_schema=schema
+                    )
         except DeadlineError:
             if bounded_by_run:
                 raise
@@ -128,4 +138,22 @@ def prompt_over_budget(run: RunContext) -> StopReason | None:
     tokens = run.state.prompt_estimate + run.spec_tokens
     if limits.max_context_tokens is not None:
         tokens = min(tokens, limits.max_context_tokens)
-    return prompt_over_cost_budget(run.state.cost_usd, price.prompt_cost(tokens), limits)
+    return prompt_over_cost_budget(run.state.tree_cost_usd, price.prompt_cost(tokens), limits)
+
+
+def budget_spent(run: RunContext) -> StopReason | None:
+    """Top of a step, before its call: the next prompt alone would pass the run's cost budget
+    (`prompt_over_budget`), or the run's API key has spent its day (its quotas, across its
+    runs: `token_budget`, `cost_budget`, as at the run's own budgets)."""
+    return prompt_over_budget(run) or key_day_spent(run)
+
+
+def key_day_spent(run: RunContext) -> StopReason | None:
+    """The reason the run's key's day quotas end it, read through its `allowance`."""
+    if run.allowance is None:
+        return None
+    left = run.allowance()
+    reason = day_spent(left)
+    if reason is not None:
+        run.log.info("key_day_spent", tokens_left=left.tokens, cost_left_usd=left.cost_usd)
+    return reason

@@ -7,9 +7,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.delegating import SubAgents
 from app.engine.guard import Guard
 from app.engine.policies import InterventionKind, Limits
-from app.engine.ports import ChatModel, Clock, Price, ResumableModel, Tool, ToolContext
+from app.engine.ports import (
+    Allowances,
+    ChatModel,
+    Clock,
+    OutputSchema,
+    Price,
+    ResumableModel,
+    Tool,
+    ToolContext,
+)
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.steps import Intervention
@@ -38,6 +48,13 @@ class RunContext:
     """The whole-run deadline by `clock`, set when the run starts."""
     price: Price | None = None
     """The model's price, read once when the run starts; None: its calls are unpriced."""
+    output: OutputSchema | None = None
+    """The schema the run's answer must validate against (DESIGN §12); None: any text."""
+    subagents: SubAgents | None = None
+    """Where the run's sub-agent calls start their child runs (DESIGN §15); None: nowhere."""
+    allowance: Allowances | None = None
+    """What the run's API key may still spend today (its day quotas, DESIGN §13), read at the
+    top of each step; None: no day quota."""
     resumable: ResumableModel | None = field(init=False, default=None)
     """`model`, when it has state of its own for the checkpoints to carry (else None)."""
 

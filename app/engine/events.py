@@ -18,6 +18,8 @@ class EventType(StrEnum):
     LLM_RETRY = "llm.retry"
     ACTION = "action"
     OBSERVATION = "observation"
+    AGENT_STARTED = "agent.started"
+    AGENT_FINISHED = "agent.finished"
     INTERVENTION = "intervention"
     USER_MESSAGE = "user.message"
     APPROVAL_REQUESTED = "approval.requested"

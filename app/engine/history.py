@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.engine.policies import Limits
-from app.engine.ports import Message
+from app.engine.ports import Message, OutputSchema
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
+from app.engine.typed import schema_prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +86,17 @@ def open_conversation(
     prompts: Prompts,
     limits: Limits,
     previous: PreviousRun | None,
+    output: OutputSchema | None = None,
 ) -> None:
     """A fresh run's first messages, into `state`: the system prompt (with the stop-tool
-    prompt when the stop tool is on), a follow-up's inherited conversation (`state.inherited`
-    counts it: the part whose oldest turns `trim` may drop whole), then the task."""
+    prompt when the stop tool is on; else, with an output schema, the prompt that gives it),
+    a follow-up's inherited conversation (`state.inherited` counts it: the part whose oldest
+    turns `trim` may drop whole), then the task."""
     system = system_prompt or ""
     if limits.stop_tool:
         system = f"{system}\n\n{prompts.stop_tool_prompt}".strip()
+    elif output is not None:  # (with the stop tool, task_finished's answer shows it)
+        system = f"{system}\n\n{schema_prompt(prompts, output)}".strip()
     if system:
         state.append({"role": "system", "content": system})
     if previous is not None:

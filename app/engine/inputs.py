@@ -10,10 +10,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from app.engine.delegating import SubAgents
 from app.engine.history import PreviousRun
 from app.engine.pending import Decision
 from app.engine.policies import Limits
-from app.engine.ports import Allowances, ChatModel, Clock, Tool
+from app.engine.ports import Allowances, ChatModel, Clock, OutputSchema, Tool
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.toolcalls import CallResult
@@ -32,6 +33,8 @@ class RunInputs:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     task: str = ""
     system_prompt: str | None = None
+    output: OutputSchema | None = None
+    """The run's `output_schema`, compiled (DESIGN §12); None: the answer is any text."""
 
     async def aclose(self) -> None:
         for closer in self.closers:
@@ -58,6 +61,8 @@ class RunHandles(TypedDict, total=False):
     """A person's decisions on the calls `state` waits on (DESIGN §9)."""
     recorded: Mapping[str, CallResult] | None
     """Results logged before an interruption, by call id (`acting.ToolStep`)."""
+    subagents: SubAgents | None
+    """Where sub-agent calls start child runs (DESIGN §15); none: they are refused."""
     allowance: Allowances | None
     """What the run's API key may still spend today (its day quotas), read at the top of
-    each step and after it; None: the key has no day quota."""
+    each step; None: the key has no day quota."""

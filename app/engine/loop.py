@@ -2,23 +2,22 @@
 
 `run_react(...)` yields typed steps (`app.engine.steps`) and always ends with exactly one
 `Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
-max_steps, nudges, the next prompt's cost, the key's day quotas), around each await (deadline
-and cancel interrupt in-flight LLM and tool calls through `Guard`), and after the step (token
-and cost budgets, then the key's day quotas).
+max_steps, nudges, the next prompt's cost, the key's day), around each await (deadline and
+cancel interrupt in-flight calls through `Guard`), and after the step (token and cost budgets).
+With an output schema, every answer is checked against it (`app.engine.typed`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Unpack
+from typing import Any, Unpack
 
 import structlog
 
-from app.engine.acting import ToolStep, assistant_message, only_finish, reply_of, tool_specs
-from app.engine.acting import task_finished_spec as task_finished_spec  # re-exported
+from app.engine.acting import ToolStep
 from app.engine.approving import settle_pending
-from app.engine.asking import ask, prompt_over_budget
+from app.engine.asking import ask, budget_spent
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
@@ -30,16 +29,17 @@ from app.engine.policies import (
     InterventionKind,
     Limits,
     StopReason,
-    day_spent,
     nudges_exhausted,
     over_budget,
     past_deadline,
     planning_due,
 )
-from app.engine.ports import ChatModel, Reply, Tool, ToolContext
+from app.engine.ports import ChatModel, OutputError, OutputSchema, Reply, Tool, ToolContext
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
+from app.engine.specs import assistant_message, only_finish, reply_of, tool_specs
+from app.engine.specs import task_finished_spec as task_finished_spec  # re-exported
 from app.engine.state import RunState
 from app.engine.steps import (
     Checkpoint,
@@ -51,10 +51,9 @@ from app.engine.steps import (
     UserMessage,
 )
 from app.engine.trim import trim_notice
+from app.engine.typed import CheckedAnswer, check_text, invalid_answer_text, limit_text, rejected
 
 log = structlog.get_logger("finishline.engine")
-
-"""Takes the messages people sent the run since the last call, oldest first (steering)."""
 
 
 def run_react(
@@ -66,13 +65,14 @@ def run_react(
     system_prompt: str | None = None,
     prompts: Prompts | None = None,
     approval: Collection[str] = (),
+    output: OutputSchema | None = None,
     **handles: Unpack[RunHandles],
 ) -> AsyncIterator[Step]:
     """`react` with its inputs as keywords, defaults for all but the task and the model."""
     limits = limits or Limits()
     prompts = prompts or BUILTIN[limits.prompt_language]
     inputs = RunInputs(model, list(tools), limits, prompts, frozenset(approval))
-    inputs.task, inputs.system_prompt = task, system_prompt
+    inputs.task, inputs.system_prompt, inputs.output = task, system_prompt, output
     return react(inputs, **handles)
 
 
@@ -106,14 +106,13 @@ class ReactRun:
         self.ended = False
         self.previous = handles.get("previous")
         self.inbox = handles.get("inbox")
-        self.allowance = handles.get("allowance")
         limits, prompts, tools = inputs.limits, inputs.prompts, inputs.tools
         by_name = {t.name: t for t in tools}
         if len(by_name) != len(tools) or (limits.stop_tool and TASK_FINISHED in by_name):
             raise ValueError("tool names must be unique and must not shadow task_finished")
         if limits.planning_interval is not None and UPDATE_PLAN not in by_name:
             raise ValueError("planning_interval needs the update_plan tool among the tools")
-        self.specs, spec_tokens = tool_specs(tools, limits.stop_tool, prompts)
+        self.specs, spec_tokens = tool_specs(tools, limits.stop_tool, prompts, inputs.output)
         self.started = 0.0
         state = handles.get("state") or RunState()
         clock = handles.get("clock", _system_clock)
@@ -132,6 +131,9 @@ class ReactRun:
             tool_ctx=ToolContext(run_id=handles.get("run_id", ""), plan=state.plan),
             approval=frozenset(inputs.approval),
             price=inputs.model.price,
+            output=inputs.output,
+            subagents=handles.get("subagents"),
+            allowance=handles.get("allowance"),
         )
 
     # -- the loop -----------------------------------------------------------------------
@@ -141,7 +143,8 @@ class ReactRun:
         st, limits = self.run.state, self.run.limits
         if not st.messages:  # a fresh run; else a resumed one, whose model goes on where it was
             previous, prompts = self.previous, self.run.prompts
-            open_conversation(st, self.system_prompt, self.task, prompts, limits, previous)
+            output = self.run.output
+            open_conversation(st, self.system_prompt, self.task, prompts, limits, previous, output)
         st.resume_model(self.run.resumable)
         if self.run.tool_ctx.run_id:
             structlog.contextvars.bind_contextvars(run_id=self.run.tool_ctx.run_id)
@@ -159,6 +162,13 @@ class ReactRun:
                         yield item
                     return
                 yield self._checkpoint()
+                if st.pending:  # a sub-agent's child waits for a person again
+                    yield Suspended(st.step, tuple(st.pending))
+                    return
+                if st.tree_stop is not None:
+                    async for item in self._final_answer(StopReason(st.tree_stop)):
+                        yield item
+                    return
             redo = st.mid_step(limits.stop_tool)  # resumed before its last reply's calls ended
             while True:
                 if redo:  # that step again, under its own number, from its calls
@@ -193,7 +203,7 @@ class ReactRun:
                     self.run.log.info("run_suspended", pending=len(self.suspended.pending))
                     yield self.suspended
                     return
-                budget = over_budget(st.total_tokens, st.cost_usd, limits) or self._day_spent()
+                budget = over_budget(st.tree_tokens, st.tree_cost_usd, limits, st.tree_stop)
                 if budget is not None:
                     async for item in self._final_answer(budget):
                         yield item
@@ -207,18 +217,6 @@ class ReactRun:
         self.checkpointed = (st.step, len(st.messages))
         return Checkpoint(st.step, st.to_checkpoint(run.clock() - self.started, run.resumable))
 
-    def _day_spent(self) -> StopReason | None:
-        """The run's API key has spent its day (its quotas, across its runs): the reason."""
-        if self.allowance is None:
-            return None
-        allowance = self.allowance()
-        reason = day_spent(allowance)
-        if reason is not None:
-            self.run.log.info(
-                "key_day_spent", tokens_left=allowance.tokens, cost_left_usd=allowance.cost_usd
-            )
-        return reason
-
     def _begin_step(self) -> list[Step] | StopReason:
         """The top of a step (a plain call: nothing here awaits): the limit that ends the run
         with a final answer, or the steps: a `Finished` alone, or the step's start and the
@@ -227,9 +225,7 @@ class ReactRun:
         if self.run.guard.cancelled:
             return self._end(StopReason.CANCELLED)
         limit = past_deadline(self.run.clock(), self.run.deadline) or (
-            StopReason.MAX_STEPS
-            if st.step >= limits.max_steps
-            else prompt_over_budget(self.run) or self._day_spent()
+            StopReason.MAX_STEPS if st.step >= limits.max_steps else budget_spent(self.run)
         )
         if limit is not None:
             return limit
@@ -292,8 +288,8 @@ class ReactRun:
             if not reply.tool_calls:
                 st.append({"role": "assistant", "content": reply.content or ""})
                 if not limits.stop_tool:
-                    for ending in self._end(StopReason.ANSWERED, reply.content or ""):
-                        yield ending
+                    for item in self._answered(reply.content or ""):
+                        yield item
                 return
             st.nudges_in_row = 0
             st.append(assistant_message(reply))
@@ -307,10 +303,34 @@ class ReactRun:
         finally:
             st.acting = False
         if acting.finished is not None:
-            for ending in self._end(StopReason.FINISHED, acting.finished):
+            for ending in self._end(StopReason.FINISHED, acting.finished, output=acting.output):
+                yield ending
+        elif acting.invalid is not None and acting.invalid_ends:
+            for ending in self._invalid_output(acting.invalid):
                 yield ending
         elif acting.pending:
             self.suspended = Suspended(st.step, tuple(acting.pending))
+
+    def _answered(self, text: str) -> list[Step]:
+        """A plain reply with the stop tool off: the answer; with an output schema, only JSON
+        that validates (the conversation keeps its JSON text), else an invalid answer."""
+        run, st = self.run, self.run.state
+        if run.output is None:
+            return self._end(StopReason.ANSWERED, text)
+        checked = check_text(run.output, text)
+        if checked.valid:
+            st.replace(len(st.messages) - 1, {"role": "assistant", "content": checked.text})
+            return self._end(StopReason.ANSWERED, checked.text, output=checked.output)
+        left, ended = rejected(run, checked)
+        if ended:
+            return self._invalid_output(checked)
+        told = invalid_answer_text(run.prompts.invalid_output_reply, checked, left)
+        return [run.inject(InterventionKind.INVALID_OUTPUT, told)]
+
+    def _invalid_output(self, checked: CheckedAnswer) -> list[Step]:
+        """The answers kept failing the schema: the run ends with the last one's errors."""
+        errors = checked.errors
+        return self._end(StopReason.INVALID_OUTPUT, checked.text, degraded=True, invalid=errors)
 
     async def _stopped(self, exc: Exception) -> AsyncIterator[Step]:
         """The end of a run that cancel, the deadline or a failing model interrupted."""
@@ -329,7 +349,7 @@ class ReactRun:
             for ending in self._end(reason):
                 yield ending
             return
-        prompt = self.run.prompts.limit_prompt.format(reason=reason.value)
+        prompt = limit_text(self.run.prompts, reason.value, self.run.output)
         yield self.run.inject(LIMIT_INTERVENTIONS[reason], prompt)
         reply: Reply | None = None
         try:
@@ -360,15 +380,21 @@ class ReactRun:
         *,
         degraded: bool = False,
         error: RunError | None = None,
+        output: Any = None,
+        invalid: tuple[OutputError, ...] | None = None,
     ) -> list[Step]:
         """The run's last steps: its final conversation, for a follow-up to start from (when
-        not checkpointed as it is already), then the one `Finished`."""
+        not checkpointed as it is already), then the one `Finished`. With an output schema, a
+        degraded answer (at a limit, at nudge_limit) is checked here: its value, or why not."""
         st = self.run.state
+        if degraded and answer is not None and self.run.output is not None and invalid is None:
+            checked = check_text(self.run.output, answer)
+            answer, output, invalid = checked.text, checked.output, checked.errors or None
         usage = st.usage()
         self.ended = True
         self.run.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
         last: list[Step] = []
         if self.checkpointed != (st.step, len(st.messages)):
             last.append(self._checkpoint())
-        last.append(Finished(st.step, reason, answer, degraded, usage, error))
+        last.append(Finished(st.step, reason, answer, degraded, usage, error, output, invalid))
         return last

@@ -8,19 +8,55 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
-class PendingCall:
-    """A call of a tool that needs approval, not executed: the run waits on it."""
+class ChildApproval:
+    """A call a sub-agent's child run (or one of its own children: `run_id`) waits on: what
+    a person decides for the run that made the sub-agent call too (DESIGN §15)."""
 
     call_id: str
     tool: str
     arguments: dict[str, Any]
+    run_id: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"call_id": self.call_id, "tool": self.tool, "arguments": self.arguments}
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "run_id": self.run_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChildApproval:
+        return cls(data["call_id"], data["tool"], dict(data["arguments"]), data["run_id"])
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A call the run waits on: of a tool that needs approval, not executed; or of a
+    sub-agent whose child run (`child_run_id`) waits for a person on `waits_on`."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    child_run_id: str | None = None
+    waits_on: tuple[ChildApproval, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+        }
+        if self.child_run_id is not None:
+            data["child_run_id"] = self.child_run_id
+            data["waits_on"] = [c.to_dict() for c in self.waits_on]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
-        return cls(data["call_id"], data["tool"], dict(data["arguments"]))
+        waits_on = tuple(ChildApproval.from_dict(c) for c in data.get("waits_on", ()))
+        arguments = dict(data["arguments"])
+        return cls(data["call_id"], data["tool"], arguments, data.get("child_run_id"), waits_on)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ class StopReason(StrEnum):
     TOKEN_BUDGET = "token_budget"  # max_total_tokens spent
     COST_BUDGET = "cost_budget"  # max_cost_usd spent, or the next prompt would pass it
     NUDGE_LIMIT = "nudge_limit"  # max_nudges stop prompts in a row went unheeded
+    INVALID_OUTPUT = "invalid_output"  # answers kept failing output_schema (max_output_retries)
     CANCELLED = "cancelled"  # somebody cancelled the run
     ERROR = "error"  # the model was unreachable after retries, or a bug
 
@@ -40,6 +41,7 @@ class InterventionKind(StrEnum):
     CONTEXT_TRIM = "context_trim"
     PLANNING = "planning"  # a planning call's prompt (plan-then-execute), or its nudge
     COST_BUDGET = "cost_budget"
+    INVALID_OUTPUT = "invalid_output"  # an answer that failed the run's output_schema
 
 
 LIMIT_INTERVENTIONS = {
@@ -134,6 +136,13 @@ class Limits:
         gt=0,
         cap=86400.0,
     )
+    max_output_retries: int = setting(
+        2,
+        "With output_schema: further tries after an answer that fails the schema; the next "
+        "invalid answer ends the run with invalid_output.",
+        ge=0,
+        cap=10,
+    )
     planning_interval: int | None = setting(
         None,
         "Plan-then-execute: a planning call (update_plan) before step 1 and every N steps "
@@ -154,9 +163,15 @@ def nudges_exhausted(nudges_in_row: int, limits: Limits) -> StopReason | None:
     return StopReason.NUDGE_LIMIT if nudges_in_row >= limits.max_nudges else None
 
 
-def over_budget(total_tokens: int, cost_usd: float, limits: Limits) -> StopReason | None:
+def over_budget(
+    total_tokens: int, cost_usd: float, limits: Limits, tree_stop: str | None = None
+) -> StopReason | None:
     """After a step's tools: the run's token budget, then its cost budget. `cost_usd` is what
-    the run's priced calls cost (all of them, unless a call's model had no known price)."""
+    the run's priced calls cost (all of them, unless a call's model had no known price); both
+    include what its ended sub-agents spent. `tree_stop`: a sub-agent ended on the budget it
+    was given from this run's, which ends this run with the same reason (DESIGN §15)."""
+    if tree_stop is not None:
+        return StopReason(tree_stop)
     if limits.max_total_tokens is not None and total_tokens >= limits.max_total_tokens:
         return StopReason.TOKEN_BUDGET
     if limits.max_cost_usd is not None and cost_usd >= limits.max_cost_usd:
@@ -165,8 +180,8 @@ def over_budget(total_tokens: int, cost_usd: float, limits: Limits) -> StopReaso
 
 
 def day_spent(allowance: Allowance) -> StopReason | None:
-    """Top of a step and after its tools: the run's API key has spent its day's tokens, then
-    its day's cost (its quotas, across all its runs): the run ends as at its own budget."""
+    """Top of a step: the run's API key has spent its day's tokens, then its day's cost (its
+    quotas, across all its runs): the run ends as at its own budget."""
     if allowance.tokens is not None and allowance.tokens <= 0:
         return StopReason.TOKEN_BUDGET
     if allowance.cost_usd is not None and allowance.cost_usd <= 0:
@@ -182,6 +197,12 @@ def prompt_over_cost_budget(
     if budget is not None and cost_usd + prompt_cost_usd > budget:
         return StopReason.COST_BUDGET
     return None
+
+
+def output_retries_exhausted(invalid_answers: int, limits: Limits) -> StopReason | None:
+    """After an answer that failed the output schema (`invalid_answers` of them so far): the
+    model had its `max_output_retries` further tries already."""
+    return StopReason.INVALID_OUTPUT if invalid_answers > limits.max_output_retries else None
 
 
 def planning_due(step: int, limits: Limits) -> bool:

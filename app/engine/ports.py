@@ -144,6 +144,10 @@ class ChatModel(Protocol):
     `force_tool` names one of `tools` the reply must call (a planning call's `update_plan`):
     a model that can be forced is (OpenAI's `tool_choice`); one that cannot answers as it
     likes, and the engine, which asks in the prompt too, copes with a reply without it.
+    `answer_schema` is a JSON Schema the reply's text must match when the reply is an answer
+    (a run's `output_schema`, DESIGN §12): a model that can be asked is (OpenAI's
+    `response_format: json_schema`); one that cannot answers as it likes, and the engine, which
+    gives the schema in the prompt too, validates what it gets.
     `price` is what its calls cost; None when unknown (their cost is then null, never a guess).
     """
 
@@ -157,6 +161,7 @@ class ChatModel(Protocol):
         *,
         on_delta: DeltaSink | None = None,
         force_tool: str | None = None,
+        answer_schema: Mapping[str, Any] | None = None,
     ) -> Reply: ...
 
 
@@ -230,6 +235,29 @@ class Tool(Protocol):
     def validate(self, arguments: Mapping[str, Any]) -> str | None: ...
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OutputError:
+    """One way an answer fails a run's output schema: where (a JSON path, `$` the answer
+    itself, `$.items[0].price` inside it) and what."""
+
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
+@runtime_checkable
+class OutputSchema(Protocol):
+    """The JSON Schema a run's answer must validate against (`output_schema`, DESIGN §12),
+    compiled once per run. `errors` lists every way `value` (parsed JSON) fails it, in
+    document order; an empty list: it validates."""
+
+    schema: Mapping[str, Any]
+
+    def errors(self, value: Any) -> list[OutputError]: ...
 
 
 class Clock(Protocol):

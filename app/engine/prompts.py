@@ -6,8 +6,10 @@ with `str.format`. Keep them short: they are read on every step of every run.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 from app.engine.policies import PromptLanguage
 
@@ -44,6 +46,17 @@ class Prompts:
     previous_run_ended: str
     reply_cut_note: str
     arguments_too_long: str
+    invalid_output: str
+    invalid_output_reply: str
+    output_schema_prompt: str
+    agent_status: str
+    agent_degraded: str
+    agent_no_answer: str
+    agent_failed: str
+    agent_cancelled: str
+    agent_depth_cap: str
+    agent_runs_cap: str
+    agent_unavailable: str
 
     def merged(self, overrides: Mapping[str, str]) -> Prompts:
         """A copy with some texts replaced; an unknown name is an error, not ignored."""
@@ -135,6 +148,38 @@ EN = Prompts(
         "accepts, so the call did not run. Call it with shorter arguments, or split the work "
         "into several smaller calls."
     ),
+    invalid_output=(
+        "The answer does not match the required output schema ({count} errors):\n{errors}\n"
+        "Call task_finished again, alone, with an answer that matches the schema "
+        "({tries_left} tries left)."
+    ),
+    invalid_output_reply=(
+        "Your reply is not a JSON value that matches the required output schema ({count} "
+        "errors):\n{errors}\nIf the task is done, reply with the JSON value alone, matching "
+        "the schema ({tries_left} tries left); if not, continue working with the tools you have."
+    ),
+    output_schema_prompt=(
+        "Give the final answer as a JSON value alone, with no other text, matching this JSON "
+        "Schema:\n{schema}"
+    ),
+    agent_status="[Sub-agent {agent} (run {run}): {status}, {reason}.]",
+    agent_degraded=(
+        "[Sub-agent {agent} (run {run}) stopped at a limit ({reason}): this is its best answer "
+        "so far, not a finished one.]"
+    ),
+    agent_no_answer="[Sub-agent {agent} (run {run}) ended without an answer: {reason}.]",
+    agent_failed="Sub-agent {agent} (run {run}) failed: {error}",
+    agent_cancelled="Sub-agent {agent} (run {run}) was cancelled before it answered.",
+    agent_depth_cap=(
+        "Sub-agent {agent} was not started: sub-agents may nest no deeper than depth {limit} "
+        "(the run a request starts is depth 0). Do this part yourself, or answer from what "
+        "you have."
+    ),
+    agent_runs_cap=(
+        "Sub-agent {agent} was not started: this tree of runs has started the {limit} "
+        "sub-agent runs it may. Do this part yourself, or answer from what you have."
+    ),
+    agent_unavailable="Sub-agent {agent} could not be started: {error}",
 )
 
 ZH = Prompts(
@@ -201,6 +246,47 @@ ZH = Prompts(
         "{tool} 的参数长 {chars:,} 字符，超过本服务接受的长度，因此没有执行。"
         "请用更短的参数调用，或把工作拆成几次较小的调用。"
     ),
+    invalid_output=(
+        "答案不符合要求的输出 JSON Schema（{count} 处错误）：\n{errors}\n"
+        "请再次单独调用 task_finished，给出符合该 Schema 的答案（还可尝试 {tries_left} 次）。"
+    ),
+    invalid_output_reply=(
+        "你的回复不是符合要求的输出 JSON Schema 的 JSON 值（{count} 处错误）：\n{errors}\n"
+        "若任务已完成，请只回复符合该 Schema 的 JSON 值（还可尝试 {tries_left} 次）；"
+        "若未完成，请继续使用工具处理。"
+    ),
+    output_schema_prompt=(
+        "最终答案请只给出一个 JSON 值，不要附加其他文字，并符合以下 JSON Schema：\n{schema}"
+    ),
+    agent_status="[子代理 {agent}（运行 {run}）：{status}，{reason}。]",
+    agent_degraded=(
+        "[子代理 {agent}（运行 {run}）因达到限制（{reason}）而停止："
+        "这是它目前的最佳回答，并非完成的答案。]"
+    ),
+    agent_no_answer="[子代理 {agent}（运行 {run}）结束时没有给出答案：{reason}。]",
+    agent_failed="子代理 {agent}（运行 {run}）失败：{error}",
+    agent_cancelled="子代理 {agent}（运行 {run}）在回答之前被取消。",
+    agent_depth_cap=(
+        "子代理 {agent} 未启动：子代理最多只能嵌套到第 {limit} 层（请求启动的运行为第 0 层）。"
+        "请自己完成这部分，或基于已有信息回答。"
+    ),
+    agent_runs_cap=(
+        "子代理 {agent} 未启动：这棵运行树已启动了允许的 {limit} 个子代理运行。"
+        "请自己完成这部分，或基于已有信息回答。"
+    ),
+    agent_unavailable="子代理 {agent} 无法启动：{error}",
 )
 
 BUILTIN: dict[PromptLanguage, Prompts] = {"en": EN, "zh": ZH}
+
+
+def load_prompts(path: Path | None) -> dict[PromptLanguage, Prompts]:
+    """The built-in texts, with a deployment's overrides from a TOML file ([en], [zh])."""
+    if path is None:
+        return dict(BUILTIN)
+    with path.open("rb") as handle:
+        overrides = tomllib.load(handle)
+    unknown = sorted(set(overrides) - set(BUILTIN))
+    if unknown:
+        raise ValueError(f"{path}: unknown prompt languages {unknown}; use [en] and [zh]")
+    return {lang: BUILTIN[lang].merged(overrides.get(lang, {})) for lang in BUILTIN}

@@ -109,6 +109,7 @@ class CappedModel:
         *,
         on_delta: DeltaSink | None = None,
         force_tool: str | None = None,
+        answer_schema: Mapping[str, Any] | None = None,
     ) -> Reply:
         sink = on_delta
         if on_delta is not None and self.max_chars > 0:
@@ -120,5 +121,7 @@ class CappedModel:
                     room[0] -= len(kept)
                     on_delta(kept)
 
-        reply = await self.model.complete(messages, tools, on_delta=sink, force_tool=force_tool)
+        reply = await self.model.complete(
+            messages, tools, on_delta=sink, force_tool=force_tool, answer_schema=answer_schema
+        )
         return cap_reply(reply, self.max_chars, self.prompts)

@@ -7,7 +7,7 @@ run can later resume elsewhere from where it was.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from app.engine.pending import PendingCall
@@ -29,6 +29,88 @@ def canonical_call(tool: str, arguments: dict[str, Any]) -> str:
 
 
 @dataclass(slots=True)
+class ChildSpend:
+    """What a run's child runs spent (sub-agents, DESIGN §15), summed as each ended: their
+    totals, their own children's included."""
+
+    steps: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced: int = 0
+    """Children whose cost is unknown (a model without a price): the tree's cost is null."""
+
+    def add(self, usage: RunUsage) -> None:
+        self.steps += usage.steps
+        self.llm_calls += usage.llm_calls
+        self.tool_calls += usage.tool_calls
+        self.prompt_tokens += usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        if usage.cost_usd is None:
+            self.unpriced += 1
+        else:
+            self.cost_usd += usage.cost_usd
+
+    def usage(self) -> RunUsage:
+        return RunUsage(
+            steps=self.steps,
+            llm_calls=self.llm_calls,
+            tool_calls=self.tool_calls,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cost_usd=None if self.unpriced else round(self.cost_usd, 12),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "llm_calls": self.llm_calls,
+            "tool_calls": self.tool_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": self.cost_usd,
+            "unpriced": self.unpriced,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChildSpend:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+def with_children(own: RunUsage, children: ChildSpend | None) -> RunUsage:
+    """`own` with what the children spent added to its totals, and shown as `children`."""
+    if children is None:
+        return own
+    part = children.usage()
+    cost = None if own.cost_usd is None or part.cost_usd is None else own.cost_usd + part.cost_usd
+    return RunUsage(
+        steps=own.steps,
+        llm_calls=own.llm_calls + part.llm_calls,
+        tool_calls=own.tool_calls + part.tool_calls,
+        prompt_tokens=own.prompt_tokens + part.prompt_tokens,
+        completion_tokens=own.completion_tokens + part.completion_tokens,
+        cost_usd=None if cost is None else round(cost, 12),
+        children=part,
+    )
+
+
+def checkpoint_usage(data: dict[str, Any]) -> RunUsage:
+    """The usage a checkpoint (`RunState.to_checkpoint`) holds, without restoring the state."""
+    own = RunUsage(
+        steps=data["step"],
+        llm_calls=data["llm_calls"],
+        tool_calls=data["tool_calls"],
+        prompt_tokens=data["prompt_tokens"],
+        completion_tokens=data["completion_tokens"],
+        cost_usd=None if data["unpriced_calls"] else round(data["cost_usd"], 12),
+    )
+    children = data.get("children")
+    return with_children(own, ChildSpend.from_dict(children) if children else None)
+
+
+@dataclass(slots=True)
 class RunState:
     messages: list[Message] = field(default_factory=list)
     step: int = 0
@@ -41,6 +123,8 @@ class RunState:
     unpriced_calls: int = 0
     """Calls whose model had no known price: while there is one, the run's cost is null."""
     nudges_in_row: int = 0
+    invalid_answers: int = 0
+    """Answers that failed the run's output schema so far (`max_output_retries`)."""
     elapsed_s: float = 0.0
     """Time the run had used when this state was restored (0 for a fresh run)."""
     call_counts: dict[str, int] = field(default_factory=dict)
@@ -59,6 +143,11 @@ class RunState:
     model_state: dict[str, Any] | None = None
     """What the run's model saved of itself at the last checkpoint (`ResumableModel`: the
     scripted model's place in its script), handed back to it when the run resumes."""
+    children: ChildSpend | None = None
+    """What its sub-agents' child runs spent (None: it started none that ended)."""
+    tree_stop: str | None = None
+    """A child ended on the budget it was carved from this run's (`token_budget`,
+    `cost_budget`): this run ends with that reason after the step (DESIGN §15)."""
     _estimate: int = field(init=False, default=0)
     _estimated: int = field(init=False, default=0)
     """How many leading messages `_estimate` counts: the rest are estimated when asked."""
@@ -97,7 +186,8 @@ class RunState:
         self.inherited -= count
 
     def usage(self) -> RunUsage:
-        return RunUsage(
+        """What the run spent, its children's included (`RunUsage.children`)."""
+        own = RunUsage(
             steps=self.step,
             llm_calls=self.llm_calls,
             tool_calls=self.tool_calls,
@@ -105,6 +195,25 @@ class RunState:
             completion_tokens=self.completion_tokens,
             cost_usd=None if self.unpriced_calls else round(self.cost_usd, 12),
         )
+        return with_children(own, self.children)
+
+    def add_child(self, usage: RunUsage) -> None:
+        """A child run ended: what it spent (its totals) counts in this run's."""
+        if self.children is None:
+            self.children = ChildSpend()
+        self.children.add(usage)
+
+    @property
+    def tree_tokens(self) -> int:
+        """Tokens of the run and its ended children: what its token budget is held to."""
+        children = self.children
+        extra = children.prompt_tokens + children.completion_tokens if children else 0
+        return self.prompt_tokens + self.completion_tokens + extra
+
+    @property
+    def tree_cost_usd(self) -> float:
+        """The priced cost of the run and its ended children: what its cost budget is held to."""
+        return self.cost_usd + (self.children.cost_usd if self.children else 0.0)
 
     def add_tokens(self, usage: TokenUsage) -> None:
         self.prompt_tokens += usage.prompt_tokens
@@ -151,6 +260,7 @@ class RunState:
             "cost_usd": self.cost_usd,
             "unpriced_calls": self.unpriced_calls,
             "nudges_in_row": self.nudges_in_row,
+            "invalid_answers": self.invalid_answers,
             "elapsed_s": elapsed_s,
             "call_counts": self.call_counts.copy(),
             "earlier_results": self.earlier_results.copy(),
@@ -160,7 +270,14 @@ class RunState:
             "pending": [call.to_dict() for call in pending] if pending else [],
             "acting": self.acting,
             "model": self.model_state,
+            **self._tree_fields(),
         }
+
+    def _tree_fields(self) -> dict[str, Any]:
+        if self.children is None and self.tree_stop is None:
+            return {}  # a run without sub-agents: nothing to keep
+        children = self.children.to_dict() if self.children else None
+        return {"children": children, "tree_stop": self.tree_stop}
 
     @classmethod
     def from_checkpoint(cls, data: dict[str, Any]) -> RunState:
@@ -177,6 +294,7 @@ class RunState:
             cost_usd=data.get("cost_usd", 0.0),
             unpriced_calls=data.get("unpriced_calls", data["llm_calls"]),
             nudges_in_row=data["nudges_in_row"],
+            invalid_answers=int(data.get("invalid_answers", 0)),
             elapsed_s=data["elapsed_s"],
             call_counts=dict(data["call_counts"]),
             earlier_results=dict(data["earlier_results"]),
@@ -186,4 +304,6 @@ class RunState:
             pending=[PendingCall.from_dict(c) for c in data.get("pending", ())],
             acting=bool(data.get("acting", False)),
             model_state=data.get("model"),
+            children=ChildSpend.from_dict(data["children"]) if data.get("children") else None,
+            tree_stop=data.get("tree_stop"),
         )

@@ -17,11 +17,13 @@ from typing import Any, ClassVar
 from app.engine.events import EventType
 from app.engine.pending import PendingCall
 from app.engine.policies import InterventionKind, StopReason
+from app.engine.ports import OutputError
 
 
 @dataclass(frozen=True, slots=True)
 class RunUsage:
-    """What a run has spent so far."""
+    """What a run has spent so far. With sub-agents (DESIGN §15) the totals include what its
+    child runs spent, and `children` is that part (`steps` excepted: a run's own turns)."""
 
     steps: int = 0
     llm_calls: int = 0
@@ -30,13 +32,15 @@ class RunUsage:
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
     """USD; None once a call's model had no known price (a partial sum would understate)."""
+    children: RunUsage | None = None
+    """The part of the totals the run's child runs spent (their steps summed); None: none."""
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        figures: dict[str, Any] = {
             "steps": self.steps,
             "llm_calls": self.llm_calls,
             "tool_calls": self.tool_calls,
@@ -45,6 +49,9 @@ class RunUsage:
             "total_tokens": self.total_tokens,
             "cost_usd": self.cost_usd,
         }
+        if self.children is not None:
+            figures["children"] = self.children.to_dict()
+        return figures
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +203,31 @@ class Observation(_Event):
 
 
 @dataclass(slots=True)
+class AgentStarted(_Event):
+    """A sub-agent call started its child run (DESIGN §15), or re-attached to the one it
+    started before an interruption. `child_run_id` is None for a remote A2A agent."""
+
+    type: ClassVar[EventType] = EventType.AGENT_STARTED
+    step: int
+    call_id: str
+    agent: str
+    child_run_id: str | None
+
+
+@dataclass(slots=True)
+class AgentFinished(_Event):
+    """A sub-agent call's child run ended: its status and reason (the observation follows)."""
+
+    type: ClassVar[EventType] = EventType.AGENT_FINISHED
+    step: int
+    call_id: str
+    agent: str
+    child_run_id: str | None
+    status: str
+    reason: str | None
+
+
+@dataclass(slots=True)
 class Intervention(_Event):
     type: ClassVar[EventType] = EventType.INTERVENTION
     step: int
@@ -248,7 +280,9 @@ class Checkpoint:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """The one way a run ends."""
+    """The one way a run ends. With an output schema (DESIGN §12): `output` is the answer's
+    validated value (`answer` its JSON text); `output_errors` why the answer did not validate
+    (None when it did, or when there is no schema or no answer)."""
 
     step: int
     reason: StopReason
@@ -256,6 +290,8 @@ class Finished:
     degraded: bool
     usage: RunUsage
     error: RunError | None = None
+    output: Any = None
+    output_errors: tuple[OutputError, ...] | None = None
 
 
 Step = (
@@ -266,6 +302,8 @@ Step = (
     | LLMRetry
     | Action
     | Observation
+    | AgentStarted
+    | AgentFinished
     | Intervention
     | UserMessage
     | ApprovalRequested

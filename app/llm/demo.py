@@ -4,7 +4,12 @@ A fixed, deterministic agent that uses whichever built-in tools the run offers (
 calculator, current_time), then finishes, so a newcomer sees a whole run stream with no API
 key. It says plainly that it is the demo model. Asked to plan (a planning call's
 `force_tool="update_plan"`, plan-then-execute), it answers with its plan alone, each step
-marked by how far it has got.
+marked by how far it has got. With an output schema (DESIGN §12) it answers with a value made
+up to match it (`app.llm.demo_values`): as task_finished's `answer` (whose parameter is the
+schema), or as JSON text when asked for one (`answer_schema`: the stop tool off, the final
+call). Offered sub-agents (tools of one `task` parameter, DESIGN §15), it routes: its first
+turn hands the task to each of them at once, and it answers from what they said (a router and
+its workers, on the demo model alone).
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from app.engine.ports import FREE, DeltaSink, Message, Price, Reply, ToolCall, ToolSpec
-from app.engine.prompts import UPDATE_PLAN
+from app.engine.prompts import TASK_FINISHED, UPDATE_PLAN
+from app.llm.demo_values import example
 
 DEMO_NOTICE = (
     "I am finishline's built-in demo model, not a real LLM: no model endpoint is configured, "
@@ -32,6 +39,20 @@ def _expression(task: str) -> str:
 
 def _call(n: int, name: str, arguments: dict[str, object]) -> ToolCall:
     return ToolCall(f"demo_{n}_{name}", name, json.dumps(arguments))
+
+
+def _is_agent(tool: ToolSpec) -> bool:
+    """A sub-agent's tool (DESIGN §15): one parameter, its task."""
+    return list(tool.parameters.get("properties", {})) == ["task"]
+
+
+_RETURNED = re.compile(r"What my tools returned: (.*?)\. Point finishline", re.S)
+
+
+def _gist(result: str) -> str:
+    """What a demo sub-agent found (its tools' results), else its answer's first line."""
+    found = _RETURNED.search(result)
+    return found.group(1) if found else result.strip().splitlines()[0] if result.strip() else ""
 
 
 PLAN = ("Compute with the calculator", "Check the time", "Give the answer")
@@ -75,12 +96,14 @@ class DemoModel:
         *,
         on_delta: DeltaSink | None = None,
         force_tool: str | None = None,
+        answer_schema: Mapping[str, Any] | None = None,
     ) -> Reply:
         names = {t.name for t in tools}
         if force_tool == UPDATE_PLAN and UPDATE_PLAN in names:
             reply = self._planned(messages)
         else:
-            reply = self._next(messages, names)
+            agents = [t.name for t in tools if _is_agent(t)]
+            reply = self._next(messages, tools, answer_schema, agents)
         if on_delta is not None and reply.content:
             words = reply.content.split(" ")
             for i, word in enumerate(words):
@@ -102,12 +125,21 @@ class DemoModel:
         call = ToolCall(f"demo_plan_{planned}", UPDATE_PLAN, json.dumps(_plan(done)))
         return Reply(content=text, tool_calls=(call,), finish_reason="tool_calls")
 
-    def _next(self, messages: Sequence[Message], tools: set[str]) -> Reply:
+    def _next(
+        self,
+        messages: Sequence[Message],
+        specs: Sequence[ToolSpec],
+        answer_schema: Mapping[str, Any] | None,
+        agents: Sequence[str] = (),
+    ) -> Reply:
+        tools = {t.name for t in specs}
         task = next((m["content"] for m in messages if m["role"] == "user"), "")
         turns = _work_turns(messages)
         results = [m["content"] for m in messages if m["role"] == "tool"]
         if not tools:  # the degraded final call: answer from what we have
-            return Reply(content=self._answer(results), finish_reason="stop")
+            return Reply(content=self._text(results, answer_schema), finish_reason="stop")
+        if agents:  # a router: the task to each sub-agent at once, then their answers
+            return self._route(str(task), turns, results, agents, tools)
         expression = _expression(str(task))
         if turns == 0 and "calculator" in tools:
             calls = [_call(1, "calculator", {"expression": expression})]
@@ -121,14 +153,56 @@ class DemoModel:
                 calls.append(_call(2, UPDATE_PLAN, _plan(1)))
             text = "Next I will look up the current time."
             return Reply(content=text, tool_calls=tuple(calls), finish_reason="tool_calls")
-        answer = self._answer(results)
-        if "task_finished" in tools:
-            finish = _call(3, "task_finished", {"answer": answer})
+        finish = next((s for s in specs if s.name == TASK_FINISHED), None)
+        if finish is not None:
+            parameters = finish.parameters  # its `answer`: the text, or the output schema
+            answer = self._typed(parameters["properties"]["answer"], results, root=parameters)
             return Reply(
                 content="I have what I need, so I will finish.",
-                tool_calls=(finish,),
+                tool_calls=(_call(3, TASK_FINISHED, {"answer": answer}),),
                 finish_reason="tool_calls",
             )
+        return Reply(content=self._text(results, answer_schema), finish_reason="stop")
+
+    def _text(self, results: list[str], schema: Mapping[str, Any] | None) -> str:
+        """The answer as text: JSON matching `schema` when asked for one."""
+        if schema is None:
+            return self._answer(results)
+        return json.dumps(self._typed(schema, results), ensure_ascii=False)
+
+    def _typed(
+        self,
+        schema: Mapping[str, Any],
+        results: list[str],
+        root: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """A value for `schema` (`$ref`s into `root`): its strings say what the tools
+        returned, its numbers take what the calculator returned where it fits."""
+        number = None
+        for result in results:
+            try:
+                number = float(result.strip())
+            except ValueError:
+                continue
+        if number is not None and number.is_integer():
+            number = int(number)
+        found = ", ".join(r.strip() for r in results if not r.startswith("Plan updated"))
+        short = f"[demo model] my tools returned: {found or 'nothing'}"[:120]
+        return example(schema, text=self._answer(results), short=short, number=number, root=root)
+
+    def _route(
+        self, task: str, turns: int, results: list[str], agents: Sequence[str], tools: set[str]
+    ) -> Reply:
+        if turns == 0:
+            calls = tuple(_call(1, name, {"task": task}) for name in agents)
+            text = f"{DEMO_NOTICE} I hand the task to my sub-agents: {', '.join(agents)}."
+            return Reply(content=text, tool_calls=calls, finish_reason="tool_calls")
+        said = "; ".join(_gist(r) for r in results) or "nothing"
+        answer = f"[demo model] My sub-agents answered: {said}."
+        if "task_finished" in tools:
+            finish = _call(2, "task_finished", {"answer": answer})
+            text = "My sub-agents have answered, so I will finish."
+            return Reply(content=text, tool_calls=(finish,), finish_reason="tool_calls")
         return Reply(content=answer, finish_reason="stop")
 
     @staticmethod

@@ -59,6 +59,8 @@ class ModelFactory:
         self._clients: dict[int, httpx.AsyncClient] = {}
         self._unforced: set[str] = set()
         """Models whose endpoint refused `tool_choice` (app.llm.openai), for this process."""
+        self._unstructured: set[str] = set()
+        """Models whose endpoint refused `response_format: json_schema`, for this process."""
         self._ssl: ssl.SSLContext | None = None
         self._created = 0
 
@@ -116,6 +118,7 @@ class ModelFactory:
             max_response_bytes=self.max_response_bytes,
             price=price,
             unforced=self._unforced,
+            unstructured=self._unstructured,
         )
 
     async def aclose(self) -> None:

@@ -28,6 +28,15 @@ servers that follow it closely, such as vLLM) take. An endpoint that refuses it 
 whose message names tool_choice) is asked again at once without it, within the same call, and
 the refusal is remembered for that model (`unforced`, shared by the adapters of one factory),
 so later calls do not send it: the engine asks for the tool in the prompt as well.
+
+Asking for an answer as JSON matching a schema (`answer_schema`, a run's `output_schema`)
+sends `response_format: {"type": "json_schema", "json_schema": {"name": "output", "schema": …,
+"strict": false}}` (OpenAI's Structured Outputs form, which vLLM, llama.cpp server, LM Studio
+and LiteLLM take too; not strict, which would demand every property required and no others).
+An endpoint that refuses it (a 400 or 422 whose message names response_format or json_schema)
+is asked again at once without it, and the refusal is remembered as for `tool_choice`
+(`unstructured`; for that schema alone when the message says "invalid schema": OpenAI takes
+only some schemas): the engine gives the schema in the prompt too, and validates the answer.
 """
 
 from __future__ import annotations
@@ -92,11 +101,14 @@ class OpenAIChatModel:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         price: Price | None = None,
         unforced: set[str] | None = None,
+        unstructured: set[str] | None = None,
     ) -> None:
         self.name = model
         self.price = price
         self.unforced = unforced if unforced is not None else set()
         """Models whose endpoint refused `tool_choice`: not sent to them again."""
+        self.unstructured = unstructured if unstructured is not None else set()
+        """Models whose endpoint refused `response_format: json_schema`: not sent again."""
         self.max_response_bytes = max_response_bytes
         self.url = f"{base_url.rstrip('/')}/chat/completions"
         self._owns_client = client is None
@@ -120,26 +132,39 @@ class OpenAIChatModel:
         *,
         on_delta: DeltaSink | None = None,
         force_tool: str | None = None,
+        answer_schema: Mapping[str, Any] | None = None,
     ) -> Reply:
         body: dict[str, Any] = {"model": self.name, "messages": list(messages)}
         if tools:
             body["tools"] = [tool.to_openai() for tool in tools]
             if force_tool is not None and self.name not in self.unforced:
                 body["tool_choice"] = {"type": "function", "function": {"name": force_tool}}
+        if answer_schema is not None and self._structured(answer_schema):
+            body["response_format"] = response_format(answer_schema)
         if on_delta is not None:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         started = time.monotonic()
         with _translated_errors(self.url):
-            try:
-                reply = await self._send(body, on_delta)
-            except LLMStatusError as exc:
-                if "tool_choice" not in body or not _refuses_tool_choice(exc):
-                    raise
-                self.unforced.add(self.name)
-                log.warning("tool_choice_refused", model=self.name, error=str(exc))
-                del body["tool_choice"]
-                reply = await self._send(body, on_delta)
+            while True:  # at most three tries: each refused parameter is dropped once
+                try:
+                    reply = await self._send(body, on_delta)
+                    break
+                except LLMStatusError as exc:
+                    refused = _refused_parameter(exc, body)
+                    if refused is None:
+                        raise
+                    if refused == "tool_choice":
+                        self.unforced.add(self.name)
+                        log.warning("tool_choice_refused", model=self.name, error=str(exc))
+                    else:
+                        schema_alone = "invalid schema" in exc.message.lower()
+                        if answer_schema is not None and schema_alone:
+                            self.unstructured.add(_schema_key(self.name, answer_schema))
+                        else:
+                            self.unstructured.add(self.name)
+                        log.warning("response_format_refused", model=self.name, error=str(exc))
+                    del body[refused]
         log.debug(
             "llm_call_completed",
             model=self.name,
@@ -149,6 +174,14 @@ class OpenAIChatModel:
             tool_calls=len(reply.tool_calls),
         )
         return reply
+
+    def _structured(self, schema: Mapping[str, Any]) -> bool:
+        """Whether to ask this model for `schema` as `response_format`: not when its endpoint
+        refused response_format, or refused this schema as one it cannot take."""
+        refused = self.unstructured
+        return not refused or (
+            self.name not in refused and _schema_key(self.name, schema) not in refused
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it."""
@@ -221,10 +254,35 @@ def _translated_errors(url: str) -> Iterator[None]:
         raise LLMConnectionError(f"{_describe(exc)} calling {url}") from exc
 
 
-def _refuses_tool_choice(error: LLMStatusError) -> bool:
-    """Whether an endpoint answered that it does not take `tool_choice` (or this one)."""
+def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """OpenAI's Structured Outputs request for a reply that is JSON matching `schema`."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": dict(schema), "strict": False},
+    }
+
+
+def _schema_key(model: str, schema: Mapping[str, Any]) -> str:
+    return model + "\x00" + json.dumps(schema, sort_keys=True)
+
+
+_REFUSALS = {
+    "tool_choice": ("tool_choice", "tool choice"),
+    "response_format": ("response_format", "response format", "json_schema", "json schema"),
+}
+"""Optional parameters an endpoint may refuse, and how its error message names them."""
+
+
+def _refused_parameter(error: LLMStatusError, body: dict[str, Any]) -> str | None:
+    """The optional parameter of `body` an endpoint answered it does not take (a 400 or 422
+    naming it), or None: the error is another."""
+    if error.status not in (400, 422):
+        return None
     text = error.message.lower()
-    return error.status in (400, 422) and ("tool_choice" in text or "tool choice" in text)
+    for name, spellings in _REFUSALS.items():
+        if name in body and any(spelling in text for spelling in spellings):
+            return name
+    return None
 
 
 async def _status_error(response: httpx.Response) -> LLMStatusError:

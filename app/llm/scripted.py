@@ -1,8 +1,9 @@
 """Deterministic models: `ScriptedModel` answers from a list, `FunctionModel` from a function.
 
 Both record what they were sent (`calls`), for tests and for clients' own tests (DESIGN §6:
-`"model": "scripted"` with a `model_script`). Neither can be forced to call a tool: a call's
-`force_tool` is recorded, and the reply is the script's (or the function's) all the same.
+`"model": "scripted"` with a `model_script`). Neither can be forced to call a tool nor to
+answer with JSON: a call's `force_tool` and `answer_schema` are recorded, and the reply is the
+script's (or the function's) all the same.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class ModelCall:
     tools: list[str]
     force_tool: str | None = None
     """The tool the call asked the reply to call (a planning call's update_plan), if any."""
+    answer_schema: Mapping[str, Any] | None = None
+    """The JSON Schema the call asked an answer to match (a run's output_schema), if any."""
 
 
 def reply_from_script(entry: Mapping[str, Any], index: int) -> Reply:
@@ -97,9 +100,12 @@ class ScriptedModel:
         *,
         on_delta: DeltaSink | None = None,
         force_tool: str | None = None,
+        answer_schema: Mapping[str, Any] | None = None,
     ) -> Reply:
         index = self._start + len(self.calls)
-        self.calls.append(ModelCall(list(messages), [t.name for t in tools], force_tool))
+        self.calls.append(
+            ModelCall(list(messages), [t.name for t in tools], force_tool, answer_schema)
+        )
         if index >= len(self._replies):
             raise ScriptExhaustedError(
                 f"the model script has {len(self._replies)} replies and call {index + 1} "
@@ -138,8 +144,11 @@ class FunctionModel:
         *,
         on_delta: DeltaSink | None = None,
         force_tool: str | None = None,
+        answer_schema: Mapping[str, Any] | None = None,
     ) -> Reply:
-        self.calls.append(ModelCall(list(messages), [t.name for t in tools], force_tool))
+        self.calls.append(
+            ModelCall(list(messages), [t.name for t in tools], force_tool, answer_schema)
+        )
         result = self._fn(list(messages), list(tools))
         reply = await result if inspect.isawaitable(result) else result
         _stream(reply, on_delta)

@@ -18,6 +18,7 @@ import anyio
 import structlog
 
 from app.engine.events import EventType
+from app.engine.policies import Limits
 from app.runs.errors import (
     IdempotencyConflictError,
     RunNotEndedError,
@@ -29,8 +30,8 @@ from app.runs.metrics import RunMetrics
 from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.ports import CheckedRequest, RunAssembler
-from app.runs.quotas import Quotas
-from app.runs.records import RunRecord, WebhookState, new_run_id, request_hash
+from app.runs.quotas.seam import Quotas
+from app.runs.records import RunRecord, TreeLink, WebhookState, new_run_id, request_hash
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, RunStore
 from app.runs.view import settings_dict
@@ -102,6 +103,47 @@ class Admission:
             share.made()
             return await self.placement.enqueue(record), True
 
+    async def create_child(
+        self,
+        request: RunRequest,
+        *,
+        owner: str | None,
+        key: str,
+        parent_run_id: str,
+        parent_call_id: str,
+        bounded: Callable[[Limits], tuple[Limits, TreeLink]],
+        traceparent: str | None = None,
+    ) -> RunRecord:
+        """A sub-agent's child run (DESIGN §15), admitted as any run is (checked, a place in
+        the queue, stored with its `run.queued`), owned by its parent's owner; `bounded`
+        gives its settings within what the parent has left, and its place in the tree. The
+        caller looked for the child `key` names (its parent, step and call) first; one made
+        meanwhile is found as the store refuses a second (a call redone after a takeover
+        finds its child, never a second one)."""
+        if self.live.draining:
+            raise ShuttingDownError("the server is shutting down and takes no new runs")
+        checked = await self.assembler.check(request)
+        limits, tree = bounded(checked.limits)
+        run_id = new_run_id()
+        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve():
+            record = RunRecord(
+                id=run_id,
+                owner=owner,
+                request=checked.request,
+                model=checked.model,
+                settings=limits,
+                idempotency_key=key,
+                request_hash=request_hash(checked.request),
+                parent_run_id=parent_run_id,
+                parent_call_id=parent_call_id,
+                tree=tree,
+            )
+            found = await self._store(record, checked, traceparent, replay=False)
+            if found is not None:  # made before: the key's share is given back
+                return found
+            share.made()
+            return await self.placement.enqueue(record)
+
     def _new_record(
         self,
         request: RunRequest,
@@ -129,10 +171,16 @@ class Admission:
         )
 
     async def _store(
-        self, record: RunRecord, checked: CheckedRequest, traceparent: str | None
+        self,
+        record: RunRecord,
+        checked: CheckedRequest,
+        traceparent: str | None,
+        *,
+        replay: bool = True,
     ) -> RunRecord | None:
         """Store the run with its `run.queued` event; None, or the run a concurrent request
-        with the same Idempotency-Key stored first."""
+        with the same Idempotency-Key stored first (`replay`: checked to be the same
+        request; a child's key names its call, whatever its request)."""
         trace = self.traces.open(record, traceparent)
         if trace is not None:
             record.trace_id = trace.trace_id
@@ -143,6 +191,11 @@ class Admission:
             "settings": settings_dict(record.settings),
             **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
             **({"agent": record.request.agent} if record.request.agent else {}),
+            **(
+                {"parent_run_id": record.parent_run_id, "parent_call_id": record.parent_call_id}
+                if record.parent_run_id
+                else {}
+            ),
         }
         try:  # the run and its run.queued event in one write
             await self.store.create(record, first_event=(EventType.RUN_QUEUED, 0, queued))
@@ -153,6 +206,8 @@ class Admission:
             existing = await self.store.find_by_idempotency_key(record.owner, key)
             if existing is None:
                 raise
+            if not replay:
+                return self._live(existing)
             return self._replay(existing, record.request_hash or "")
         if trace is not None:
             self.traces.keep(record.id, trace)
@@ -182,5 +237,8 @@ class Admission:
             raise IdempotencyConflictError(
                 "this Idempotency-Key was used with a different request body", run_id=existing.id
             )
-        active = self.live.get(existing.id)  # a run in progress: its live record
-        return active.record if active is not None else existing
+        return self._live(existing)
+
+    def _live(self, record: RunRecord) -> RunRecord:
+        active = self.live.get(record.id)  # a run in progress: its live record
+        return active.record if active is not None else record

@@ -12,6 +12,7 @@ timeouts (`WaitingRuns.due`). Once every pending call is decided the run is queu
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -30,12 +31,12 @@ from app.runs.recorder import RunRecorder
 from app.runs.records import (
     ApprovalDecision,
     ApprovalState,
-    PendingApproval,
     RunRecord,
     RunStatus,
     utcnow,
 )
 from app.runs.store import RunStore
+from app.runs.trees.approvals import pending_of, split, upward
 from app.runs.waiting import NewEvent, WaitChange, WaitingRuns
 
 log = structlog.get_logger("finishline.runs")
@@ -72,8 +73,12 @@ def retaken_state(record: RunRecord, state: RunState | None) -> list[Decision]:
 
 
 def _decisions(approval: ApprovalState) -> list[Decision]:
+    """The engine's decisions: on the run's own calls (a sub-agent call whose child waited
+    re-attaches to it, whatever was decided below)."""
     return [
-        Decision(d.call_id, d.approved, d.message, d.arguments, d.result) for d in approval.decided
+        Decision(d.call_id, d.approved, d.message, d.arguments, d.result)
+        for d in approval.decided
+        if d.run_id is None
     ]
 
 
@@ -108,17 +113,16 @@ class ApprovalDesk:
         now = utcnow()
         record.status = RunStatus.REQUIRES_ACTION
         record.approval = ApprovalState(
-            pending=[
-                PendingApproval(
-                    call_id=c.call_id, tool=c.tool, arguments=c.arguments, requested_at=now
-                )
-                for c in suspended.pending
-            ],
+            pending=pending_of(suspended, now),
             waiting_since=now,
             elapsed_s=await self._elapsed(record.id),
         )
         await self.waiting.suspend(record, take_held())
         log.info("run_waiting", run_id=record.id, pending=len(suspended.pending))
+        for call in suspended.pending:  # a child that went on meanwhile: this run goes on too
+            child = await self.store.get(call.child_run_id) if call.child_run_id else None
+            if child is not None and child.status != RunStatus.REQUIRES_ACTION:
+                await self.went_on(child)
 
     async def _elapsed(self, run_id: str) -> float:
         """The running time of the checkpoint the engine saved just before it suspended."""
@@ -135,6 +139,15 @@ class ApprovalDesk:
         """Record decisions (all valid, or none); resume the run once none is pending. Of
         concurrent decisions on one call, one is recorded; the others find it decided (409)."""
         self._check_sizes(decisions)
+        # a call a child run waits on is decided there (DESIGN §15), then here
+        own, forwarded = split(run_id, await self.store.get(run_id), decisions)
+        for child_id, theirs in forwarded.items():
+            await self.decide(child_id, theirs)
+        if forwarded and not own:
+            fresh = await self.store.get(run_id)
+            assert fresh is not None
+            return fresh
+        decisions = own
         # edited arguments are checked against the tool's schema first, off the event loop
         # (the change below is applied synchronously, perhaps more than once)
         problems = await self._argument_problems(run_id, decisions)
@@ -143,7 +156,7 @@ class ApprovalDesk:
             record = _waiting(run_id, record)
             state = record.approval
             assert state is not None
-            undecided = {p.call_id: p for p in state.undecided()}
+            undecided = {p.call_id: p for p in state.undecided() if p.run_id is None}
             seen: set[str] = set()
             for index, decision in enumerate(decisions):
                 if decision.call_id in seen:
@@ -186,7 +199,33 @@ class ApprovalDesk:
         change = await self.waiting.change(run_id, changer)
         assert change is not None
         _log_decided(change)
+        await self._upward(change, list(decisions))
         return change.record
+
+    # -- a tree of runs (DESIGN §15) --------------------------------------------------------
+
+    async def went_on(self, child: RunRecord) -> None:
+        """A child run went on (queued again) or ended: a parent waiting on it goes on too."""
+        if child.parent_run_id is not None:
+            await self._climb(child, [], went_on=True)
+
+    async def _upward(self, change: WaitChange, decided: list[ApprovalDecision]) -> None:
+        """Decisions recorded on a child run: recorded by the ancestors listing its calls."""
+        child = change.record
+        if child.parent_run_id is not None:
+            mirrored = [d.model_copy(update={"run_id": child.id}) for d in decided]
+            await self._climb(child, mirrored, went_on=change.requeue)
+
+    async def _climb(
+        self, child: RunRecord, decided: list[ApprovalDecision], *, went_on: bool
+    ) -> None:
+        while child.parent_run_id is not None:
+            changer = functools.partial(_upward_change, child, decided, went_on)
+            change = await self.waiting.change(child.parent_run_id, changer)
+            if change is None:
+                return
+            _log_decided(change)
+            went_on, child = change.requeue, change.record
 
     def _check_sizes(self, decisions: Sequence[ApprovalDecision]) -> None:
         """Edited arguments are capped as a model's are: a call whose arguments are longer
@@ -257,9 +296,11 @@ class ApprovalDesk:
             state = record.approval
             assert state is not None
             timeout_s = record.settings.approval_timeout_s
-            undecided = state.undecided()
+            undecided = [p for p in state.undecided() if p.run_id is None]  # (a child's: its own)
             if undecided and state.waiting_since.timestamp() + timeout_s > self.clock():
                 return None  # an older wait of a run that waits again: its own entry is armed
+            if not undecided and state.undecided():
+                return None  # it waits on its children's calls alone: they time out there
             message = f"no decision within {timeout_s:g} s"
             decisions = [
                 ApprovalDecision(call_id=p.call_id, approved=False, message=message)
@@ -271,6 +312,19 @@ class ApprovalDesk:
         if change is not None:
             log.info("approval_timed_out", run_id=run_id, undecided=len(change.events))
             _log_decided(change)
+            approval = change.record.approval
+            decided = approval.decided[-len(change.events) :] if approval and change.events else []
+            await self._upward(change, decided)
+
+
+def _upward_change(
+    child: RunRecord,
+    decided: list[ApprovalDecision],
+    went_on: bool,
+    parent: RunRecord | None,
+    held: list[str],
+) -> WaitChange | None:
+    return upward(parent, child, decided, went_on)
 
 
 def _waiting(run_id: str, record: RunRecord | None) -> RunRecord:

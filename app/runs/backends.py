@@ -16,7 +16,8 @@ from app.runs.inbox import Inbox, LocalInbox
 from app.runs.live import LiveRuns
 from app.runs.metrics import RunMetrics
 from app.runs.placement import LocalPlacement, Placement
-from app.runs.quotas import LocalQuotas, QuotaLimits, Quotas
+from app.runs.quotas.local import LocalQuotas
+from app.runs.quotas.seam import QuotaLimits, Quotas
 from app.runs.store import RunStore, UnsupportedStoreError
 from app.runs.stores.memory import MemoryRunStore
 from app.runs.stores.sqlite import SqliteRunStore

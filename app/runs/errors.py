@@ -56,8 +56,23 @@ class ShuttingDownError(RunsError):
     """The server is draining and takes no new runs."""
 
 
+class StoreUnavailableError(RunsError):
+    """The store does not answer, or refuses writes for now (Redis stopped, restarting,
+    paused or at its `maxmemory`): the request may succeed once it is back. Raised at the
+    store's boundary in place of its client's errors (`app.runs.stores.redis_errors`)."""
+
+    def __init__(self, message: str, retry_after_s: int = 2) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.retry_after_s = retry_after_s
+
+
 class RunNotWaitingError(RunsError):
     """The run is not waiting for a decision on that call (DESIGN §9)."""
+
+
+class AmbiguousCallError(RunsError):
+    """A decision names a call id that several runs of a tree wait on, without `run_id`
+    (DESIGN §15): which call it decides is not known."""
 
 
 class RunUnreadableError(RunsError):

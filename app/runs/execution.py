@@ -26,19 +26,28 @@ from app.engine.state import RunState
 from app.engine.steps import Finished, RunError, Suspended, UserMessage
 from app.engine.toolcalls import CallResult
 from app.runs.approvals import ApprovalDesk, resumed_state, retaken_state
+from app.runs.errors import StoreUnavailableError
 from app.runs.inbox import Inbox
 from app.runs.live import CANCEL_SETTLE_S, ActiveRun, LiveRuns
 from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.ports import RunAssembler
-from app.runs.quotas import Quotas
+from app.runs.quotas.seam import Quotas
 from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
 from app.runs.resume import recorded_results
-from app.runs.store import LeaseLostError, RunStore
+from app.runs.store import LeaseLostError, RunGoneError, RunStore
+from app.runs.trees.children import RunTree
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
+
+GIVEN_UP = (LeaseLostError, StoreUnavailableError, RunGoneError)
+"""What makes a run's task here stop without ending the run: another replica took it over,
+the store (Redis) went away, so that nothing of the run can be written, or came back without
+the run. The task frees its slot and drops the run's lease, which lapses; once Redis is back
+with the run, a replica takes it over and resumes it from its checkpoint (DESIGN §8). On a
+one-process store none of these happens."""
 
 
 class _PreviousRunGoneError(Exception):
@@ -59,7 +68,9 @@ class Execution:
         quotas: Quotas,
         live: LiveRuns,
         traces: RunTraces,
+        tree: RunTree,
     ) -> None:
+        self.tree = tree
         self.store = store
         self.quotas = quotas
         self.assembler = assembler
@@ -76,6 +87,7 @@ class Execution:
     def open(self, tasks: asyncio.TaskGroup) -> None:
         """Runs' tasks (and webhook deliveries) go into `tasks` from now on."""
         self._tasks = tasks
+        self.tree.open(tasks)
 
     # -- the placement's `Runner` ---------------------------------------------------------
 
@@ -99,7 +111,7 @@ class Execution:
         }
         wanted = record.request.webhook_events or ["ended"]
         if record.webhook is not None and event in wanted and self._tasks is not None:
-            task = self._tasks.create_task(sends[event](record.id))
+            task = self._tasks.create_task(_logged(sends[event](record.id), record.id))
             self._webhook_tasks.add(task)
             task.add_done_callback(self._webhook_tasks.discard)
 
@@ -112,6 +124,7 @@ class Execution:
         """The recorder stored the run's end (`RunRecorder.on_ended`)."""
         self.traces.ended(record)
         self.placement.ended(record)
+        self.tree.ended(record)  # its children still going are stopped
 
     async def drain(self, grace_s: float) -> None:
         """Let the runs executing here end within `grace_s`; cancel the rest, each with its
@@ -148,6 +161,8 @@ class Execution:
                 started: dict[str, Any] = {"trace_id": record.trace_id} if record.trace_id else {}
                 if state is not None:
                     started["resumed"] = True
+                elif record.tree is not None:  # a child's deadline: its parent's at the latest
+                    state = RunState(elapsed_s=_queued_s(record))
                 # the record running and its event in one write
                 await self.store.append(record.id, EventType.RUN_STARTED, 0, started, record=record)
                 log.info("run_started", resumed=state is not None)
@@ -173,6 +188,7 @@ class Execution:
                     previous=previous,
                     decisions=decisions,
                     recorded=recorded,
+                    subagents=self.tree.port(record),
                     allowance=allowance,
                 ):
                     active.step = step.step
@@ -192,20 +208,25 @@ class Execution:
                 self.notify(record, "requires_action")
         except asyncio.CancelledError:
             if not record.status.terminal:
-                with contextlib.suppress(LeaseLostError):
+                with contextlib.suppress(*GIVEN_UP):
                     await asyncio.shield(self.end_cancelled(active))
             raise
         except LeaseLostError:  # another replica took the run over: it is not ours to end
             log.warning("run_given_up", reason="lease lost")
+        except StoreUnavailableError as exc:  # nothing can be written: see GIVEN_UP
+            log.warning("run_given_up", reason="store unavailable", error=exc.message)
+        except RunGoneError:  # Redis came back without it
+            log.warning("run_given_up", reason="no longer stored")
         except _PreviousRunGoneError as exc:
             if record.status.terminal:
                 raise
-            await self._undelivered(active)
-            await self.fail(record, RunError("previous_run_gone", str(exc)))
+            with contextlib.suppress(*GIVEN_UP):
+                await self._undelivered(active)
+                await self.fail(record, RunError("previous_run_gone", str(exc)))
         except Exception as exc:  # our bug: log once with the traceback, fail the run
             log.exception("run_crashed")
             if not record.status.terminal:
-                with contextlib.suppress(LeaseLostError):
+                with contextlib.suppress(*GIVEN_UP):
                     await self._undelivered(active)
                     await self.fail(
                         record, RunError("internal", f"internal error: {type(exc).__name__}")
@@ -257,3 +278,18 @@ class Execution:
         for content in active.take_messages():
             message = UserMessage(active.step, content, delivered=False)
             await self.recorder.record(active.record, message)
+
+
+async def _logged(delivery: Coroutine[Any, Any, None], run_id: str) -> None:
+    """A webhook delivery, a task of the app's task group: its failure is logged, never
+    raised into the group (which would stop the service)."""
+    try:
+        await delivery
+    except Exception:
+        log.exception("webhook_failed", run_id=run_id)
+
+
+def _queued_s(record: RunRecord) -> float:
+    """How long a child run waited for a slot: its time counts from its creation, so its
+    deadline is no later than the one its parent gave it (`trees.children.bounded`)."""
+    return max(0.0, (utcnow() - record.created_at).total_seconds())

@@ -6,6 +6,9 @@ through but nothing downstream can carry.
 - lone UTF-16 surrogates (`"\\ud800"`): not text, so not encodable as UTF-8 (a valid pair
   decodes to one character and is fine);
 - integers outside 64 bits: past what SQLite and most JSON readers hold exactly.
+
+And the helpers every request shape shares: `STRICT` models, JSON-Schema integers
+(`json_integer`), how deep free-form JSON nests (`json_depth`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pydantic import ConfigDict
+from pydantic_core import PydanticCustomError
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+STRICT = ConfigDict(extra="forbid", strict=True)
+"""Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
+for 1, no "30" for 30)."""
+MAX_JSON_DEPTH = 32
+"""How deeply free-form JSON (metadata, tool schemas, scripted arguments) may nest: far past
+any real use, well short of what serializing it again can handle."""
 
 
 def _path(parent: str, key: str | int) -> str:
@@ -58,3 +70,23 @@ def json_problem(value: Any, root: str = "") -> tuple[str, str] | None:
         elif isinstance(item, list):
             stack.extend((_path(path, i), child) for i, child in reversed(list(enumerate(item))))
     return None
+
+
+def json_integer(value: Any) -> Any:
+    """JSON Schema's integers include 2.0: take it as 2 (strict mode refuses any float). One
+    past 64 bits (`1e19`) is refused, as the integer literal would be (`app.runs.jsonsafe`):
+    taken as it is, it was stored and then could not be read back."""
+    if isinstance(value, float) and value.is_integer():
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise PydanticCustomError("int64_range", "is an integer outside the 64-bit range")
+        return int(value)
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How many levels of objects and arrays nest in `value` (0 for a scalar); no recursion."""
+    depth, level = 0, [value]
+    while level := [v for v in level if isinstance(v, dict | list)]:
+        depth += 1
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
+    return depth

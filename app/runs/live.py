@@ -60,6 +60,9 @@ class LiveRuns:
         """Set once the process stops taking runs (shutdown): it starts none any more."""
         self._runs: dict[str, ActiveRun] = {}
         self._executing: set[str] = set()
+        self._lent: set[str] = set()
+        """Runs executing here that wait on their sub-agents' children alone: they hold no
+        slot (DESIGN §15), so a tree cannot deadlock on FINISHLINE_MAX_CONCURRENT_RUNS."""
 
     def get(self, run_id: str) -> ActiveRun | None:
         return self._runs.get(run_id)
@@ -81,9 +84,30 @@ class LiveRuns:
 
     def drop(self, active: ActiveRun) -> None:
         """The run is not this process's any more (it ends, or was given up): its slot is
-        free. (Whoever waits on it is told by its `done`, set once its end is stored.)"""
-        self._runs.pop(active.record.id, None)
-        self._executing.discard(active.record.id)
+        free; a child run hands it back to its parent, when that waits here on it.
+        (Whoever waits on it is told by its `done`, set once its end is stored.)"""
+        run_id = active.record.id
+        self._runs.pop(run_id, None)
+        self._lent.discard(run_id)
+        if run_id in self._executing:
+            self._executing.discard(run_id)
+            parent = active.record.parent_run_id
+            if parent is not None and parent in self._lent:
+                self.reclaim(parent)
+
+    def lend(self, run_id: str) -> None:
+        """The run waits on its children alone: its slot is free for another run."""
+        if run_id in self._executing:
+            self._executing.discard(run_id)
+            self._lent.add(run_id)
+
+    def reclaim(self, run_id: str) -> None:
+        """The run goes on: it takes a slot again, at once. (A child's end hands its slot
+        back to a parent waiting on it here, `drop`; a parent whose children ran elsewhere
+        may be one over the cap for a moment: no queued run starts until it is below.)"""
+        if run_id in self._lent:
+            self._lent.discard(run_id)
+            self._executing.add(run_id)
 
     @property
     def running(self) -> int:
@@ -91,7 +115,8 @@ class LiveRuns:
         return len(self._executing)
 
     def executing_ids(self) -> list[str]:
-        return list(self._executing)
+        """The runs whose tasks execute here, those lending their slot included."""
+        return [*self._executing, *self._lent]
 
     def free_slots(self) -> int:
         """Slots free for another run; -1 once draining."""

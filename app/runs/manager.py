@@ -36,15 +36,18 @@ from app.runs.live import CANCEL_SETTLE_S
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTraces
 from app.runs.ports import RunAssembler
-from app.runs.quotas import KeyUsage
+from app.runs.quotas.seam import KeyUsage
 from app.runs.recorder import RunRecorder
 from app.runs.records import ApprovalDecision, Event, RunRecord, RunStatus
 from app.runs.spec import RunRequest
+from app.runs.trees.children import RunTree
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
 
 EVENT_PAGE = 1000
+CANCEL_ROUNDS = 4
+"""Times a cancel looks again at a run that moved while it was being cancelled."""
 
 
 class RunManager:
@@ -60,6 +63,8 @@ class RunManager:
         max_answer_chars: int = 100_000,
         max_argument_chars: int = 100_000,
         observer: RunObserver | None = None,
+        max_agent_depth: int = 2,
+        max_agent_runs: int = 20,
     ) -> None:
         self.store = backend.store
         self.live = backend.live
@@ -98,6 +103,17 @@ class RunManager:
             traces=traces,
             find=self.get,
         )
+        self.tree = RunTree(
+            store=self.store,
+            admission=self.admission,
+            live=self.live,
+            placement=self.placement,
+            cancel=lambda run_id: self.cancel(run_id, None, any_owner=True),
+            went_on=self.approvals.went_on,
+            traces=traces,
+            max_depth=max_agent_depth,
+            max_runs=max_agent_runs,
+        )
         self.execution = Execution(
             store=self.store,
             assembler=assembler,
@@ -109,6 +125,7 @@ class RunManager:
             quotas=self.quotas,
             live=self.live,
             traces=traces,
+            tree=self.tree,
         )
         self._tasks: asyncio.TaskGroup | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -212,6 +229,7 @@ class RunManager:
         any_owner: bool,
         previous_run_id: str | None = None,
         unreadable: list[str] | None = None,
+        parent_run_id: str | None = None,
     ) -> tuple[list[RunRecord], str | None]:
         """A page of runs and the cursor of the next; the ids of the runs within this page
         that do not read back (left out) are added to `unreadable`."""
@@ -224,6 +242,7 @@ class RunManager:
             any_owner=any_owner,
             previous_run_id=previous_run_id,
             unreadable=bad,
+            parent_run_id=parent_run_id,
         )
         fresh = []
         for record in records:
@@ -235,37 +254,46 @@ class RunManager:
         return fresh[:limit], after
 
     async def cancel(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
-        record = await self.get(run_id, owner, any_owner=any_owner)
-        active = self.live.get(run_id)
-        if record.status.terminal:
-            raise self._ended_already(record)
-        if active is None and record.status != RunStatus.REQUIRES_ACTION:
-            elsewhere = await self.placement.cancel_elsewhere(record)  # queued, or another's
-            if elsewhere is None:
+        """End the run `cancelled`, wherever it is (queued, running here or on another
+        replica, waiting for a person), and answer it; 409 once it ended otherwise. A run that
+        moves meanwhile (a decision resumed it, it began to wait) is cancelled where it went.
+        Its answer is never a run that ended any other way: a cancel too late is refused."""
+        for _ in range(CANCEL_ROUNDS):
+            record = await self.get(run_id, owner, any_owner=any_owner)
+            if record.status.terminal:
                 raise self._ended_already(record)
-            if elsewhere.status != RunStatus.REQUIRES_ACTION:
-                return elsewhere
-            return await self.approvals.cancel(run_id) or elsewhere  # it began to wait
-        if active is not None and await self.placement.cancel_waiting(active):
-            return active.record
-        if active is not None and record.status != RunStatus.REQUIRES_ACTION:
-            active.cancel.set()
-            await self.live.wait_for([run_id], CANCEL_SETTLE_S)
-            if active.record.status != RunStatus.REQUIRES_ACTION:
-                return active.record
-        ended = await self.approvals.cancel(run_id)  # a run waiting for a person
-        if ended is not None:
-            return ended
-        fresh = await self.get(run_id, owner, any_owner=True)  # decided meanwhile
-        if fresh.status.terminal:
-            return fresh
-        return await self.placement.cancel_elsewhere(fresh) or fresh
+            active = self.live.get(run_id)
+            if active is not None:
+                if await self.placement.cancel_waiting(active):  # queued here
+                    return active.record
+                active.cancel.set()
+                await self.live.wait_for([run_id], CANCEL_SETTLE_S)
+                if active.record.status != RunStatus.REQUIRES_ACTION:
+                    return self._cancelled(active.record)
+            elif record.status == RunStatus.REQUIRES_ACTION:
+                ended = await self.approvals.cancel(run_id)
+                if ended is not None:
+                    return ended
+            else:  # queued in the cluster, or another replica's
+                elsewhere = await self.placement.cancel_elsewhere(record)
+                if elsewhere is not None and elsewhere.status != RunStatus.REQUIRES_ACTION:
+                    return self._cancelled(elsewhere)
+            # it began to wait, was decided and resumed, or ended: look again
+        record = await self.get(run_id, owner, any_owner=any_owner)
+        return self._cancelled(record)
 
     @staticmethod
     def _ended_already(record: RunRecord) -> RunAlreadyEndedError:
         return RunAlreadyEndedError(
             f"run {record.id!r} has already ended ({record.status.value})", run_id=record.id
         )
+
+    def _cancelled(self, record: RunRecord) -> RunRecord:
+        """`record` as a cancel's answer: cancelled, or still settling (another replica's
+        run: its terminal event follows); a run that ended otherwise first is a 409."""
+        if record.status.terminal and record.status != RunStatus.CANCELLED:
+            raise self._ended_already(record)
+        return record
 
     async def decide(
         self,

@@ -25,6 +25,10 @@ class RunTrace(Protocol):
     def step(self, step: Step) -> None:
         """One step of the engine, after it was recorded."""
 
+    def call_traceparent(self, call_id: str) -> str | None:
+        """The W3C trace context of one of the run's sub-agent calls in flight: its child
+        run's trace continues from it (DESIGN §15); None when there is none."""
+
     def ended(self, record: RunRecord) -> None:
         """The run's record is terminal: its status, reason, usage and error are final."""
 
@@ -53,6 +57,11 @@ class RunTraces:
 
     def get(self, run_id: str) -> RunTrace | None:
         return self._traces.get(run_id)
+
+    def call_traceparent(self, run_id: str, call_id: str) -> str | None:
+        """The trace context a run's sub-agent call gives its child run, if traced here."""
+        trace = self._traces.get(run_id)
+        return trace.call_traceparent(call_id) if trace is not None else None
 
     def ended(self, record: RunRecord) -> None:
         trace = self._traces.pop(record.id, None)

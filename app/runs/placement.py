@@ -24,7 +24,7 @@ from typing import Protocol
 import structlog
 
 from app.engine.steps import RunError
-from app.runs.errors import QueueFullError
+from app.runs.errors import QueueFullError, RunUnreadableError
 from app.runs.live import ActiveRun, LiveRuns
 from app.runs.metrics import RunMetrics
 from app.runs.records import ACTIVE_STATUSES, RunRecord, RunStatus
@@ -82,6 +82,10 @@ class Placement(Protocol):
 
     def release(self, run_id: str) -> None:
         """The run's task here is over: its slot is free."""
+
+    def wake(self) -> None:
+        """A slot may be free (a run lent its own while it waits on its children): place
+        the next run."""
 
     def ended(self, record: RunRecord) -> None:
         """The run ended here: what it is owed after (one process: its webhook, now)."""
@@ -196,18 +200,33 @@ class LocalPlacement:
     def release(self, run_id: str) -> None:
         self._start_next()
 
+    def wake(self) -> None:
+        self._start_next()
+
     def ended(self, record: RunRecord) -> None:
         self.runner.notify(record, "ended")
 
     async def recover(self) -> list[str]:
         """Fail the runs a crash left queued or running (they cannot resume elsewhere).
         A decided run the server stopped before it resumed waits again (and resumes once
-        the approval timer runs)."""
+        the approval timer runs). A run that does not read back is left as it is and
+        reported (`run_not_recovered`): it answers 409 run_unreadable until an operator
+        repairs it, and start-up goes on."""
         found: list[str] = []
+        reported: set[str] = set()
         while True:
+            unreadable: list[RunUnreadableError] = []
             stale = await self.store.list_runs(
-                owner=None, statuses=ACTIVE_STATUSES, limit=200, any_owner=True
+                owner=None,
+                statuses=ACTIVE_STATUSES,
+                limit=200,
+                any_owner=True,
+                unreadable=unreadable,
             )
+            for bad in unreadable:  # left as it is, for an operator: start-up goes on
+                if bad.run_id not in reported:
+                    reported.add(bad.run_id)
+                    log.warning("run_not_recovered", run_id=bad.run_id, problem=bad.problem)
             if not stale:
                 return found
             for record in stale:

@@ -9,13 +9,15 @@ when `MAX_UNSETTLED` writes are in flight."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
 
 from app.engine.events import EventType
 from app.engine.policies import StopReason
+from app.engine.ports import OutputError
+from app.engine.state import checkpoint_usage
 from app.engine.steps import (
     Action,
     Checkpoint,
@@ -26,7 +28,7 @@ from app.engine.steps import (
     Suspended,
 )
 from app.runs.metrics import RunMetrics
-from app.runs.quotas import Quotas
+from app.runs.quotas.seam import Quotas
 from app.runs.records import (
     TERMINAL_EVENTS,
     RunErrorInfo,
@@ -102,15 +104,7 @@ class RunRecorder:
             state = step.state
             if state.get("acting") and not self.in_flight_checkpoints:
                 return
-            record.usage = Usage(
-                steps=state["step"],
-                llm_calls=state["llm_calls"],
-                tool_calls=state["tool_calls"],
-                prompt_tokens=state["prompt_tokens"],
-                completion_tokens=state["completion_tokens"],
-                total_tokens=state["prompt_tokens"] + state["completion_tokens"],
-                cost_usd=None if state["unpriced_calls"] else round(state["cost_usd"], 12),
-            )
+            record.usage = Usage(**checkpoint_usage(state).to_dict())
             await self.store.save_checkpoint(record.id, step.step, state)  # after the queued
             await self.settle(record.id)
             return
@@ -119,7 +113,16 @@ class RunRecorder:
             return
         if isinstance(step, Finished):
             usage = step.usage.to_dict()
-            await self.end(record, step.reason, step.answer, step.degraded, usage, step.error)
+            await self.end(
+                record,
+                step.reason,
+                step.answer,
+                step.degraded,
+                usage,
+                step.error,
+                output=step.output,
+                output_errors=step.output_errors,
+            )
             return
         data = step.payload()
         call: DayUsage | None = None
@@ -149,11 +152,23 @@ class RunRecorder:
         degraded: bool = False,
         usage: dict[str, Any] | None = None,
         error: RunError | None = None,
+        *,
+        output: Any = None,
+        output_errors: Sequence[OutputError] | None = None,
     ) -> None:
         """Store the record terminal and the terminal event in one write, after everything
         queued before; then `on_ended`."""
         await self.settle(record.id)  # raises a failed write's error: the caller fails the run
-        terminal = self.ending(record, reason, answer, degraded, usage, error)
+        terminal = self.ending(
+            record,
+            reason,
+            answer,
+            degraded,
+            usage,
+            error,
+            output=output,
+            output_errors=output_errors,
+        )
         await self.store.append(record.id, *terminal, record=record)
         self.ended(record)
 
@@ -165,16 +180,24 @@ class RunRecorder:
         degraded: bool = False,
         usage: dict[str, Any] | None = None,
         error: RunError | None = None,
+        *,
+        output: Any = None,
+        output_errors: Sequence[OutputError] | None = None,
     ) -> tuple[EventType, int, dict[str, Any]]:
         """Make the record terminal (in memory) and give its terminal event (type, step,
-        data), for a caller that stores both itself (in one transaction); then `ended`."""
+        data), for a caller that stores both itself (in one transaction); then `ended`.
+        A run with an output schema gets its `output` and `output_errors` in its result."""
         status = status_for(reason)
         record.status = status
         record.ended_at = utcnow()
         if answer is not None and len(answer) > self.max_answer_chars:
             cap = self.max_answer_chars
             answer = f"{answer[:cap]}\n\n[Answer cut at {cap:,} characters of {len(answer):,}.]"
-        record.result = RunResult(answer=answer, reason=reason, degraded=degraded)
+        typed: dict[str, Any] = {}
+        if record.request.output_schema is not None:
+            errors = [e.to_dict() for e in output_errors] if output_errors is not None else None
+            typed = {"output": output, "output_errors": errors}
+        record.result = RunResult(answer=answer, reason=reason, degraded=degraded, **typed)
         record.error = RunErrorInfo(type=error.type, message=error.message) if error else None
         if usage is not None:
             record.usage = Usage(**usage)

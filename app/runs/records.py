@@ -10,9 +10,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, no_type_check
 
-from pydantic import BaseModel, Field, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+    model_validator,
+)
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.engine.policies import Limits, StopReason
@@ -88,15 +97,57 @@ TERMINAL_EVENTS = {
 }
 
 
-class RunResult(BaseModel):
-    """How a run ended: its answer, if any, and the one reason."""
+class OutputErrorInfo(BaseModel):
+    """One way an answer failed the run's output_schema."""
 
-    answer: str | None = Field(description="The final answer; null when the run produced none.")
+    path: str = Field(description="Where, as a JSON path: `$` is the answer, `$.items[0]` in it.")
+    message: str = Field(description="What is wrong there.")
+
+
+class RunResult(BaseModel):
+    """How a run ended: its answer, if any, and the one reason. `output` and `output_errors`
+    are there for a run with an output_schema only (both, null where there is none): without
+    one, the result is what it always was."""
+
+    answer: str | None = Field(
+        description="The final answer; null when the run produced none. With output_schema: "
+        "the JSON text of `output` (or of the answer that failed the schema)."
+    )
+    output: Any = Field(
+        None,
+        description="With output_schema: the answer's value, validated against the schema; "
+        "null when the run has no schema, no answer, or one that did not validate.",
+    )
+    output_errors: list[OutputErrorInfo] | None = Field(
+        None,
+        description="With output_schema: why the answer did not validate (each error's JSON "
+        "path and message; at most 50); null when it did or there was none.",
+    )
     reason: StopReason = Field(description="Why the run ended.")
     degraded: bool = Field(
         description="True when the answer did not come through the normal ending: a best "
-        "answer asked for at a limit, or the last reply when the model ignored the stop prompts."
+        "answer asked for at a limit, the last reply when the model ignored the stop prompts, "
+        "or the last answer that failed the output schema (invalid_output)."
     )
+    _typed: bool = PrivateAttr(False)
+    """The run has an output schema: `output` and `output_errors` are shown (and stored)."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _typed_when_given(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> RunResult:
+        result: RunResult = handler(data)
+        if isinstance(data, dict) and ("output" in data or "output_errors" in data):
+            result._typed = True
+        return result
+
+    @model_serializer(mode="wrap")
+    @no_type_check  # no return annotation: the schema of what is answered is then the fields'
+    def _output_when_typed(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        if not self._typed and isinstance(data, dict):
+            data.pop("output", None)
+            data.pop("output_errors", None)
+        return data
 
 
 class RunErrorInfo(BaseModel):
@@ -106,8 +157,8 @@ class RunErrorInfo(BaseModel):
     message: str = Field(description="What went wrong, for people.")
 
 
-class Usage(BaseModel):
-    """What a run spent."""
+class UsageFigures(BaseModel):
+    """What runs spent: the figures of `Usage`, and of its `children` part."""
 
     steps: int = Field(0, description="Loop turns (LLM calls, the degraded final call excepted).")
     llm_calls: int = Field(0, description="LLM calls that returned, the final call included.")
@@ -130,6 +181,18 @@ class Usage(BaseModel):
         if isinstance(data, dict) and "cost_usd" not in data and data.get("llm_calls"):
             return {**data, "cost_usd": None}
         return data
+
+
+class Usage(UsageFigures):
+    """What a run spent. With sub-agents, every figure but `steps` (the run's own turns)
+    includes what its child runs spent, and `children` is that part."""
+
+    children: UsageFigures | None = Field(
+        None,
+        description="The part of these figures spent by the run's sub-agents' child runs "
+        "(their own children's included; `steps`: theirs summed); null when it started none "
+        "that ended.",
+    )
 
 
 class WebhookAttempt(BaseModel):
@@ -157,6 +220,20 @@ class PendingApproval(BaseModel):
     tool: str = Field(description="The tool the model called.")
     arguments: dict[str, Any] = Field(description="The arguments the model gave.")
     requested_at: datetime = Field(description="When the run began waiting on it.")
+    run_id: str | None = Field(
+        None,
+        description="The run whose call it is when not this one: a sub-agent's child run "
+        "(or its own child), which this run waits on (DESIGN §15). A decision on either run "
+        "reaches it.",
+    )
+    agent_call_id: str | None = Field(
+        None, description="With run_id: this run's sub-agent call that waits on it."
+    )
+
+    @property
+    def key(self) -> tuple[str | None, str]:
+        """What names the call within a tree of runs: its run (None: this one) and id."""
+        return self.run_id, self.call_id
 
 
 class ApprovalDecision(BaseModel):
@@ -168,6 +245,12 @@ class ApprovalDecision(BaseModel):
     arguments: dict[str, Any] | None = None
     result: str | None = None
     """A client tool's result, sent by the client (`client_tools`): the call's observation."""
+    run_id: str | None = None
+    """The run whose call it is, when not the one decided on (a sub-agent's, DESIGN §15)."""
+
+    @property
+    def key(self) -> tuple[str | None, str]:
+        return self.run_id, self.call_id
 
 
 class ApprovalState(BaseModel):
@@ -185,8 +268,24 @@ class ApprovalState(BaseModel):
     """Running time the run had used when it began to wait (its checkpoint's)."""
 
     def undecided(self) -> list[PendingApproval]:
-        done = {d.call_id for d in self.decided}
-        return [p for p in self.pending if p.call_id not in done]
+        done = {d.key for d in self.decided}
+        return [p for p in self.pending if p.key not in done]
+
+
+class TreeLink(BaseModel):
+    """Where a child run sits in its tree (DESIGN §15)."""
+
+    root_run_id: str
+    """The tree's root: the run a request started. Its runs count against
+    FINISHLINE_MAX_AGENT_RUNS together."""
+    depth: int
+    """1 for the root's children, 2 for theirs …"""
+    step: int
+    """The parent's step of the call: with the call's id, what names the child."""
+    carved: list[str] = Field(default_factory=list)
+    """The settings the parent's budget bounded below the child's own (max_time_s,
+    max_total_tokens, max_cost_usd): a child that ends on one of those budgets ends its
+    parent with the same reason."""
 
 
 class RunRecord(BaseModel):
@@ -219,6 +318,12 @@ class RunRecord(BaseModel):
     """A follow-up without a system prompt of its own runs with its previous run's."""
     approval: ApprovalState | None = None
     """Set while the run waits for a person, and until it resumes with the decisions."""
+    parent_run_id: str | None = None
+    """A sub-agent's child run: the run whose call started it (DESIGN §15)."""
+    parent_call_id: str | None = None
+    """That run's call (a call of the sub-agent's tool)."""
+    tree: TreeLink | None = None
+    """A child run's place in its tree of runs; None for a run started by a request."""
 
     @property
     def system_prompt(self) -> str | None:

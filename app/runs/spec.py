@@ -6,219 +6,204 @@ Bounds that depend on the server (caps, allow-lists, registered tools) are check
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
-from app.engine.declarations import Declared, declared
-from app.engine.policies import Limits
-from app.runs.jsonsafe import INT64_MAX, INT64_MIN, json_problem
+from app.runs.jsonsafe import (
+    MAX_JSON_DEPTH,
+    STRICT,
+    json_depth,
+    json_integer,
+    json_problem,
+)
+from app.runs.settingspec import RunSettingsIn
+from app.runs.toolspec import (
+    ApprovalIn,
+    ClientToolIn,
+    HttpToolIn,
+    ScriptedReplyIn,
+    ScriptedToolCallIn,
+    ScriptedUsageIn,
+)
 
-STRICT = ConfigDict(extra="forbid", strict=True)
-"""Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
-for 1, no "30" for 30)."""
-MAX_JSON_DEPTH = 32
 MAX_LIST_ITEMS = {"tools": 256, "http_tools": 256, "client_tools": 256, "model_script": 1000}
 """Fixed ceilings on the lists of a request, checked before anything in them is validated,
 so a huge list is refused in microseconds. Server settings (max_tools, max_script_replies)
 set the working caps below these."""
-"""How deeply free-form JSON (metadata, tool schemas, scripted arguments) may nest: far past
-any real use, well short of what serializing it again can handle."""
 
 
-def json_integer(value: Any) -> Any:
-    """JSON Schema's integers include 2.0: take it as 2 (strict mode refuses any float). One
-    past 64 bits (`1e19`) is refused, as the integer literal would be (`app.runs.jsonsafe`):
-    taken as it is, it was stored and then could not be read back."""
-    if isinstance(value, float) and value.is_integer():
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise PydanticCustomError("int64_range", "is an integer outside the 64-bit range")
-        return int(value)
-    return value
+AGENT_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+"""A sub-agent's name is the name of the tool the parent's model calls: a tool name."""
+PROFILE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+MAX_AGENTS = 64
+"""Fixed ceiling on a run's sub-agents; each is a tool, so FINISHLINE_MAX_TOOLS bounds them too."""
 
 
-def json_depth(value: Any) -> int:
-    """How many levels of objects and arrays nest in `value` (0 for a scalar); no recursion."""
-    depth, level = 0, [value]
-    while level := [v for v in level if isinstance(v, dict | list)]:
-        depth += 1
-        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
-    return depth
+def _agent_names_only(schema: dict[str, Any]) -> None:
+    """In the schema of a field of agents by name: no key but a name (`AGENT_NAME`)."""
+    for branch in schema.get("anyOf", [schema]):
+        if "patternProperties" in branch:
+            branch["additionalProperties"] = False
 
 
-INTEGER_SETTINGS = tuple(
-    name for name, item in declared(Limits).items() if int in (item.type, *get_args(item.type))
+_TEXT: dict[str, JsonValue] = {"type": "string"}
+_CHILD_FIELDS = (
+    "system_prompt",
+    "model",
+    "tools",
+    "mcp_servers",
+    "http_tools",
+    "settings",
+    "approval",
+    "model_script",
+    "output_schema",
+    "agents",
+    "agent",
 )
-"""The settings whose values are integers: `2.0` is taken as 2 there (and only there: a
-number setting keeps `1e19` as the float it is)."""
+"""The fields of a sub-agent that its child run's request takes as they are."""
 
 
-class _RunSettingsBase(BaseModel):
-    """Per-run settings; each omitted one takes the server's default. Caps: GET /settings."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        json_schema_extra={"examples": [{"max_steps": 8, "max_time_s": 30, "progress": True}]},
-    )
-
-    @field_validator(*INTEGER_SETTINGS, mode="before", check_fields=False)
-    @classmethod
-    def _json_integers(cls, value: Any) -> Any:
-        return json_integer(value)
-
-
-def _request_field(item: Declared) -> tuple[Any, Any]:
-    """A setting as a request field: optional (omitted: the server's default), same bounds."""
-    spec = item.spec
-    info = Field(None, ge=spec.ge, gt=spec.gt, description=item.description)
-    return item.type | None, info
-
-
-if TYPE_CHECKING:
-    RunSettingsIn = _RunSettingsBase
-else:
-    RunSettingsIn = create_model(
-        "RunSettingsIn",
-        __base__=_RunSettingsBase,
-        __doc__=_RunSettingsBase.__doc__,
-        __module__=__name__,
-        **{name: _request_field(item) for name, item in declared(Limits).items()},
-    )
-"""One optional field per setting of `Limits`, with its bounds; nothing else."""
-
-
-class HttpToolIn(BaseModel):
-    """A tool declared in the request: called over HTTP with the model's arguments as JSON."""
+class AgentIn(BaseModel):
+    """A sub-agent (DESIGN §15): offered to the run's model as a tool named as its key, with
+    one parameter, `task`. Calling it starts a child run, made of these fields as a request
+    of its own (`agent` names a profile of this server, as in POST /runs), or calls the
+    remote A2A agent at `a2a_url`."""
 
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
         json_schema_extra={
+            # what `_one_kind` checks, said in the schema too
+            "allOf": [
+                {
+                    "anyOf": [
+                        {"required": ["description"], "properties": {"description": _TEXT}},
+                        {"required": ["agent"], "properties": {"agent": _TEXT}},
+                    ]
+                },
+                {
+                    "anyOf": [
+                        {"not": {"required": ["a2a_url"]}},
+                        {"properties": {"a2a_url": {"type": "null"}}},
+                        {"propertyNames": {"enum": ["a2a_url", "description"]}},
+                    ]
+                },
+            ],
             "examples": [
                 {
-                    "name": "lookup_order",
-                    "description": "Look up an order by id.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"order_id": {"type": "string"}},
-                        "required": ["order_id"],
-                    },
-                    "url": "https://api.example.com/orders/lookup",
-                }
-            ]
+                    "description": "Does arithmetic. Give it one expression to compute.",
+                    "tools": ["calculator"],
+                },
+                {"agent": "researcher"},
+                {
+                    "description": "The billing team's agent.",
+                    "a2a_url": "https://agents.example.com/a2a/billing",
+                },
+            ],
         },
     )
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Tool name the model calls.")
-    description: str = Field(max_length=2000, description="What the tool does, for the model.")
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}},
-        description="JSON schema (type object) of the arguments.",
-    )
-    url: str = Field(max_length=2000, description="Endpoint; its host must be allow-listed.")
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = Field(
-        "POST",
-        description="POST/PUT/PATCH send the arguments as a JSON body; GET/DELETE as query parameters.",
-    )
-    headers: dict[str, str] = Field(
-        default_factory=dict,
-        max_length=32,
-        description="Sent with every call (at most 32); values are never shown back.",
-    )
-    timeout_s: float | None = Field(
-        None, gt=0, description="Per-call timeout; defaults to the run's tool_timeout_s."
-    )
-    idempotent: bool = Field(
-        True,
-        description="False for tools like job polling or ones that act (send, pay): repeats run "
-        "until past the repetition threshold, and a call in flight when its replica died is "
-        "not run again after the takeover (the model is told its outcome is unknown).",
-    )
-    requires_approval: bool | None = Field(
+    description: str | None = Field(
         None,
-        description="true: each call waits for a person's approval (POST /runs/{id}/approvals). "
-        "Omitted (stored as such): false.",
+        min_length=1,
+        max_length=2000,
+        description="What it does, for the model: the tool's description. Required, unless "
+        "`agent` names a profile (the profile's description is the default).",
     )
-
-
-class ClientToolIn(BaseModel):
-    """A tool the client runs (AG-UI's frontend tools): offered to the model, never executed
-    by the server; each call waits for the client's result (DESIGN §9, §16)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        json_schema_extra={
-            "examples": [
-                {
-                    "name": "confirm_order",
-                    "description": "Ask the user to confirm the order in the page.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"order_id": {"type": "string"}},
-                        "required": ["order_id"],
-                    },
-                }
-            ]
-        },
+    agent: str | None = Field(
+        None,
+        pattern=PROFILE_NAME,
+        description="An agent profile of this server (GET /agents): the child run's defaults, "
+        "as for POST /runs; the fields given here replace the profile's.",
     )
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Tool name the model calls.")
-    description: str = Field(max_length=2000, description="What the tool does, for the model.")
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}},
-        description="JSON schema (type object) of the arguments.",
+    a2a_url: str | None = Field(
+        None,
+        max_length=2000,
+        description="A remote A2A agent's JSON-RPC URL (host allow-listed like HTTP tools): "
+        "the call sends it the task and its answer is the observation. Takes no other field "
+        "but `description`.",
     )
-
-
-class ScriptedToolCallIn(BaseModel):
-    """One tool call of a scripted reply."""
-
-    model_config = STRICT
-    name: str = Field(description="The tool to call.")
-    arguments: dict[str, Any] | str = Field(
-        default_factory=dict, description="An object, or raw text to script malformed JSON."
+    system_prompt: str | None = Field(None, description="The child run's system prompt.")
+    model: str | None = Field(
+        None, description="The child run's model; default: the parent run's (or the profile's)."
     )
-    id: str | None = Field(None, description="Call id; generated when omitted.")
-
-
-class ScriptedUsageIn(BaseModel):
-    """Token usage the scripted model reports for a reply."""
-
-    model_config = STRICT
-    prompt_tokens: int = Field(ge=0, description="Prompt tokens to report.")
-    completion_tokens: int = Field(ge=0, description="Completion tokens to report.")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _json_integers(cls, value: Any) -> Any:
-        return json_integer(value)
-
-
-class ScriptedReplyIn(BaseModel):
-    """One reply of the scripted model, used for one LLM call."""
-
-    model_config = STRICT
-    content: str | None = Field(None, description="The reply's text (a thought, or the answer).")
-    tool_calls: list[ScriptedToolCallIn] = Field(
-        default_factory=list, description="Tool calls of the reply."
-    )
-    usage: ScriptedUsageIn | None = Field(None, description="Reported usage; omitted: estimated.")
-    delay_s: float = Field(0, ge=0, le=600, description="Latency before this reply.")
-
-
-class ApprovalIn(BaseModel):
-    """Which of the run's tools wait for a person before each call (DESIGN §9)."""
-
-    model_config = STRICT
     tools: list[str] = Field(
-        max_length=256,
-        description="Names of the run's tools (registered or http_tools) whose calls wait "
-        "for approval: the run's status becomes requires_action until POST "
-        "/runs/{id}/approvals decides them.",
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS["tools"],
+        description="Registered tools of the child run.",
     )
+    mcp_servers: list[str] = Field(
+        default_factory=list, max_length=64, description="MCP servers of the child run."
+    )
+    http_tools: list[HttpToolIn] = Field(
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS["http_tools"],
+        description="HTTP tools of the child run.",
+    )
+    settings: RunSettingsIn = Field(
+        default_factory=RunSettingsIn,
+        description="The child run's settings; its time, tokens and cost are also bounded by "
+        "what the parent has left.",
+    )
+    approval: ApprovalIn | None = Field(
+        None, description="Tools of the child run whose calls wait for a person."
+    )
+    model_script: list[ScriptedReplyIn] | None = Field(
+        None,
+        max_length=MAX_LIST_ITEMS["model_script"],
+        description="The child run's scripted replies (model 'scripted').",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="The child run's output schema (typed answers): the observation the "
+        "parent's model gets is then the child's validated answer, as JSON.",
+    )
+    agents: dict[Annotated[str, StringConstraints(pattern=AGENT_NAME)], AgentIn] = Field(
+        default_factory=dict,
+        max_length=MAX_AGENTS,
+        description="The child run's own sub-agents (depth: FINISHLINE_MAX_AGENT_DEPTH).",
+        json_schema_extra=_agent_names_only,
+    )
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The fields given, as given (stored so: it reads back as the same agent)."""
+        data: dict[str, Any] = handler(self)
+        return {name: value for name, value in data.items() if name in self.model_fields_set}
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        given = self.model_fields_set - {"description"}
+        if self.a2a_url is not None and given != {"a2a_url"}:
+            others = ", ".join(sorted(given - {"a2a_url"}))
+            raise ValueError(f"a remote agent (a2a_url) takes only a description, not {others}")
+        if self.description is None and self.agent is None:
+            raise ValueError("description: required (what the agent does, for the model)")
+        return self
+
+    def child_request(self, task: str, parent_model: str | None = None) -> RunRequest:
+        """The request of the child run a call with `task` starts (not for `a2a_url`). An
+        agent that names no model, no profile and no script runs on `parent_model`."""
+        given = {name for name in _CHILD_FIELDS if name in self.model_fields_set}
+        fields = RunRequest.model_fields
+        values = {n: f.get_default(call_default_factory=True) for n, f in fields.items()}
+        values |= {name: getattr(self, name) for name in given} | {"task": task}
+        if given.isdisjoint({"model", "agent", "model_script"}) and parent_model is not None:
+            values["model"] = parent_model
+            given.add("model")
+        return RunRequest.model_construct({"task", *given}, **values)
 
 
 class RunRequest(BaseModel):
@@ -291,6 +276,28 @@ class RunRequest(BaseModel):
     approval: ApprovalIn | None = Field(
         None, description="Tools whose calls wait for a person's approval."
     )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="A JSON Schema (draft 2020-12) the run's answer must validate against: "
+        "with the stop tool, task_finished's `answer` parameter is this schema; without it, "
+        "the reply must be JSON that matches it. An answer that fails it is shown its errors "
+        "and the run goes on (`settings.max_output_retries` more tries, then the run ends "
+        "incomplete with invalid_output). The value is `result.output`, its JSON text "
+        "`result.answer`. An invalid schema is a 422; its size is capped like an HTTP tool's "
+        "`parameters`.",
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "verdict": {"enum": ["yes", "no"]},
+                        "evidence": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "required": ["verdict", "evidence"],
+                }
+            ]
+        },
+    )
     webhook_events: list[Literal["ended", "requires_action"]] | None = Field(
         None,
         max_length=2,
@@ -305,6 +312,14 @@ class RunRequest(BaseModel):
         "defaults. Any field this request gives replaces the profile's (lists such as `tools` "
         "whole); `settings` merge key by key, the request's winning; caps hold as always. "
         "An unknown name is a 422.",
+    )
+    agents: dict[Annotated[str, StringConstraints(pattern=AGENT_NAME)], AgentIn] | None = Field(
+        None,
+        max_length=MAX_AGENTS,
+        json_schema_extra=_agent_names_only,
+        description="Sub-agents (router and workers, DESIGN §15): each is a tool NAME(task) for "
+        "this run's model; a call starts a child run (parent_run_id: this run), whose answer "
+        "is the call's result. The tree shares this run's deadline and budgets.",
     )
     previous_run_id: str | None = Field(
         None,
@@ -335,9 +350,34 @@ class RunRequest(BaseModel):
             )
         return value
 
-    @field_validator("metadata", "http_tools", "client_tools", "model_script", mode="before")
+    @field_validator(
+        "metadata",
+        "http_tools",
+        "client_tools",
+        "model_script",
+        "output_schema",
+        "agents",
+        mode="before",
+    )
     @classmethod
     def _not_too_deep(cls, value: Any) -> Any:
         if json_depth(value) > MAX_JSON_DEPTH:
             raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
         return value
+
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "STRICT",
+    "AgentIn",
+    "ApprovalIn",
+    "ClientToolIn",
+    "HttpToolIn",
+    "RunRequest",
+    "RunSettingsIn",
+    "ScriptedReplyIn",
+    "ScriptedToolCallIn",
+    "ScriptedUsageIn",
+    "json_depth",
+    "json_integer",
+]

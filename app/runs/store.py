@@ -122,6 +122,12 @@ class DuplicateRunError(StoreError):
     """A run with this id, or this owner's idempotency key, exists already."""
 
 
+class RunGoneError(StoreError, KeyError):
+    """The run is not stored (a write of a run that does not exist; the stores' contract
+    says KeyError). Under its executing replica: Redis came back without its data, so the
+    run is no longer anybody's to run."""
+
+
 class LeaseLostError(StoreError):
     """This process no longer holds the run's lease (another replica took it over): the
     write was refused, and the run is no longer this process's to change."""
@@ -200,15 +206,23 @@ class RunStore(Protocol):
         any_owner: bool = False,
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
+        parent_run_id: str | None = None,
     ) -> list[RunRecord]:
         """Newest first, up to `limit` of them; `before_id` is the cursor (ids sort by
-        creation time); `previous_run_id` keeps only the follow-ups of that run. A run whose
+        creation time); `previous_run_id` keeps only the follow-ups of that run,
+        `parent_run_id` only the child runs its sub-agent calls started. A run whose
         record does not read back is left out, never raised (one bad row must not hide every
         other run): its error is added to `unreadable` when given, and the runs past it are
         still listed."""
 
     async def delete(self, run_id: str) -> None:
         """Remove a run, its events and its checkpoint."""
+
+    async def add_tree_run(self, root_run_id: str, member: str, cap: int) -> bool:
+        """Count `member` (a child run's name: its parent, step and call) among the runs of
+        the tree rooted at `root_run_id`, unless the tree counts `cap` already: False then.
+        A member counted already is counted once (True). Atomic across processes; the count
+        is forgotten with the root run."""
 
     async def append(
         self,

@@ -64,6 +64,11 @@ class RunView(BaseModel):
     client_tools: list[dict[str, Any]] = Field(
         default_factory=list, description="Tools the client runs (each call waits for its result)."
     )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="The JSON Schema its answer must validate against (the value is "
+        "result.output), or null.",
+    )
     settings: dict[str, Any] = Field(description="Every per-run setting, resolved.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="The request's own data, as sent."
@@ -76,6 +81,18 @@ class RunView(BaseModel):
     )
     previous_run_id: str | None = Field(
         None, description="The run this one continues (a follow-up), or null."
+    )
+    agents: list[str] = Field(
+        default_factory=list,
+        description="Its sub-agents (tools NAME(task) of its model, DESIGN §15), by name.",
+    )
+    parent_run_id: str | None = Field(
+        None,
+        description="A sub-agent's child run: the run whose call started it (GET "
+        "/runs?parent_run_id= lists a run's children); null for a run a request started.",
+    )
+    parent_call_id: str | None = Field(
+        None, description="With parent_run_id: that run's call (its action's call_id)."
     )
     trace_id: str | None = Field(
         None,
@@ -128,6 +145,7 @@ def to_view(record: RunRecord) -> RunView:
         mcp_servers=list(request.mcp_servers),
         http_tools=http_tools,
         client_tools=[t.model_dump(mode="json") for t in request.client_tools],
+        output_schema=request.output_schema,
         settings=settings_dict(record.settings),
         metadata=request.metadata,
         result=record.result,
@@ -135,6 +153,9 @@ def to_view(record: RunRecord) -> RunView:
         usage=record.usage,
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
+        agents=list(request.agents or ()),
+        parent_run_id=record.parent_run_id,
+        parent_call_id=record.parent_call_id,
         trace_id=record.trace_id,
         pending_approvals=(
             record.approval.undecided()

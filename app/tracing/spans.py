@@ -110,6 +110,8 @@ class OtelRunTrace:
         self._retries: list[tuple[LLMRetry, int]] = []
         self._retry_start_ns: int | None = None
         self._arguments: dict[str, Any] = {}  # call id -> arguments, when capturing content
+        self._agents = frozenset(record.request.agents or ())
+        self._calls: dict[str, trace.Span] = {}  # a sub-agent call's span, open from its action
 
     @property
     def trace_id(self) -> str:
@@ -142,16 +144,35 @@ class OtelRunTrace:
             self._retries.append((step, now))
         elif isinstance(step, Observation):
             self._tool(step, now)
-        elif isinstance(step, Action) and self._capture:
-            self._arguments[step.call_id] = step.arguments
+        elif isinstance(step, Action):
+            if self._capture:
+                self._arguments[step.call_id] = step.arguments
+            if step.tool in self._agents:  # its child run's trace goes under this span
+                self._calls[step.call_id] = self._tracer.start_span(
+                    f"execute_tool {step.tool}",
+                    context=self._context,
+                    kind=SpanKind.INTERNAL,
+                    start_time=now,
+                )
         elif isinstance(step, Intervention):
             attributes = {"finishline.intervention.kind": step.kind.value}
             self.span.add_event("finishline.intervention", attributes, timestamp=now)
         self._last_ns = now
 
+    def call_traceparent(self, call_id: str) -> str | None:
+        span = self._calls.get(call_id)
+        if span is None:
+            return None
+        carrier: dict[str, str] = {}
+        PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier.get("traceparent")
+
     @_never_raises
     def ended(self, record: RunRecord) -> None:
         self._close_chat()
+        for open_call in self._calls.values():  # a call its run did not see end (it waited)
+            open_call.end()
+        self._calls.clear()
         span = self.span
         for retry, at in self._retries:  # retried calls that never returned
             span.add_event("gen_ai.retry", _retry_attributes(retry), timestamp=at)
@@ -159,6 +180,9 @@ class OtelRunTrace:
         if record.result is not None:
             span.set_attribute("finishline.run.reason", record.result.reason.value)
             span.set_attribute("finishline.run.degraded", record.result.degraded)
+            if record.result.output_errors:  # a typed answer that failed its schema
+                errors = len(record.result.output_errors)
+                span.set_attribute("finishline.run.output_errors", errors)
             if self._capture and record.result.answer is not None:
                 answer = _text_message(
                     "assistant", record.result.answer, finish_reason=record.result.reason.value
@@ -236,13 +260,17 @@ class OtelRunTrace:
             arguments = self._arguments.pop(step.call_id, None)
             attributes["gen_ai.tool.call.arguments"] = json.dumps(arguments, ensure_ascii=False)
             attributes["gen_ai.tool.call.result"] = step.content
-        span = self._tracer.start_span(
-            f"execute_tool {step.tool}",
-            context=self._context,
-            kind=SpanKind.INTERNAL,
-            start_time=now - step.duration_ms * NS_PER_MS,
-            attributes=attributes,
-        )
+        span = self._calls.pop(step.call_id, None)
+        if span is not None:  # a sub-agent call, open since its action
+            span.set_attributes(attributes)
+        else:
+            span = self._tracer.start_span(
+                f"execute_tool {step.tool}",
+                context=self._context,
+                kind=SpanKind.INTERNAL,
+                start_time=now - step.duration_ms * NS_PER_MS,
+                attributes=attributes,
+            )
         if step.timed_out or step.is_error:
             kind = "timeout" if step.timed_out else "tool_error"
             span.set_attribute("error.type", kind)

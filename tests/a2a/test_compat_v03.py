@@ -4,6 +4,8 @@ message/stream, tasks/get, tasks/cancel, tasks/resubscribe) reaches the same run
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import pytest
 from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
@@ -80,3 +82,17 @@ async def test_a_0_3_client_decides_an_approval() -> None:
             )
     assert state_name(waiting.status.state) == "TASK_STATE_INPUT_REQUIRED"
     assert state_name(ended.status.state) == "TASK_STATE_COMPLETED"
+
+
+@pytest.mark.parametrize("output", [{"sum": 5}, [5, 6], "five", 5], ids=type)
+async def test_a_0_3_client_gets_any_typed_answer(output: object) -> None:
+    answering = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": output}}]}
+    body = scripted(answering, output_schema={"type": ["object", "array", "string", "integer"]})
+    async with a2a_service() as service:
+        card = await legacy_card(service, "calc")
+        blocking = await service.client("calc", streaming=False, card=card)
+        done = await send(blocking, text("2+3?"), finishline=body)
+    assert state_name(done.status.state) == "TASK_STATE_COMPLETED"
+    (artifact,) = done.artifacts
+    assert texts(artifact.parts) == [json.dumps(output)]
+    assert data_parts(artifact.parts) == [json.loads(json.dumps(output), parse_int=float)]

@@ -28,6 +28,14 @@ PAYLOADS = {
     EventType.APPROVAL_REQUESTED: {"call_id": "c1", "tool": "calculator", "arguments": {}},
     EventType.APPROVAL_DECIDED: {"call_id": "c1", "approved": True, "message": None},
     EventType.RUN_RECOVERED: {"replica": "r2", "attempt": 1},
+    EventType.AGENT_STARTED: {"call_id": "c1", "agent": "helper", "child_run_id": "run_2"},
+    EventType.AGENT_FINISHED: {
+        "call_id": "c1",
+        "agent": "helper",
+        "child_run_id": "run_2",
+        "status": "completed",
+        "reason": "finished",
+    },
 }
 
 
@@ -57,9 +65,9 @@ def test_events_left_out_make_no_update(kind: EventType) -> None:
 
 
 def test_a_type_not_known_here_reaches_the_client_as_its_payload() -> None:
-    (update,) = mapped("agent.started", {"agent": "helper", "child_run_id": "run_2"})
+    (update,) = mapped("agent.handed_off", {"agent": "helper", "child_run_id": "run_2"})
     message = MessageToDict(update.status)["message"]
-    assert message["parts"][0] == {"text": "agent.started"}
+    assert message["parts"][0] == {"text": "agent.handed_off"}
     assert message["parts"][1]["data"] == {"agent": "helper", "child_run_id": "run_2"}
 
 

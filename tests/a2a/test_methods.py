@@ -249,3 +249,29 @@ async def test_blocking_waits_at_most_the_servers_wait_cap() -> None:
         task = await send(client, text("hang"), finishline=scripted(HANGING))
         await client.cancel_task(CancelTaskRequest(id=task.id))
     assert state_name(task.status.state) == "TASK_STATE_WORKING"
+
+
+TYPED = {
+    "type": "object",
+    "properties": {"sum": {"type": "integer"}},
+    "required": ["sum"],
+}
+
+
+async def test_a_typed_answer_is_the_artifacts_data_part_on_get_and_in_the_stream() -> None:
+    answering = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": {"sum": 5}}}]}
+    async with a2a_service() as service:
+        client = await service.client("calc", streaming=False)
+        task = await send(client, text("2+3?"), finishline=scripted(answering, output_schema=TYPED))
+        got = await client.get_task(GetTaskRequest(id=task.id))
+        streaming = await service.client("calc")
+        responses = await stream(
+            streaming, text("2+3?"), finishline=scripted(answering, output_schema=TYPED)
+        )
+
+    for ended in (task, got):
+        (artifact,) = ended.artifacts
+        assert texts(artifact.parts) == ['{"sum": 5}']
+        assert data_parts(artifact.parts) == [{"sum": 5.0}]  # protobuf's numbers are doubles
+    (update,) = [r.artifact_update for r in responses if r.HasField("artifact_update")]
+    assert data_parts(update.artifact.parts) == [{"sum": 5.0}]

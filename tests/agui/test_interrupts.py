@@ -10,6 +10,7 @@ import httpx
 
 from tests.agui.kit import agent_input, of_type, scripted, stream, types, user
 from tests.api.kit import error_of, finish, settings
+from tests.fakes.llm_server import FakeLLMServer, FakeReply
 from tests.fakes.service import api_client
 
 PICK = {
@@ -167,6 +168,24 @@ async def test_a_resume_naming_another_keys_interrupts_is_not_found() -> None:
 
     assert error_of(theirs, 404)["details"]["interrupts"] == [interrupt["id"]]
     assert run["status"] == "requires_action"
+
+
+async def test_a_frontend_tool_is_offered_to_the_model_with_its_description_and_schema() -> None:
+    async with FakeLLMServer([FakeReply.call("pick_color", {"hint": "warm"})]) as llm:
+        config = settings(llm_base_url=llm.base_url, llm_model="fake-model")
+        async with api_client(config) as client:
+            asked = await interrupted(client, agent_input(user("a color?"), tools=[PICK]))
+
+    (request,) = llm.requests  # the model's one call: then the run waits for the client
+    offered = {t["function"]["name"]: t["function"] for t in request["tools"]}
+    function = offered["pick_color"]
+    assert (function["description"], function["parameters"]) == (
+        PICK["description"],
+        PICK["parameters"],
+    )
+    (interrupt,) = asked["outcome"]["interrupts"]
+    assert interrupt["metadata"]["finishline"]["tool"] == "pick_color"
+    assert interrupt["metadata"]["finishline"]["arguments"] == {"hint": "warm"}
 
 
 async def test_a_frontend_tool_call_is_answered_by_the_clients_tool_message() -> None:

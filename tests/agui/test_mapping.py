@@ -234,6 +234,17 @@ def test_sub_agents_are_the_protocols_sub_agent_events() -> None:
     assert failed[0]["code"] == "error"
 
 
+def test_a_remote_sub_agent_is_named_by_its_call() -> None:
+    m = mapper()
+    remote = {"call_id": "c7", "agent": "billing", "child_run_id": None}
+    (started,) = dumped(m.map(event(4, "agent.started", **remote)))
+    (finished,) = dumped(
+        m.map(event(5, "agent.finished", status="completed", reason="finished", **remote))
+    )
+    assert started["subagentRunId"] == finished["subagentRunId"] == "remote:c7"
+    assert started["parentToolCallId"] == "c7"
+
+
 def waiting_record(*calls: tuple[str, str], client_tools: tuple[str, ...] = ()) -> RunRecord:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     return RunRecord.model_validate(

@@ -353,6 +353,16 @@ async def test_a_profile_file_is_read_once_at_start_up_not_per_request(tmp_path:
             {"planning_interval_limit": 4},
             "profile 'bad': settings.planning_interval: 5 exceeds the server cap of 4",
         ),
+        (
+            {"description": "d", "output_schema": {"type": "objekt"}},
+            {},
+            "profile 'bad': output_schema: is not a valid JSON Schema (draft 2020-12) at 'type'",
+        ),
+        (
+            {"description": "d", "output_schema": {"description": "d" * 100}},
+            {"max_tool_schema_bytes": 50},
+            "profile 'bad': output_schema: 119 bytes exceeds the server cap of 50",
+        ),
     ],
 )
 async def test_a_profile_this_server_cannot_run_stops_start_up_naming_profile_and_field(
@@ -408,3 +418,35 @@ async def test_the_example_profiles_start_and_the_researcher_plans_the_quick_one
     assert (researcher["usage"]["steps"], researcher["usage"]["llm_calls"]) == (3, 5)
     assert quick["result"]["reason"] == "answered"
     assert quick["usage"]["llm_calls"] == quick["usage"]["steps"]
+
+
+# -- a typed agent (DESIGN §12) -----------------------------------------------------------------
+
+VERDICT = {
+    "type": "object",
+    "properties": {"verdict": {"enum": ["yes", "no"]}},
+    "required": ["verdict"],
+}
+JUDGE = {"description": "Answers yes or no.", "output_schema": VERDICT}
+
+
+def answering(value: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "task_finished", "arguments": {"answer": value}}]}
+
+
+async def test_a_profiles_output_schema_is_its_runs_default_and_a_request_may_replace_it() -> None:
+    own = {"type": "integer"}
+    async with api_client(settings(agents={"judge": JUDGE})) as client:
+        agent = (await client.get("/agents/judge")).json()
+        typed = await agent_run(client, scripted(answering({"verdict": "no"}), agent="judge"))
+        replaced = await agent_run(client, scripted(answering(7), agent="judge", output_schema=own))
+    assert agent["output_schema"] == VERDICT
+    assert (typed["output_schema"], typed["result"]["output"]) == (VERDICT, {"verdict": "no"})
+    assert (replaced["output_schema"], replaced["result"]["output"]) == (own, 7)
+
+
+async def test_the_demo_model_answers_a_typed_agent_with_a_value_that_validates() -> None:
+    async with api_client(settings(agents={"judge": JUDGE}, demo_delay_s=0)) as client:
+        run = await agent_run(client, {"task": "Is 2 + 2 = 4?", "agent": "judge"})
+    assert run["model"] == "demo"
+    assert (run["status"], run["result"]["output"]) == ("completed", {"verdict": "yes"})

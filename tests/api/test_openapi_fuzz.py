@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config._checks import NegativeDataRejectionConfig
+from schemathesis.config._phases import InferenceConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from app.main import create_app
@@ -69,6 +70,9 @@ FUZZED = settings(
     agents={"fuzzed": {"description": "A profile for the fuzzer.", "tools": ["calculator"]}},
 )
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(FUZZED))
+# the links the schema declares are followed, none inferred from a field's name (a pending
+# approval's `run_id`, a sub-agent's run, DESIGN §15: deciding it is the approvals tests')
+schema.config.phases.stateful.inference = InferenceConfig(algorithms=[])
 load_all_checks()
 # a schema-violating body may also be refused for its size alone (413, documented)
 _rejection = schema.config.checks.negative_data_rejection

@@ -93,7 +93,10 @@ run_settings = st.lists(st.sampled_from(sorted(SETTINGS)), max_size=3, unique=Tr
     lambda names: st.fixed_dictionaries({n: SETTINGS[n] for n in names})
 )
 finish_call = st.fixed_dictionaries(
-    {"name": st.just("task_finished"), "arguments": st.fixed_dictionaries({"answer": texts})},
+    {
+        "name": st.just("task_finished"),
+        "arguments": st.fixed_dictionaries({"answer": texts | json_values}),
+    },
     optional={"id": texts},
 )
 other_call = st.fixed_dictionaries(
@@ -127,8 +130,20 @@ http_tool = st.fixed_dictionaries(
         "timeout_s": st.floats(0.1, 5) | st.sampled_from(EDGE_FLOATS + NON_FINITE),
     },
 )
+output_schemas = st.one_of(  # typed answers: valid schemas, and anything else
+    st.sampled_from(
+        [
+            {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+            {"type": "array", "items": {"type": "string"}},
+            {"type": ["string", "null"]},
+            {},
+        ]
+    ),
+    st.dictionaries(texts, json_values, max_size=2),
+)
 OPTIONAL_FIELDS = {
     "system_prompt": st.none() | texts,
+    "output_schema": output_schemas,
     "metadata": st.dictionaries(texts, json_values, max_size=3),
     "settings": run_settings,
     "http_tools": st.lists(http_tool, max_size=1),
@@ -259,6 +274,10 @@ def read_back(client: Client, run_id: str, sent: dict[str, Any]) -> None:
     assert run["task"] == sent["task"]
     assert run["metadata"] == sent.get("metadata", {})
     assert run["system_prompt"] == (sent.get("system_prompt") or None)
+    if run["output_schema"] is not None and run["result"] is not None:
+        event(f"typed run: {run['result']['reason']}")
+        if run["result"]["reason"] in ("finished", "answered"):
+            assert json.loads(run["result"]["answer"]) == run["result"]["output"]
 
     listed = client.request("GET", "/runs", params={"limit": 200})
     assert listed.status_code == 200, listed.text

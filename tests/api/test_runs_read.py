@@ -27,6 +27,7 @@ USAGE_FIELDS = {
     "completion_tokens",
     "total_tokens",
     "cost_usd",
+    "children",  # the part its sub-agents' child runs spent (DESIGN §15); null: none
 }
 
 
@@ -65,6 +66,7 @@ async def test_finished_run_is_completed_with_answer_usage_timestamps_settings_m
             "completion_tokens": 15,
             "total_tokens": 235,
             "cost_usd": 0.0,  # the scripted model costs nothing unless priced
+            "children": None,  # no sub-agent run (DESIGN §15)
         }
         created_at, started_at, ended_at = (
             datetime.fromisoformat(run[key]) for key in ("created_at", "started_at", "ended_at")

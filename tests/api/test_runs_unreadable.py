@@ -5,11 +5,13 @@ memory, SQLite and Redis stores alike."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from app.engine.events import EventType
+from app.runs.records import RunStatus
 from app.runs.store import RunStore
 from app.settings import Settings
 from tests.api.kit import (
@@ -147,3 +149,31 @@ async def test_an_event_holding_a_lone_surrogate_is_served_with_a_replacement_ch
         assert response.status_code == 200
         assert [e.data["content"] for e in events if e.event == "thought"] == ["a\ufffdb\ufffd"]
         assert events[-1].event == "run.cancelled"
+
+
+async def test_start_up_recovery_skips_and_reports_a_run_it_cannot_read(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A crash left two runs `running` on SQLite, one of them unreadable: the service starts,
+    fails the other `interrupted` as always, and reports the unreadable one (left for an
+    operator: it answers 409 run_unreadable)."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with app_with_state(settings(store_url=url)) as (client, state):
+        store = state["manager"].store
+        left = [(await run_to_end(client, finishing()))["id"] for _ in range(2)]
+        for run_id in left:  # as a crash left them: running, nobody executing them
+            record = await store.get(run_id)
+            record.status, record.result, record.ended_at = RunStatus.RUNNING, None, None
+            await store.save(record)
+        await spoil(store, left[0])
+    capfd.readouterr()
+
+    async with app_with_state(settings(store_url=url)) as (client, _):
+        error = error_of(await client.get(f"/runs/{left[0]}"), 409, "run_unreadable")
+        assert error["details"]["run_id"] == left[0]
+        other = (await client.get(f"/runs/{left[1]}")).json()
+        assert (other["status"], other["error"]["type"]) == ("failed", "interrupted")
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line]
+    reports = [e for e in lines if e["event"] == "run_not_recovered"]
+    assert [e["run_id"] for e in reports] == [left[0]]
+    assert "max_total_tokens" in reports[0]["problem"]

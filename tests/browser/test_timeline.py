@@ -148,3 +148,57 @@ async def test_a_call_without_a_price_shows_its_cost_as_unknown(browser: Browser
         await expect(page.locator("#run-status")).to_have_text("completed")
         await expect(page.locator(".llm").first).to_contain_text("cost unknown")
         await expect(page.locator("#usage")).to_contain_text("Costunknown")
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "product": {"type": "string"},
+        "prices": {"type": "array", "items": {"type": "number"}},
+    },
+    "required": ["product", "prices"],
+}
+
+
+async def test_a_typed_answer_is_a_collapsible_json_view_and_an_invalid_one_lists_its_errors(
+    browser: Browser,
+) -> None:
+    valid = {"product": "kettle", "prices": [24.5, 19]}
+    replies = [
+        FakeReply.finish("a kettle"),  # not an object: rejected, shown its error
+        FakeReply.call("task_finished", {"answer": valid}),
+        FakeReply.call("task_finished", {"answer": {"product": 7}}),  # max_output_retries 0
+    ]
+    typed = {"task": "Extract it.", "output_schema": SCHEMA}
+    async with (
+        FakeLLMServer(replies) as llm,
+        open_viewer(browser, llm_base_url=llm.base_url) as v,
+    ):
+        run = (await v.client.post("/runs", json=typed)).json()
+        await v.open_run(run["id"])
+        page = v.page
+        await expect(page.locator("#run-status")).to_have_text("completed")
+        rejected = page.locator(".intervention[data-kind='invalid_output']")
+        await expect(rejected).to_contain_text("Answer not valid")
+        await expect(page.locator("#answer-title")).to_have_text("Output")
+        tree = page.locator("#output .json-view")
+        top = tree.locator("details.json-node").first
+        await expect(top.locator("> summary")).to_have_text("{2 keys}")
+        await expect(tree).to_contain_text('product"kettle"')
+        prices = tree.locator("details.json-node").nth(1)
+        await expect(prices.locator("> summary")).to_contain_text("[2 items]")
+        await expect(prices.locator(".json-number")).to_have_text(["24.5", "19"])
+        await prices.locator("> summary").click()  # collapsed: its items are hidden
+        await expect(prices).not_to_have_attribute("open", "")
+        await expect(prices.locator(".json-number").first).to_be_hidden()
+
+        body = {**typed, "settings": {"max_output_retries": 0}}
+        failed = (await v.client.post("/runs", json=body)).json()
+        await v.open_run(failed["id"])
+        await expect(page.locator("#run-status")).to_have_text("incomplete")
+        await expect(page.locator("#run-reason")).to_have_text("invalid_output")
+        await expect(page.locator("#answer-title")).to_have_text("Answer")
+        errors = page.locator("#output-errors li")
+        await expect(errors).to_have_count(2)
+        await expect(errors.nth(0)).to_contain_text("$.product")
+        await expect(errors.nth(1)).to_contain_text("'prices' is a required property")

@@ -88,6 +88,21 @@ async def test_show_prints_status_result_usage_and_settings(tmp_path: Path) -> N
     assert run["result"] == {"answer": "forty-two", "reason": "finished", "degraded": False}
 
 
+async def test_show_prints_a_typed_answer_as_its_output_in_json(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"total": {"type": "integer"}}}
+    answer = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": {"total": 42}}}]}
+    body = {"task": "t", "model": "scripted", "model_script": [answer], "output_schema": schema}
+    async with served_app(cli_settings()) as (server, client):
+        run_id = (await client.post("/runs", json=body)).json()["id"]
+        await _ended(client, run_id)
+        shown = await cli(server, "show", run_id)
+    assert shown.code == ExitCode.OK
+    lines = shown.out.splitlines()
+    assert any(line.split()[:1] == ["schema"] and '"total"' in line for line in lines)
+    assert any("output" in line for line in lines)
+    assert any(line.strip(" │") == '"total": 42' for line in lines), shown.out
+
+
 async def test_show_of_an_unknown_run_prints_not_found() -> None:
     async with served_app(cli_settings()) as (server, _):
         result = await cli(server, "show", "run_01J00000000000000000000000")

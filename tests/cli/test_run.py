@@ -251,3 +251,52 @@ async def test_run_exits_with_the_code_of_cost_budget(tmp_path: Path) -> None:
     assert any(
         line.startswith("reason") and "cost_budget" in line for line in result.out.splitlines()
     )
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+}
+
+
+def answering(value: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "task_finished", "arguments": {"answer": value}}]}
+
+
+async def test_run_with_an_output_schema_shows_the_output_as_json(tmp_path: Path) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA), encoding="utf-8")
+    replies = [answering({"city": "Oslo", "population": 709_000})]
+    argv = ["run", "t", "--output-schema", str(schema), "--script", script(tmp_path, *replies)]
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, *argv)
+    assert result.code == ExitCode.OK, result
+    assert "output" in result.out
+    assert '"city": "Oslo",' in result.out  # indented JSON, a key a line
+    assert '"population": 709000' in result.out
+
+
+async def test_run_exits_with_the_code_of_invalid_output_and_lists_the_errors(
+    tmp_path: Path,
+) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA), encoding="utf-8")
+    replies = [answering({"city": "Oslo"})]
+    argv = ["run", "t", "--output-schema", str(schema), "--script", script(tmp_path, *replies)]
+    argv += ["--set", "max_output_retries=0"]
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, *argv)
+    assert result.code == ExitCode.INVALID_OUTPUT == 12, result
+    lines = result.out.splitlines()
+    assert any(line.split()[:2] == ["reason", "invalid_output"] for line in lines)
+    assert any("$" in line and "'population' is a required property" in line for line in lines)
+
+
+async def test_run_with_an_unreadable_output_schema_is_a_usage_error(tmp_path: Path) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text("{not json", encoding="utf-8")
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, "run", "t", "--output-schema", str(schema))
+    assert result.code == ExitCode.USAGE, result
+    assert "--output-schema" in result.err

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.acting import tool_specs
 from app.engine.prompts import EN
+from app.engine.specs import tool_specs
 from app.engine.tokens import estimate_tokens
 from tests.e2e.kit import e2e_settings, start_run, stored_events
 from tests.fakes.llm_server import FakeLLMServer, FakeReply

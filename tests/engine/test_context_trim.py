@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.engine.acting import tool_specs
 from app.engine.history import PreviousRun, follow_up_messages
 from app.engine.loop import run_react
 from app.engine.policies import InterventionKind, Limits, StopReason
 from app.engine.prompts import EN
+from app.engine.specs import tool_specs
 from app.engine.state import RunState
 from app.engine.steps import Checkpoint, Intervention
 from app.engine.tokens import estimate_tokens

@@ -1,7 +1,7 @@
 """A run of an API key whose day quotas are spent ends as at its own budget (DESIGN §13): the
 engine reads what the key may still spend today through its `allowance` handle (the runs
-layer's port onto the store's day counters) at the top of each step and after it, and ends
-with `token_budget` or `cost_budget`, its final call allowed, as for `max_total_tokens` and
+layer's port onto the store's day counters) at the top of each step, and ends with
+`token_budget` or `cost_budget`, its final call allowed, as for `max_total_tokens` and
 `max_cost_usd`. The engine holds no counter of its own: what another run of the key spent
 shows in the allowance."""
 
@@ -92,7 +92,7 @@ async def test_a_key_with_allowance_left_runs_to_its_end_and_is_asked_at_each_st
     steps = await run_counting(model, ledger)
 
     assert ending(steps).reason == StopReason.FINISHED
-    assert ledger.reads == 3 + 2  # the top of each of 3 steps, after the 2 that went on
+    assert ledger.reads == 3  # the top of each step
 
 
 async def test_the_runs_own_budget_is_named_before_the_days() -> None:

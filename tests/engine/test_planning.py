@@ -3,6 +3,7 @@ once then the skip, and how planning calls are counted."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -10,9 +11,10 @@ from structlog.testing import capture_logs
 
 from app.engine.loop import run_react
 from app.engine.policies import InterventionKind, Limits, StopReason
+from app.engine.ports import Message, Reply, ToolSpec
 from app.engine.prompts import EN, ZH
 from app.engine.steps import Intervention, Observation, StepStarted
-from app.llm.scripted import ScriptedModel
+from app.llm.scripted import FunctionModel, ScriptedModel
 from app.tools.plan import UpdatePlanTool
 from tests.engine.kit import call, collect, echo_tool, ending, finish, of_type, says
 
@@ -85,6 +87,22 @@ async def test_planning_calls_count_their_tokens_and_tool_calls_in_usage() -> No
     end = ending(await collect(run_react(task="t", model=model, tools=tools(), limits=limits)))
     assert (end.usage.prompt_tokens, end.usage.completion_tokens) == (105, 21)
     assert (end.usage.llm_calls, end.usage.tool_calls, end.usage.steps) == (2, 1, 1)
+
+
+async def test_a_planning_call_counts_in_the_runs_time_so_the_deadline_cuts_it() -> None:
+    async def planning_hangs(messages: list[Message], tools: list[ToolSpec]) -> Reply:
+        if messages[-1] == {"role": "user", "content": EN.planning_prompt}:
+            await asyncio.Event().wait()  # the planning call never answers
+        return says("best so far")
+
+    model = FunctionModel(planning_hangs)
+    limits = Limits(planning_interval=1, max_time_s=0.2, final_answer_timeout_s=5)
+    steps = await collect(run_react(task="t", model=model, tools=tools(), limits=limits))
+    end = ending(steps)
+    # cut by the run's own deadline (llm_timeout_s is 60 s): then the degraded final answer
+    assert (end.reason, end.answer, end.degraded) == (StopReason.TIMEOUT, "best so far", True)
+    assert [c.force_tool for c in model.calls] == ["update_plan", None]
+    assert len(planning(steps)) == 1
 
 
 async def test_a_reply_without_a_plan_is_nudged_once_then_planning_is_skipped() -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from app.engine.acting import assistant_message, reply_of
 from app.engine.loop import run_react
 from app.engine.policies import Limits, StopReason
 from app.engine.prompts import EN
 from app.engine.replycap import CappedModel, cap_reply, cap_text
+from app.engine.specs import assistant_message, reply_of
 from app.engine.steps import Action, Observation, Thought
 from app.llm.scripted import ScriptedModel
 from tests.engine.kit import call, collect, ending, finish, of_type, says

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -86,9 +87,28 @@ class RedisServer:
         if process.stdout is not None:
             process.stdout.close()
 
+    def kill(self) -> None:
+        """Crash the server (SIGKILL): no final save, no final write of its append-only file."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        self.stop()
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections are accepted, nothing is answered."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server go on (SIGCONT)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
     def start_again(self) -> None:
-        """Start a stopped server again on the same port: with `--save ''` and no AOF, an
-        empty Redis, as after a crash of one that kept nothing."""
+        """Start a stopped server again on the same port and directory: with `--save ''`
+        and no AOF, an empty Redis, as after a crash of one that kept nothing; with
+        `extra_args` turning AOF on, what its append-only file kept."""
         binary = shutil.which("redis-server")
         assert binary is not None
         if not self._start(binary, port=self.port):

@@ -180,3 +180,33 @@ async def test_heavy_requests_at_once_check_their_schemas_one_thread_at_a_time(
             group.start_soon(run_to_end, client, finishing(http_tools=tools))
 
     assert most == 1
+
+
+async def test_an_output_schema_is_checked_and_compiled_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop_thread = threading.get_ident()
+    on_loop: list[Any] = []
+    checked: list[Any] = []
+    real = Draft202012Validator.check_schema
+
+    def recording(schema: Any) -> None:
+        if "p199" in schema.get("properties", {}):  # the run's (not the built-in tools')
+            checked.append(schema)
+            if threading.get_ident() == loop_thread:
+                on_loop.append(schema)
+        real(schema)
+
+    monkeypatch.setattr(Draft202012Validator, "check_schema", recording)
+    monkeypatch.setattr(base, "COMPILED_SCHEMAS", 0)  # every check a miss: creation and start
+    schema = {
+        "type": "object",
+        "properties": {f"p{j}": {"type": "string", "maxLength": 100} for j in range(200)},
+    }
+    answer = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": {"p0": "x"}}}]}
+    async with api_client(settings()) as client:
+        run = await run_to_end(client, scripted(answer, output_schema=schema))
+
+    assert run["result"]["output"] == {"p0": "x"}
+    assert len(checked) >= 2  # at creation and at start
+    assert on_loop == []

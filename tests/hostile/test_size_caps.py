@@ -63,6 +63,19 @@ CAPPED = {
             "http_tools",
             150,
         ),
+        (
+            finishing(output_schema={"type": "object", "description": "d" * 100}),
+            "output_schema",
+            100,
+        ),
+        (
+            finishing(
+                http_tools=[http_tool(0, parameters={"type": "object", "description": "d" * 60})],
+                output_schema={"type": "object", "description": "d" * 60},
+            ),
+            "output_schema",
+            150,
+        ),
         (scripted(finish(), finish(), finish()), "model_script", 2),
         (scripted({"content": "c" * 51}), "model_script[0]", 50),
         (scripted(finish("a" * 51)), "model_script[0]", 50),
@@ -74,6 +87,8 @@ CAPPED = {
         "tools-and-http-tools",
         "tool-schema",
         "tool-schemas-together",
+        "output-schema",
+        "output-schema-with-tool-schemas",
         "script-replies",
         "reply-content",
         "reply-arguments",

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.assembly import load_prompts
-from app.engine.prompts import EN, ZH
+from app.engine.prompts import EN, ZH, load_prompts
 from tests.fakes.service import api_client, service_settings
 
 

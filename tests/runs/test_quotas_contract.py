@@ -17,7 +17,8 @@ import anyio
 import pytest
 
 from app.runs.errors import QuotaExceededError
-from app.runs.quotas import LocalQuotas, QuotaLimits, Quotas, until_tomorrow_s, utc_day
+from app.runs.quotas.local import LocalQuotas
+from app.runs.quotas.seam import QuotaLimits, Quotas, until_tomorrow_s, utc_day
 from app.runs.records import RunRecord, RunStatus, new_run_id
 from app.runs.replicas.redis_quotas import RedisQuotas
 from app.runs.store import DayUsage, RunStore

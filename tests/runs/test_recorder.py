@@ -16,7 +16,8 @@ from app.engine.events import EventType
 from app.engine.policies import StopReason
 from app.engine.steps import Action, Checkpoint, Suspended, Thought, TokenDelta
 from app.runs.metrics import RunMetrics
-from app.runs.quotas import LocalQuotas, QuotaLimits
+from app.runs.quotas.local import LocalQuotas
+from app.runs.quotas.seam import QuotaLimits
 from app.runs.recorder import MAX_UNSETTLED, RunRecorder
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
 from app.runs.stores.memory import MemoryRunStore

@@ -4,6 +4,7 @@ rely on whichever store a deployment picks."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -118,6 +119,53 @@ async def test_a_run_reads_back_equal_after_create_and_after_save(store: Store) 
     assert again is not None
     assert again.webhook is not None
     assert again.webhook.attempts[1].at == started + timedelta(seconds=1)
+
+
+async def test_a_typed_result_reads_back_with_its_output_and_errors(store: Store) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    run = await created(store, request={"task": "count", "output_schema": schema})
+    run.status = RunStatus.COMPLETED
+    output = {"n": 42, "nested": [1.5, None, {"é": "✓"}], "big": 2**63 - 1}
+    run.result = RunResult(
+        answer=json.dumps(output), output=output, reason=StopReason.FINISHED, degraded=False
+    )
+    await store.save(run)
+    again = await store.get(run.id)
+    assert again == run
+    assert again is not None
+    assert again.result is not None
+    assert again.result.output == output
+    assert again.request.output_schema == schema
+
+    errors = [{"path": "$.n", "message": "'x' is not of type 'integer'"}]
+    run.status = RunStatus.INCOMPLETE
+    run.result = RunResult.model_validate(
+        {
+            "answer": '{"n": "x"}',
+            "output": None,
+            "output_errors": errors,
+            "reason": "invalid_output",
+            "degraded": True,
+        }
+    )
+    await store.save(run)
+    again = await store.get(run.id)
+    assert again is not None
+    assert again.result is not None
+    shown = again.result.model_dump(mode="json")
+    assert (shown["output"], shown["output_errors"]) == (None, errors)
+    # a run without a schema keeps a result without them, through the store too
+    plain = await created(store)
+    plain.result = RunResult(answer="42", reason=StopReason.FINISHED, degraded=False)
+    await store.save(plain)
+    read = await store.get(plain.id)
+    assert read is not None
+    assert read.result is not None
+    assert read.result.model_dump(mode="json") == {
+        "answer": "42",
+        "reason": "finished",
+        "degraded": False,
+    }
 
 
 async def test_get_returns_a_copy_that_does_not_change_the_store(store: Store) -> None:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from app.assembly import FetcherPoster
+from app.posting import FetcherPoster
 from app.tools.bounds import ConnectionBounds, http_scope
 from app.tools.fetcher import HttpFetcher
 from app.tools.netguard import NetworkGuard

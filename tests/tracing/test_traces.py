@@ -336,3 +336,68 @@ async def test_a_collector_that_is_down_does_not_hold_the_shutdown(
     await anyio.to_thread.run_sync(lambda: tracing.shutdown(flush_s=0.5))
 
     assert time.monotonic() - started < 10
+
+
+async def test_a_run_whose_answers_fail_its_schema_says_so_on_its_span(
+    otel_env: pytest.MonkeyPatch,
+) -> None:
+    replies = [FakeReply.finish("not an object")]
+    async with OtlpReceiver() as otlp, FakeLLMServer(replies) as llm:
+        otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        app_settings = settings(llm_base_url=llm.base_url, llm_model="fake-model")
+        async with api_client(app_settings) as client:
+            body = {
+                "task": "typed",
+                "output_schema": {"type": "object"},
+                "settings": {"max_output_retries": 0},
+            }
+            run = await wait_ended(client, (await create(client, body))["id"])
+            spans = await otlp.wait_for_span("invoke_agent")
+
+    assert run["result"]["reason"] == "invalid_output"
+    (agent,) = by_name(spans, "invoke_agent")
+    assert agent.attributes["finishline.run.reason"] == "invalid_output"
+    assert agent.attributes["finishline.run.status"] == "incomplete"
+    assert agent.attributes["finishline.run.output_errors"] == 1
+
+
+async def test_a_child_runs_trace_is_under_its_parents_sub_agent_call(
+    otel_env: pytest.MonkeyPatch,
+) -> None:
+    """DESIGN §15: one trace for a tree; the child's invoke_agent span is a child of the
+    parent's execute_tool span of the call that started it, which lasts the child's time."""
+    worker = {
+        "description": "Adds.",
+        "model": "scripted",
+        "model_script": [{"tool_calls": [{"name": "task_finished", "arguments": {"answer": "4"}}]}],
+    }
+    body = {
+        "task": "route it",
+        "model": "scripted",
+        "model_script": [
+            {"tool_calls": [{"name": "calc", "arguments": {"task": "2+2"}, "id": "call_calc"}]},
+            {"tool_calls": [{"name": "task_finished", "arguments": {"answer": "4"}}]},
+        ],
+        "agents": {"calc": worker},
+    }
+    async with OtlpReceiver() as otlp:
+        otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        async with api_client(settings()) as client:
+            created = await create(client, body, headers={"traceparent": TRACEPARENT})
+            run = await wait_ended(client, created["id"])
+            children = (await client.get("/runs", params={"parent_run_id": run["id"]})).json()
+            (child,) = children["runs"]
+            await otlp.wait_until(
+                lambda: len(by_name(otlp.spans, "invoke_agent")) == 2, timeout_s=10
+            )
+            spans = list(otlp.spans)
+
+    assert child["trace_id"] == run["trace_id"] == CALLER_TRACE
+    agents = {s.attributes["finishline.run.id"]: s for s in by_name(spans, "invoke_agent")}
+    parent_span, child_span = agents[run["id"]], agents[child["id"]]
+    (call,) = by_name(spans, "execute_tool calc")
+    assert call.parent_span_id == parent_span.span_id
+    assert call.attributes["gen_ai.tool.call.id"] == "call_calc"
+    assert child_span.parent_span_id == call.span_id
+    assert call.start_ns <= child_span.start_ns
+    assert child_span.end_ns <= call.end_ns

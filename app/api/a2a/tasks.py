@@ -146,11 +146,6 @@ def answer_artifact(answer: str | None, output: Any = None) -> Artifact | None:
     return Artifact(artifact_id=ANSWER, name=ANSWER, parts=parts)
 
 
-def output_of(result: Any) -> Any:
-    """The typed answer of a run's result, where runs have typed answers (DESIGN §12)."""
-    return getattr(result, "output", None)
-
-
 def finishline_metadata(record: RunRecord) -> dict[str, Any]:
     """`metadata.finishline` of a task: the run it is, how it stands or ended."""
     meta: dict[str, Any] = {
@@ -184,7 +179,7 @@ def task_of(record: RunRecord) -> Task:
     if message is not None:
         status.message.CopyFrom(message)
     result = record.result
-    artifact = answer_artifact(result.answer, output_of(result)) if result else None
+    artifact = answer_artifact(result.answer, result.output) if result else None
     return Task(
         id=record.id,
         context_id=context_of(record),

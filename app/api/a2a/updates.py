@@ -64,6 +64,13 @@ def _said(event: Event) -> tuple[str | None, dict[str, Any] | None]:
                 data, "call_id", "tool", "is_error", "truncated", "original_chars", "repeated"
             )
             return str(data.get("content", "")), fields
+        case EventType.AGENT_STARTED:
+            run = data.get("child_run_id") or "remote"
+            line = f"Sub-agent {data.get('agent')} started (run {run})"
+            return line, _fields(data, "call_id", "agent", "child_run_id")
+        case EventType.AGENT_FINISHED:
+            line = f"Sub-agent {data.get('agent')} {data.get('status')} ({data.get('reason')})"
+            return line, _fields(data, "call_id", "agent", "child_run_id", "status", "reason")
         case EventType.INTERVENTION:
             return str(data.get("message", "")), _fields(data, "kind")
         case EventType.LLM_RETRY:

@@ -213,7 +213,7 @@ class FrameMapper:
         elif kind == "agent.started":
             out.append(
                 SubagentStartedEvent(
-                    subagent_run_id=data["child_run_id"],
+                    subagent_run_id=_subagent_run(data),
                     name=data["agent"],
                     parent_tool_call_id=data.get("call_id"),
                     timestamp=ts,
@@ -276,7 +276,7 @@ class FrameMapper:
         return self._close_reasoning(ts) + self._close_step(ts)
 
     def _subagent_finished(self, data: dict[str, Any], ts: int) -> BaseEvent:
-        child = data["child_run_id"]
+        child = _subagent_run(data)
         status, reason = data.get("status"), data.get("reason")
         if status in SUBAGENT_FAILED:
             message = f"{data['agent']} {status}" + (f" ({reason})" if reason else "")
@@ -341,3 +341,10 @@ class FrameMapper:
             )
         )
         return out
+
+
+def _subagent_run(data: dict[str, Any]) -> str:
+    """The sub-agent invocation's id: its child run's, or, for a remote A2A agent (which has
+    no run here), its call's."""
+    child = data.get("child_run_id")
+    return str(child) if child else f"remote:{data.get('call_id')}"

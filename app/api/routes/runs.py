@@ -166,6 +166,13 @@ async def list_runs(
             description="Only the follow-ups of this run, to walk a conversation forward.",
         ),
     ] = None,
+    parent_run_id: Annotated[
+        str | None,
+        Query(
+            pattern=r"^run_[0-9A-Z]{26}$",
+            description="Only the child runs this run's sub-agent calls started (DESIGN §15).",
+        ),
+    ] = None,
 ) -> RunList:
     statuses: list[RunStatus] = []
     for part in ",".join(status or []).split(","):
@@ -189,6 +196,7 @@ async def list_runs(
         any_owner=caller.any_owner,
         previous_run_id=previous_run_id,
         unreadable=unreadable,
+        parent_run_id=parent_run_id,
     )
     runs = [to_view(r) for r in records]
     return RunList(runs=runs, next_cursor=next_cursor, unreadable=unreadable)
@@ -251,7 +259,10 @@ async def post_message(
     "a rejected one gives the model an error observation carrying `message`. Answers with the run.",
     dependencies=[Depends(require_json)],
     responses={
-        **conflict("run_not_waiting: the run is not waiting on that call"),
+        **conflict(
+            "run_not_waiting: the run is not waiting on that call; ambiguous_call: several "
+            "runs of the tree wait on that call id, say which with run_id"
+        ),
         415: {"model": ErrorBody},
         422: {
             "model": ErrorBody,
@@ -270,6 +281,7 @@ async def decide_approvals(
             message=d.message,
             arguments=d.arguments,
             result=d.result,
+            run_id=d.run_id,
         )
         for d in body.decisions
     ]

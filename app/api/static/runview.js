@@ -5,6 +5,7 @@
 import { ApiError, get, post, runPath } from "./api.js";
 import { ApprovalPanel } from "./approvals.js";
 import { clear, count, el, seconds, usd } from "./dom.js";
+import { jsonView } from "./jsonview.js";
 import { RunStream, TERMINAL } from "./stream.js";
 import { Timeline } from "./timeline.js";
 
@@ -43,6 +44,7 @@ export class RunView {
     this.id = null;
     this.stream?.close();
     this.stream = null;
+    this.timeline?.close();
     clearInterval(this.timer);
     this.timer = null;
   }
@@ -113,7 +115,9 @@ export class RunView {
       hidden: true,
     });
     this.timelineList = el("ol", { class: "timeline", id: "timeline" });
-    this.timeline = new Timeline(this.timelineList);
+    this.timeline = new Timeline(this.timelineList, {
+      onChildEvent: (runId, event) => this.#onChildEvent(runId, event),
+    });
     this.approvals = new ApprovalPanel();
     this.sendBox = this.#messageBox({
       id: "send",
@@ -214,7 +218,7 @@ export class RunView {
         this.approvals.requested(this.id, event);
         break;
       case "approval.decided":
-        this.approvals.decided(event.call_id);
+        this.approvals.decided(event.run_id ?? this.id, event.call_id);
         break;
       default:
         break;
@@ -227,6 +231,20 @@ export class RunView {
     if (TERMINAL.has(event.type)) this.#ended(event, endedHere);
     this.#renderUsage();
     this.#renderSteps(u.steps);
+  }
+
+  /** An event of a sub-agent's child run (nested in the timeline): its calls waiting for a
+   * person are decided from here too, and make this run wait (DESIGN §15). */
+  #onChildEvent(runId, event) {
+    if (ENDED.has(this.status)) return;
+    if (event.type === "approval.requested") {
+      this.approvals.requested(runId, event, { child: true });
+      this.#setStatus("requires_action");
+    } else if (event.type === "approval.decided") {
+      this.approvals.decided(runId, event.call_id);
+    } else if (TERMINAL.has(event.type)) {
+      this.approvals.forget(runId);
+    }
   }
 
   /** `live`: it ended while we watched (not a replay of a run known to have ended). */
@@ -348,19 +366,29 @@ export class RunView {
     const badges = el("p", { class: "badges" },
       el("span", { class: `badge status-${this.status}` }, reason));
     if (result?.degraded) {
-      const title = "A best answer asked for at a limit, or the last reply when the model " +
-        "ignored the stop prompts.";
+      const title = "A best answer asked for at a limit, the last reply when the model " +
+        "ignored the stop prompts, or the last answer that failed the output schema.";
       const badge = el("span", { class: "badge degraded", id: "degraded", title }, "degraded");
       badges.append(" ", badge);
     }
-    const heading = event.type === "run.failed" ? "Error" : "Answer";
+    // a typed answer (the run has an output_schema): its value, as a collapsible tree
+    const typed = result != null && "output" in result && !result.output_errors;
+    const heading = event.type === "run.failed" ? "Error" : typed ? "Output" : "Answer";
     a.append(el("h2", { id: "answer-title", text: heading }), badges);
     if (event.error) {
       a.append(el("p", { class: "answer-text" }, `${event.error.type}: ${event.error.message}`));
+    } else if (typed && result.answer != null) {
+      a.append(el("div", { class: "output", id: "output" }, jsonView(result.output)));
     } else if (result?.answer != null) {
       a.append(el("p", { class: "answer-text", id: "answer-text", text: result.answer }));
     } else {
       a.append(el("p", { class: "meta" }, "No answer."));
+    }
+    if (result?.output_errors?.length) {
+      const errors = result.output_errors.map((e) =>
+        el("li", {}, el("code", { text: e.path }), " ", e.message));
+      a.append(el("p", { class: "meta" }, "Not valid against the output schema:"),
+        el("ul", { class: "output-errors", id: "output-errors" }, errors));
     }
     a.hidden = false;
   }

@@ -16,6 +16,8 @@ export const EVENT_TYPES = [
   "llm.retry",
   "action",
   "observation",
+  "agent.started",
+  "agent.finished",
   "intervention",
   "user.message",
   "approval.requested",

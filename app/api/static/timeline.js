@@ -1,7 +1,10 @@
 // A run's timeline: one entry per event (token deltas grow a live thought instead), grouped
 // by step; an observation sits under the action it answers. Every entry carries data-seq.
+// A sub-agent call's child run (DESIGN §15) is followed live in a timeline of its own,
+// nested under the call's action (and its children under theirs).
 
 import { append, clockTime, count, el, prettyJson, usd } from "./dom.js";
+import { RunStream } from "./stream.js";
 
 const INTERVENTIONS = {
   stop_prompt: { label: "Nudge: stop prompt", tone: "nudge" },
@@ -9,6 +12,7 @@ const INTERVENTIONS = {
   progress: { label: "Progress", tone: "info" },
   context_trim: { label: "Context trimmed", tone: "info" },
   planning: { label: "Planning", tone: "info" },
+  invalid_output: { label: "Answer not valid", tone: "nudge" },
   timeout: { label: "Limit: time", tone: "limit" },
   max_steps: { label: "Limit: steps", tone: "limit" },
   token_budget: { label: "Limit: token budget", tone: "limit" },
@@ -23,16 +27,60 @@ const ENDINGS = {
 };
 
 export class Timeline {
-  constructor(list) {
+  /** onChildEvent(runId, event): every event of a nested child run (and theirs). */
+  constructor(list, { onChildEvent } = {}) {
     this.list = list; // an <ol>
     this.groups = new Map(); // step -> <ol> of its entries
     this.actions = new Map(); // call_id -> the action's entry
     this.liveThought = null; // the thought growing from token deltas
+    this.onChildEvent = onChildEvent;
+    this.children = new Map(); // child run id -> { node, timeline, stream }
   }
 
   add(event) {
     const render = RENDERERS[event.type] ?? renderOther;
     render.call(this, event);
+  }
+
+  /** Stop following the nested child runs (the view closes). */
+  close() {
+    for (const child of this.children.values()) {
+      child.stream.close();
+      child.timeline.close();
+    }
+  }
+
+  /** The child run's nested timeline under the call's action, followed live (once). */
+  child(event) {
+    const runId = event.child_run_id;
+    let child = this.children.get(runId);
+    if (child) return child;
+    const list = el("ol", { class: "timeline child-timeline", "data-run-id": runId });
+    const status = el("span", { class: "badge child-status" }, "running");
+    const node = el(
+      "details",
+      { class: "child-run", "data-run-id": runId, "data-call-id": event.call_id, open: true },
+      el("summary", {},
+        el("span", { class: "label" }, `Sub-agent ${event.agent}`), " ",
+        el("a", { href: `#/runs/${encodeURIComponent(runId)}` }, el("code", { text: runId })), " ",
+        status),
+      list,
+    );
+    const timeline = new Timeline(list, { onChildEvent: this.onChildEvent });
+    const stream = new RunStream(runId, {
+      onEvent: (childEvent) => {
+        timeline.add(childEvent);
+        if (childEvent.type.startsWith("run.") && childEvent.type !== "run.queued") {
+          status.textContent = childEvent.type === "run.started" ? "running" : childEvent.type.slice(4);
+        }
+        this.onChildEvent?.(runId, childEvent);
+      },
+      onState: () => {},
+    });
+    child = { node, timeline, stream, status };
+    this.children.set(runId, child);
+    stream.start();
+    return child;
   }
 
   // -- structure ------------------------------------------------------------------------
@@ -170,6 +218,33 @@ const RENDERERS = {
     } else {
       this.group(event.step).append(node);
     }
+  },
+
+  "agent.started"(event) {
+    const action = this.actions.get(event.call_id);
+    const node = el(
+      "div",
+      { class: "entry agent started", "data-seq": event.seq, "data-type": event.type },
+      el("span", { class: "label" }, "Sub-agent started"),
+      meta(event.agent, event.child_run_id ? `run ${event.child_run_id}` : "a remote agent"),
+    );
+    const where = action ?? this.group(event.step);
+    where.append(node);
+    if (event.child_run_id) {
+      const child = this.child(event); // (a call redone after a takeover: the same child)
+      where.append(child.node);
+    }
+  },
+
+  "agent.finished"(event) {
+    const action = this.actions.get(event.call_id);
+    const node = el(
+      "div",
+      { class: `entry agent finished status-${event.status}`, "data-seq": event.seq, "data-type": event.type },
+      el("span", { class: "label" }, "Sub-agent ended"),
+      meta(event.agent, event.status, event.reason),
+    );
+    (action ?? this.group(event.step)).append(node);
   },
 
   "user.message"(event) {

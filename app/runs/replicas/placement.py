@@ -96,19 +96,24 @@ class ReplicaPlacement:
 
     async def taken_over(self, run_id: str, attempt: int) -> None:
         """Resume the run here from its checkpoint, or fail it once it was taken over
-        `max_attempts` times."""
-        record = await self.store.get(run_id)
-        if record is None or record.status != RunStatus.RUNNING:
-            self.coordinator.release(run_id)
-            return
-        if attempt > self.coordinator.max_attempts:
-            message = f"the run was interrupted {attempt} times (its replica stopped)"
-            try:
-                await self.runner.fail(record, RunError("interrupted", message))
-            finally:
+        `max_attempts` times. Until it runs, a failure (Redis away) gives the lease up: it
+        lapses, and the run is taken over again."""
+        try:
+            record = await self.store.get(run_id)
+            if record is None or record.status != RunStatus.RUNNING:
                 self.coordinator.release(run_id)
-            return
-        checkpoint = await self.store.load_checkpoint(run_id)
+                return
+            if attempt > self.coordinator.max_attempts:
+                message = f"the run was interrupted {attempt} times (its replica stopped)"
+                try:
+                    await self.runner.fail(record, RunError("interrupted", message))
+                finally:
+                    self.coordinator.release(run_id)
+                return
+            checkpoint = await self.store.load_checkpoint(run_id)
+        except BaseException:
+            self.coordinator.release(run_id)
+            raise
         takeover = Takeover(attempt, checkpoint, self.coordinator.replica)
         await self._run_here(ActiveRun(record, takeover=takeover))
 
@@ -150,6 +155,9 @@ class ReplicaPlacement:
 
     def release(self, run_id: str) -> None:
         self.coordinator.release(run_id)
+        self.slot_freed.set()
+
+    def wake(self) -> None:
         self.slot_freed.set()
 
     def ended(self, record: RunRecord) -> None:

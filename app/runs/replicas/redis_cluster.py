@@ -20,19 +20,26 @@ Takeover: every replica with a free slot scans the running runs every `sweep_s` 
 third of the lease); a running run whose lease key is gone (its replica died or hung past
 the lease) is taken by the first replica whose `TAKE_OVER` script sets the key, which counts
 the attempt; this replica then resumes the run from its checkpoint (`member.taken_over`).
+
+Redis going away stops none of this replica's loops: each waits it out (`waited_out`) and
+carries on when Redis is back, making its consumer group again if Redis lost it. A queued run
+or an outbox entry whose handling failed on an outage is left unacknowledged, so it is handed
+out again; one that failed on anything else (a record that does not read back) is logged with
+its traceback and acknowledged, so it is not handed out forever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable
 from typing import Any
 
 import structlog
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from app.runs.replicas.cluster import ClusterMember
+from app.runs.stores.redis_errors import cancelling, translated, unavailable, waited_out
 from app.runs.stores.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
 from app.runs.stores.redis_store import RedisRunStore
 
@@ -40,13 +47,13 @@ log = structlog.get_logger("finishline.runs")
 
 GROUP = "runners"
 WEBHOOK_GROUP = "senders"
-BLOCK_MS = 2_000
+BLOCK_MS = 2_000  # half the store's socket timeout (`redis_errors.SOCKET_TIMEOUT_S`)
 REDELIVER_IDLE_MS = 10_000
-RETRY_S = 0.5
 ADMIT_HOLD_MS = 30_000  # a place taken in the queue by a POST whose replica died meanwhile
 LISTEN_S = 1.0  # a blocking wait for a cancel message, between checks for the drain
 
 
+@translated
 class RedisCoordinator:
     def __init__(
         self, store: RedisRunStore, *, replica: str, lease_s: float = 15.0, max_attempts: int = 3
@@ -150,12 +157,12 @@ class RedisCoordinator:
                     entries = [e for _stream, page in reply or () for e in page]
                 for entry_id, fields in entries:
                     if fields and "run" in fields:
-                        await member.claimed(fields["run"])
+                        await _handled("run_claim_failed", member.claimed(fields["run"]))
                     async with self.redis.pipeline(transaction=True) as pipe:
                         pipe.xack(self.queue_key, GROUP, entry_id)
                         pipe.xdel(self.queue_key, entry_id)
                         await pipe.execute()
-            except RedisError as exc:
+            except Exception as exc:
                 await self._read_failed(self.queue_key, GROUP, "queue_read_failed", exc)
 
     async def _redelivered(self, key: str, group: str, idle_ms: int, count: int) -> list[Any]:
@@ -175,21 +182,18 @@ class RedisCoordinator:
             except ResponseError as exc:
                 if "BUSYGROUP" in str(exc):
                     return
-                log.warning("group_create_failed", stream=key, error=str(exc))
+                await waited_out(exc, "group_create_failed", self.redis, stream=key)
             except RedisError as exc:
-                log.warning("group_create_failed", stream=key, error=str(exc))
-            await asyncio.sleep(RETRY_S)
+                await waited_out(exc, "group_create_failed", self.redis, stream=key)
 
-    async def _read_failed(self, key: str, group: str, event: str, exc: RedisError) -> None:
-        """After a failed read: drop the pool's idle connections if Redis went away (each would
-        fail its next command once Redis is back), wait, and make the group again if Redis
-        lost it (it restarted without its data)."""
-        log.warning(event, error=str(exc))
-        if isinstance(exc, RedisConnectionError):
-            await self.redis.connection_pool.disconnect(inuse_connections=False)
-        await asyncio.sleep(RETRY_S)
-        if "NOGROUP" in str(exc):
+    async def _read_failed(self, key: str, group: str, event: str, exc: Exception) -> None:
+        """After a failed read: wait (`waited_out`), and make the group again if Redis lost it
+        (it restarted without its data)."""
+        if "NOGROUP" in str(exc):  # Redis came back without its data
+            log.warning(event, error=str(exc), stream=key)
             await self._create_group(key, group)
+            return
+        await waited_out(exc, event, self.redis)
 
     # -- cancel -----------------------------------------------------------------------------
 
@@ -203,8 +207,7 @@ class RedisCoordinator:
                     if message is not None and message.get("type") == "message":
                         member.cancel_asked(str(message["data"]))
             except RedisError as exc:
-                log.warning("cancel_channel_failed", error=str(exc))
-                await asyncio.sleep(RETRY_S)
+                await waited_out(exc, "cancel_channel_failed", self.redis)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
@@ -221,6 +224,8 @@ class RedisCoordinator:
                         args=[self.store.prefix, run_id, token, self._lease_ms]
                     )
                 except RedisError as exc:
+                    if cancelling():
+                        raise asyncio.CancelledError from exc
                     log.warning("lease_renewal_failed", run_id=run_id, error=str(exc))
                     continue
                 if not renewed and self._held.get(run_id) == token:
@@ -250,9 +255,9 @@ class RedisCoordinator:
                     if attempt:
                         self._hold(run_id, token)
                         log.warning("run_taken_over", run_id=run_id, attempt=attempt)
-                        await member.taken_over(run_id, int(attempt))
-            except RedisError as exc:
-                log.warning("takeover_sweep_failed", error=str(exc))
+                        await _handled("takeover_failed", member.taken_over(run_id, int(attempt)))
+            except Exception as exc:
+                await waited_out(exc, "takeover_sweep_failed", self.redis)
 
     # -- the webhook outbox -----------------------------------------------------------------
 
@@ -268,6 +273,8 @@ class RedisCoordinator:
                     log.warning("webhook_entry_lost", entry=entry_id)
                     return
             except RedisError as exc:
+                if cancelling():
+                    raise asyncio.CancelledError from exc
                 log.warning("webhook_hold_failed", entry=entry_id, error=str(exc))
 
     async def _send_webhooks(self, member: ClusterMember, tasks: asyncio.TaskGroup) -> None:
@@ -294,7 +301,7 @@ class RedisCoordinator:
                     entries = [e for _stream, page in reply or () for e in page]
                 for entry_id, fields in entries:
                     tasks.create_task(self._deliver(entry_id, fields.get("run"), member))
-            except RedisError as exc:
+            except Exception as exc:
                 await self._read_failed(
                     self.webhooks_key, WEBHOOK_GROUP, "webhook_outbox_read_failed", exc
                 )
@@ -304,7 +311,9 @@ class RedisCoordinator:
             log.info("webhook_delivering", run_id=run_id, entry=entry_id)
             holding = asyncio.create_task(self._hold_entry(entry_id))
             try:
-                await member.deliver_webhook(run_id)
+                await _handled("webhook_failed", member.deliver_webhook(run_id))
+            except Exception:  # Redis is away: unacknowledged, the entry is taken again
+                return
             finally:
                 holding.cancel()
         try:
@@ -313,4 +322,21 @@ class RedisCoordinator:
                 pipe.xdel(self.webhooks_key, entry_id)
                 await pipe.execute()
         except RedisError as exc:  # unacknowledged: taken again after the lease (Webhook-Id)
+            if cancelling():
+                raise asyncio.CancelledError from exc
             log.warning("webhook_ack_failed", entry=entry_id, error=str(exc))
+
+
+async def _handled(event: str, work: Awaitable[None]) -> None:
+    """Await `work` (this replica's part of a queue or outbox entry). An outage, or the
+    cancellation it may stand for, is raised: the entry stays unacknowledged and is handed out
+    again once Redis is back. Anything else is logged with its traceback and swallowed: the
+    entry is acknowledged, not handed out forever."""
+    try:
+        await work
+    except Exception as exc:
+        if cancelling():
+            raise asyncio.CancelledError from exc
+        if unavailable(exc) is not None:
+            raise
+        log.exception(event)

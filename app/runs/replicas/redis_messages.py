@@ -28,12 +28,12 @@ from app.runs.inbox import already_ended
 from app.runs.live import ActiveRun, LiveRuns
 from app.runs.records import RunRecord
 from app.runs.store import LeaseLostError
+from app.runs.stores.redis_errors import cancelling, translated, waited_out
 from app.runs.stores.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
 
 LISTEN_S = 1.0
-RETRY_S = 0.5
 
 # ARGV: prefix, id, content, max_pending, ttl_ms -> "ok", "ended", or the count held (full)
 POST = """
@@ -65,6 +65,7 @@ return taken
 """
 
 
+@translated
 class RedisInbox:
     def __init__(self, store: RedisRunStore, *, live: LiveRuns, max_pending: int) -> None:
         self.store = store
@@ -116,6 +117,8 @@ class RedisInbox:
             try:
                 taken = await self._taken(run_id, close=False)
             except (RedisError, LeaseLostError) as exc:
+                if cancelling():
+                    raise asyncio.CancelledError from exc
                 log.warning("user_messages_not_taken", run_id=run_id, error=str(exc))
                 return
             if taken:
@@ -148,8 +151,7 @@ class RedisInbox:
                     if message is not None and message.get("type") == "message":
                         await self._told(str(message["data"]))
             except RedisError as exc:
-                log.warning("message_channel_failed", error=str(exc))
-                await asyncio.sleep(RETRY_S)
+                await waited_out(exc, "message_channel_failed", self.redis)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 

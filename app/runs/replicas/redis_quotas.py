@@ -13,6 +13,7 @@ Times are the replicas' clocks (UTC days, the minute's window), which NTP keeps 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,7 +25,7 @@ from redis.exceptions import RedisError
 
 from app.engine.ports import Allowance, Allowances
 from app.runs.errors import QuotaExceededError
-from app.runs.quotas import (
+from app.runs.quotas.seam import (
     CONCURRENT_RETRY_S,
     WINDOW_S,
     KeyUsage,
@@ -38,6 +39,7 @@ from app.runs.quotas import (
 from app.runs.records import RunRecord
 from app.runs.store import DayUsage, settled
 from app.runs.stores.redis_counters import DAY_TTL_S, RedisCounters
+from app.runs.stores.redis_errors import cancelling, translated, translated_error
 from app.runs.stores.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
@@ -96,6 +98,7 @@ return {'ok'}
 """
 
 
+@translated
 class RedisQuotas:
     def __init__(
         self,
@@ -123,7 +126,10 @@ class RedisQuotas:
             value = getattr(limits, name.value)
             args.append("" if value is None else repr(value))
         args += [repr(HOLD_S), repr(WINDOW_S), DAY_TTL_S]
-        outcome: list[Any] = await self._admit_script(args=args)
+        try:
+            outcome: list[Any] = await self._admit_script(args=args)
+        except RedisError as exc:  # (its public methods are translated by the decorator)
+            raise translated_error(exc) from exc
         if outcome[0] != "ok":
             raise self._refusal(QuotaName(outcome[0]), outcome[1], outcome[2], now)
         try:
@@ -144,7 +150,9 @@ class RedisQuotas:
                     pipe.zrem(f"{quota}:starts", ticket.run_id)
                     pipe.hincrby(f"{quota}:day:{day}", "runs", -1)
                 await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except RedisError as exc:
+            if cancelling():  # a cancellation redis-py's timeout turned into its error
+                raise asyncio.CancelledError from exc
             log.warning("quota_ticket_not_released", made=ticket.stored, error=str(exc))
 
     def ended(self, record: RunRecord) -> None:

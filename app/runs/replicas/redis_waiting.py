@@ -31,6 +31,7 @@ from redis.exceptions import RedisError, WatchError
 
 from app.runs.records import RunRecord, RunStatus
 from app.runs.store import LeaseLostError, StoreError, read_record
+from app.runs.stores.redis_errors import cancelling, translated
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.waiting import Changer, WaitChange, deadline_of
 
@@ -48,6 +49,7 @@ return 0
 """
 
 
+@translated
 class RedisWaitingRuns:
     def __init__(
         self,
@@ -138,6 +140,8 @@ class RedisWaitingRuns:
                 self.deadlines_key, "-inf", self.clock(), start=0, num=DUE_PAGE
             )
         except RedisError as exc:
+            if cancelling():
+                raise asyncio.CancelledError from exc
             log.warning("approval_deadlines_read_failed", error=str(exc))
             return []
         return [str(run_id) for run_id in found]

@@ -38,6 +38,7 @@ class _Row:
     status: RunStatus
     idempotency_key: str | None
     previous_run_id: str | None
+    parent_run_id: str | None
     record: str
 
     @classmethod
@@ -47,6 +48,7 @@ class _Row:
             record.status,
             record.idempotency_key,
             record.previous_run_id,
+            record.parent_run_id,
             record.model_dump_json(),
         )
 
@@ -98,6 +100,7 @@ class MemoryRunStore:
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
         self._threads: dict[tuple[str | None, str], str] = {}
+        self._trees: dict[str, set[str]] = {}
         self._deltas = CheckpointDeltas()
         self.fanout = Fanout()
         self._closed = False
@@ -151,6 +154,7 @@ class MemoryRunStore:
         any_owner: bool = False,
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
+        parent_run_id: str | None = None,
     ) -> list[RunRecord]:
         matching = sorted(
             (
@@ -160,6 +164,7 @@ class MemoryRunStore:
                 and (not statuses or r.status in statuses)
                 and (before_id is None or run_id < before_id)
                 and (previous_run_id is None or r.previous_run_id == previous_run_id)
+                and (parent_run_id is None or r.parent_run_id == parent_run_id)
             ),
             reverse=True,
         )
@@ -178,7 +183,15 @@ class MemoryRunStore:
         self._runs.pop(run_id, None)
         self._events.pop(run_id, None)
         self._checkpoints.pop(run_id, None)
+        self._trees.pop(run_id, None)
         self._deltas.forget(run_id)
+
+    async def add_tree_run(self, root_run_id: str, member: str, cap: int) -> bool:
+        members = self._trees.setdefault(root_run_id, set())
+        if member not in members and len(members) >= cap:
+            return False
+        members.add(member)
+        return True
 
     async def append(
         self,

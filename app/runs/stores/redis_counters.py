@@ -16,13 +16,15 @@ day after it, so adds from every replica all count and each sees a total that in
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from redis.asyncio import Redis
 
 from app.runs.records import RunStatus
 from app.runs.store import DayUsage, settled
+from app.runs.stores.redis_errors import translated
+from app.runs.stores.redis_scripts import owner_tag
 
 DAY_TTL_S = 2 * 86_400
 """How long a day's figures stay after their last change: past the day, nothing reads them."""
@@ -37,19 +39,19 @@ def day_of(raw: dict[str, Any]) -> DayUsage:
     return DayUsage(**counts, cost_usd=float(raw.get("cost_usd", 0.0)))
 
 
+@translated
 class RedisCounters:
-    def __init__(self, redis: Redis, prefix: str, tag: Callable[[str | None], str]) -> None:
+    def __init__(self, redis: Redis, prefix: str) -> None:
         self.redis = redis
         self.prefix = prefix
-        self.tag = tag
 
     def key(self, owner: str | None) -> str:
         """The prefix of the key's quota keys: `P quota:T`."""
-        return f"{self.prefix}quota:{self.tag(owner)}"
+        return f"{self.prefix}quota:{owner_tag(owner)}"
 
     def index(self, owner: str | None) -> str:
         """The key's index of its runs, `P idx:T`; by status: `P idx:T|S`."""
-        return f"{self.prefix}idx:{self.tag(owner)}"
+        return f"{self.prefix}idx:{owner_tag(owner)}"
 
     async def day_usage(self, owner: str | None, day: str) -> DayUsage:
         raw: Any = await self.redis.hgetall(f"{self.key(owner)}:day:{day}")

@@ -7,6 +7,12 @@ the same stream (`XRANGE`), after registering with the fan-out, so whatever the 
 published before it registered is in that replay, and seq numbers make the two meet without
 loss or duplicates (see `Fanout.follow`). Later followers of the run share the reader; the
 last one to leave stops it. Each reader holds one connection while it blocks.
+
+While Redis is away, followers wait (their SSE streams keep sending keep-alives): the reader
+and the replay try again every `redis_errors.RETRY_S`. When Redis is back, the reader checks
+that the run is still stored; one that is not (Redis came back without its data) ends its
+followers' feeds (`Fanout.end`): their streams close, and a client that reconnects is told the
+run is gone.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.engine.events import EventType
+from app.runs.errors import StoreUnavailableError
 from app.runs.records import Event
 from app.runs.stores.fanout import PAGE, Fanout, each_event
+from app.runs.stores.redis_errors import waited_out
 
 log = structlog.get_logger("finishline.runs")
 
-BLOCK_MS = 5_000  # one blocking read's bound; the reader then simply reads again
-RETRY_S = 0.5  # back-off after a failed read (Redis restarting, a dropped connection)
+BLOCK_MS = 2_000  # one blocking read's bound (half the socket timeout); then it reads again
 
 
 def event_from_entry(run_id: str, entry_id: str, fields: dict[str, str]) -> Event:
@@ -68,9 +75,11 @@ class StreamFollower:
         stream_key: Callable[[str], str],
         read: Callable[..., Awaitable[list[Event]]],
         fanout: Callable[[], Fanout],
+        run_key: Callable[[str], str],
     ) -> None:
         self._redis = redis
         self._stream_key = stream_key
+        self._run_key = run_key
         self._read = read
         self._fanout = fanout  # the store's current fan-out (tests may swap it)
         self._readers: dict[str, _Reader] = {}
@@ -95,7 +104,7 @@ class StreamFollower:
                 )
         reader.followers += 1
         try:
-            live = self._fanout().follow_batches(run_id, after, self._read)
+            live = self._fanout().follow_batches(run_id, after, self._read_patiently)
             try:
                 async for batch in live:
                     yield batch
@@ -118,17 +127,36 @@ class StreamFollower:
             await asyncio.wait(tasks, timeout=BLOCK_MS / 1000 + 1)
 
     async def _last_seq(self, run_id: str) -> int:
-        entries: Any = await self._redis.xrevrange(self._stream_key(run_id), count=1)
-        return int(str(entries[0][0]).partition("-")[2]) if entries else 0
+        while True:
+            try:
+                entries: Any = await self._redis.xrevrange(self._stream_key(run_id), count=1)
+            except RedisError as exc:
+                await waited_out(exc, "event_reader_failed", self._redis, run_id=run_id)
+                continue
+            return int(str(entries[0][0]).partition("-")[2]) if entries else 0
+
+    async def _read_patiently(self, run_id: str, *, after: int, limit: int) -> list[Event]:
+        """The store's `read`, tried again while Redis is away (a follower waits it out)."""
+        while True:
+            try:
+                return await self._read(run_id, after=after, limit=limit)
+            except StoreUnavailableError as exc:
+                await waited_out(exc, "event_replay_failed", run_id=run_id)
 
     async def _run(self, run_id: str, last: int, reader: _Reader) -> None:
         key = self._stream_key(run_id)
+        outage = True  # once at the start too: Redis may have lost the run as it began
         while not reader.stopped:
             try:
                 reply: Any = await self._redis.xread({key: f"0-{last}"}, count=PAGE, block=BLOCK_MS)
+                if outage and not await self._redis.exists(self._run_key(run_id)):
+                    log.warning("run_lost_by_the_store", run_id=run_id)
+                    self._fanout().end(run_id)  # Redis came back without it
+                    return
+                outage = False
             except RedisError as exc:
-                log.warning("event_reader_failed", run_id=run_id, error=str(exc))
-                await asyncio.sleep(RETRY_S)
+                outage = True
+                await waited_out(exc, "event_reader_failed", self._redis, run_id=run_id)
                 continue
             for _stream, entries in reply or ():
                 for entry_id, fields in entries:

@@ -257,3 +257,24 @@ if created ~= 'ok' then return created end
 return append(id, ARGV[7], ARGV[8], ARGV[9], ARGV[10], '')
 """
 )
+
+# ARGV: the tree's set, member, cap, ttl_ms -> 1 if the member is counted (now or before),
+# 0 if the tree counts `cap` members already (RunStore.add_tree_run)
+TREE_RUN = """
+local tree = ARGV[1]
+if redis.call('SISMEMBER', tree, ARGV[2]) == 1 then return 1 end
+if redis.call('SCARD', tree) >= tonumber(ARGV[3]) then return 0 end
+redis.call('SADD', tree, ARGV[2])
+redis.call('PEXPIRE', tree, ARGV[4])
+return 1
+"""
+
+
+def owner_tag(owner: str | None) -> str:
+    """`n` for no owner, else `o{len}:{owner}`: unambiguous inside a key name."""
+    return "n" if owner is None else f"o{len(owner)}:{owner}"
+
+
+def tag_owner(tag: str | None) -> str | None:
+    """The owner an `owner_tag` stands for (None for `n`, or no tag)."""
+    return tag.partition(":")[2] if tag is not None and tag.startswith("o") else None

@@ -32,6 +32,7 @@ from app.runs.store import (
     DuplicateRunError,
     FirstEvent,
     LeaseLostError,
+    RunGoneError,
     StoreError,
     read_record,
     settled,
@@ -40,6 +41,7 @@ from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.redis_counters import RedisCounters
+from app.runs.stores.redis_errors import redis_client, translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
 from app.runs.stores.redis_scripts import (
     APPEND,
@@ -49,21 +51,15 @@ from app.runs.stores.redis_scripts import (
     DELETE,
     SAVE,
     SAVE_APPEND,
+    TREE_RUN,
+    owner_tag,
+    tag_owner,
 )
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
 
-def owner_tag(owner: str | None) -> str:
-    """`n` for no owner, else `o{len}:{owner}`: unambiguous inside a key name."""
-    return "n" if owner is None else f"o{len(owner)}:{owner}"
-
-
-def tag_owner(tag: str | None) -> str | None:
-    """The owner an `owner_tag` stands for (None for `n`, or no tag)."""
-    return tag.partition(":")[2] if tag is not None and tag.startswith("o") else None
-
-
+@translated
 class RedisRunStore:
     """A `RunStore` in Redis 7. `prefix` starts every key (several deployments can share a
     database); `retention_s` is how long a terminal run is kept."""
@@ -81,8 +77,8 @@ class RedisRunStore:
         self.prefix = prefix
         self.retention_s = retention_s
         self.fanout = Fanout()
-        self.redis: Redis = Redis.from_url(url, decode_responses=True)
-        self.counters = RedisCounters(self.redis, prefix, owner_tag)  # quotas' (DESIGN §13)
+        self.redis: Redis = redis_client(url)
+        self.counters = RedisCounters(self.redis, prefix)  # quotas' counts (DESIGN §13)
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
@@ -90,8 +86,9 @@ class RedisRunStore:
         self._save_append = self.redis.register_script(SAVE_APPEND)
         self._checkpoint = self.redis.register_script(CHECKPOINT)
         self._delete = self.redis.register_script(DELETE)
+        self._tree_run = self.redis.register_script(TREE_RUN)
         self._follower = StreamFollower(
-            self.redis, self._events_key, self.read, lambda: self.fanout
+            self.redis, self._events_key, self.read, lambda: self.fanout, self._run_key
         )
         self._closed = False
         self._fences: dict[str, str] = {}
@@ -128,12 +125,16 @@ class RedisRunStore:
             await self.redis.aclose()
 
     async def ping(self) -> None:
+        """Redis answers and takes writes (at its `maxmemory`, or read-only, it is not ready)."""
         if self._closed:
             raise StoreError("the Redis store is closed")
         try:
-            await self.redis.ping()
+            await self.redis.set(self.prefix + "ready", "1", px=10_000)
         except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis does not answer: {exc}") from exc
+            outage = unavailable(exc)
+            raise StoreError(
+                outage.message if outage is not None else f"Redis does not answer: {exc}"
+            ) from exc
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -157,6 +158,8 @@ class RedisRunStore:
             raise DuplicateRunError(record.idempotency_key)
         if record.previous_run_id is not None:  # GET /runs?previous_run_id= reads this index
             await self.redis.zadd(self._follow_ups_key(record.previous_run_id), {record.id: 0})
+        if record.parent_run_id is not None:  # GET /runs?parent_run_id= reads this one
+            await self.redis.zadd(self._children_key(record.parent_run_id), {record.id: 0})
         return event
 
     async def save(self, record: RunRecord) -> None:
@@ -187,11 +190,14 @@ class RedisRunStore:
         any_owner: bool = False,
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
+        parent_run_id: str | None = None,
     ) -> list[RunRecord]:
         scope = self.prefix + "idx:" + ("all" if any_owner else owner_tag(owner))
         wanted = {RunStatus(s) for s in statuses}
         indexes = [f"{scope}|{s.value}" for s in sorted(wanted)] if wanted else [scope]
-        if previous_run_id is not None:  # its follow-ups' own index; owner checked below
+        if parent_run_id is not None:  # its children's own index; the rest checked below
+            indexes = [self._children_key(parent_run_id)]
+        elif previous_run_id is not None:  # its follow-ups' own index, likewise
             indexes = [self._follow_ups_key(previous_run_id)]
         found: list[RunRecord] = []
         cursor = before_id
@@ -212,7 +218,12 @@ class RedisRunStore:
                         unreadable.append(exc)
                     continue
                 visible = any_owner or record.owner == owner
-                if visible and (not wanted or record.status in wanted):  # (it may have moved)
+                if (
+                    visible
+                    and (not wanted or record.status in wanted)  # (it may have moved)
+                    and previous_run_id in (None, record.previous_run_id)
+                    and parent_run_id in (None, record.parent_run_id)
+                ):
                     found.append(record)
             if gone:  # expired (retention): drop them from the indexes read here
                 async with self.redis.pipeline(transaction=False) as pipe:
@@ -227,6 +238,11 @@ class RedisRunStore:
     async def delete(self, run_id: str) -> None:
         self._deltas.forget(run_id)
         await self._delete(args=[self.prefix, run_id])
+
+    async def add_tree_run(self, root_run_id: str, member: str, cap: int) -> bool:
+        ttl_ms = int(self.retention_s * 2000)  # twice the retention: it outlives its runs
+        args: list[str | int] = [self.prefix + "tree:" + root_run_id, member, cap, ttl_ms]
+        return bool(await self._tree_run(args=args))
 
     # -- events -----------------------------------------------------------------------------
 
@@ -256,7 +272,7 @@ class RedisRunStore:
                 raise DuplicateRunError(record.idempotency_key)
         self._fence(run_id, seq)
         if seq is None:
-            raise KeyError(run_id)
+            raise RunGoneError(run_id)
         return stored(run_id, int(seq), type, ts, step, payload)
 
     async def append_soon(
@@ -288,7 +304,7 @@ class RedisRunStore:
             outcome = await self._checkpoint(args=args)
             self._fence(run_id, outcome)
             if outcome is None:
-                raise KeyError(run_id)
+                raise RunGoneError(run_id)
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
@@ -317,8 +333,7 @@ class RedisRunStore:
     # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
 
     async def save_in(self, pipe: Pipeline, record: RunRecord) -> None:
-        """Queue `save(record)` on `pipe`; its reply is the SAVE script's ("fenced": the
-        lease is another's)."""
+        """Queue `save(record)` on `pipe`; it replies as SAVE does ("fenced": the lease is lost)."""
         ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
         outbox = "1" if record.webhook is not None else ""
         args: list[str | int] = [*self._record_args(record), ttl_ms, self.fence_of(record.id)]
@@ -339,6 +354,9 @@ class RedisRunStore:
 
     def _follow_ups_key(self, run_id: str) -> str:
         return self.prefix + "fu:" + run_id
+
+    def _children_key(self, run_id: str) -> str:
+        return self.prefix + "ch:" + run_id
 
     def _run_key(self, run_id: str) -> str:
         return self.prefix + "run:" + run_id

@@ -32,16 +32,18 @@ from typing import Any, TypeVar
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, FirstEvent, StoreError
+from app.runs.store import Checkpoint, DuplicateRunError, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded, stored_count
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.sqlite_counters import SqliteCounters
 from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
+    checkpoint_upsert,
     raise_if_no_such_run,
     record_of,
     run_row,
+    tree_member,
     upsert_run,
 )
 from app.runs.stores.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
@@ -49,6 +51,8 @@ from app.runs.stores.sqlite_threads import GroupCommitWriter, ReaderPool
 
 T = TypeVar("T")
 
+KEPT_EVENTS = 32
+"""Events kept of each live run nobody follows yet, for its first subscriber (`Fanout`)."""
 QUEUE_LIMIT = 128
 """Writes the writer may be behind before `append_soon` waits for its own: under a load
 the disk or the loop cannot keep up with, a run waits for each event again instead of
@@ -88,7 +92,7 @@ class SqliteRunStore:
         self.path = path
         self.synchronous = synchronous.upper()
         self.busy_timeout_s = busy_timeout_s
-        self.fanout = Fanout()
+        self.fanout = Fanout(tail=KEPT_EVENTS)  # every event of its runs is published here
         self._state = "new"  # new -> open -> closed
         self._next_seq: dict[str, int] = {}  # the writer thread's alone
         self._deltas = CheckpointDeltas()  # the loop thread's
@@ -184,6 +188,7 @@ class SqliteRunStore:
         any_owner: bool = False,
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
+        parent_run_id: str | None = None,
     ) -> list[RunRecord]:
         where: list[str] = []
         params: list[Any] = []
@@ -193,9 +198,13 @@ class SqliteRunStore:
         if statuses:
             where.append(f"status IN ({', '.join('?' * len(statuses))})")
             params += [RunStatus(s).value for s in statuses]
-        if previous_run_id is not None:
-            where.append("previous_run_id = ?")
-            params.append(previous_run_id)
+        for column, value in (
+            ("previous_run_id", previous_run_id),
+            ("parent_run_id", parent_run_id),
+        ):
+            if value is not None:  # (a column name of ours: no injection)
+                where.append(f"{column} = ?")
+                params.append(value)
         found: list[RunRecord] = []
         cursor = before_id
         while len(found) < limit:  # again past rows that did not read back
@@ -218,12 +227,17 @@ class SqliteRunStore:
 
     async def delete(self, run_id: str) -> None:
         self._deltas.forget(run_id)
+        self.fanout.forget(run_id)
 
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))  # cascades
             self._next_seq.pop(run_id, None)
 
         await self._write(delete)
+
+    async def add_tree_run(self, root_run_id: str, member: str, cap: int) -> bool:
+        counted: bool = await self._write(tree_member(root_run_id, member, cap))
+        return counted
 
     # -- events -----------------------------------------------------------------------------
 
@@ -312,28 +326,9 @@ class SqliteRunStore:
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         with self._deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
-
-            def upsert(conn: sqlite3.Connection) -> None:
-                try:
-                    conn.execute(
-                        "INSERT INTO checkpoints (run_id, step, state, version) VALUES"
-                        " (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
-                        " state = excluded.state, version = excluded.version",
-                        (run_id, step, write.state, CHECKPOINT_FORMAT),
-                    )
-                except sqlite3.IntegrityError as exc:
-                    raise_if_no_such_run(exc, run_id)
-                    raise
-                if not write.start:  # a full snapshot; a delta follows this process's last
-                    conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = ?", (run_id,))
-                if write.chunk is not None:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO checkpoint_chunks (run_id, start, messages)"
-                        " VALUES (?, ?, ?)",
-                        (run_id, write.start, write.chunk),
-                    )
-
-            await self._write(upsert)
+            await self._write(
+                checkpoint_upsert(run_id, step, write.state, write.start, write.chunk)
+            )
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         def query(conn: sqlite3.Connection) -> Checkpoint | None:

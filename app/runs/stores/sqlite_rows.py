@@ -1,5 +1,6 @@
 """A run's record as a row of the `runs` table (`SqliteRunStore`'s writes of it, and its
-reads: `record_of`), and what a failed foreign key on a write means."""
+reads: `record_of`), its checkpoint's rows, the members of its tree of runs, and what a
+failed foreign key on a write means."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import sqlite3
 from collections.abc import Callable
 
 from app.runs.records import RunRecord
-from app.runs.store import DuplicateRunError, read_record
+from app.runs.store import CHECKPOINT_FORMAT, DuplicateRunError, read_record
 
 # Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
 UPSERT_RUN = """
-    INSERT INTO runs (id, owner, status, idempotency_key, created_at, previous_run_id, record)
-    VALUES (?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO runs (id, owner, status, idempotency_key, created_at, previous_run_id,
+        parent_run_id, record)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
 ON_CONFLICT = """
     ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,
         idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,
-        previous_run_id = excluded.previous_run_id, record = excluded.record
+        previous_run_id = excluded.previous_run_id, parent_run_id = excluded.parent_run_id,
+        record = excluded.record
 """
 
 
@@ -48,6 +51,7 @@ def run_row(record: RunRecord) -> tuple[str | None, ...]:
         record.idempotency_key,
         record.created_at.isoformat(),
         record.previous_run_id,
+        record.parent_run_id,
         record.model_dump_json(),
     )
 
@@ -57,3 +61,54 @@ def record_of(row: tuple[str, str | None, str]) -> RunRecord:
     read back: `app.runs.store.read_record`)."""
     run_id, owner, raw = row
     return read_record(run_id, raw, owner=owner)
+
+
+def checkpoint_upsert(
+    run_id: str, step: int, state: str, start: int, chunk: str | None
+) -> Callable[[sqlite3.Connection], None]:
+    """The write of a checkpoint (`stores.checkpoints`): its head, and the chunk of messages
+    since this process's last one (`start` 0: a full snapshot, the old chunks dropped)."""
+
+    def upsert(conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(
+                "INSERT INTO checkpoints (run_id, step, state, version) VALUES"
+                " (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
+                " state = excluded.state, version = excluded.version",
+                (run_id, step, state, CHECKPOINT_FORMAT),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise_if_no_such_run(exc, run_id)
+            raise
+        if not start:  # a full snapshot; a delta follows this process's last
+            conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = ?", (run_id,))
+        if chunk is not None:
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoint_chunks (run_id, start, messages)"
+                " VALUES (?, ?, ?)",
+                (run_id, start, chunk),
+            )
+
+    return upsert
+
+
+def tree_member(root_run_id: str, member: str, cap: int) -> Callable[[sqlite3.Connection], bool]:
+    """`RunStore.add_tree_run` as a write: one transaction, so the count cannot be passed."""
+
+    def add(conn: sqlite3.Connection) -> bool:
+        sql = "SELECT COUNT(*), SUM(member = ?) FROM tree_runs WHERE root_id = ?"
+        count, known = conn.execute(sql, (member, root_run_id)).fetchone()
+        if known:
+            return True
+        if count >= cap:
+            return False
+        try:
+            conn.execute(
+                "INSERT INTO tree_runs (root_id, member) VALUES (?, ?)", (root_run_id, member)
+            )
+        except sqlite3.IntegrityError as exc:
+            raise_if_no_such_run(exc, root_run_id)
+            raise
+        return True
+
+    return add

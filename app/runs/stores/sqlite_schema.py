@@ -79,7 +79,19 @@ MIGRATIONS = (
     ) WITHOUT ROWID;
     CREATE INDEX threads_by_run ON threads (run_id);
     """,
-    # 6: quotas per API key (DESIGN §13; `sqlite_counters`): what each key used by UTC day,
+    # 6: sub-agents (DESIGN §15): a child run names its parent, GET /runs?parent_run_id= lists
+    # them; the members of each tree of runs, counted against FINISHLINE_MAX_AGENT_RUNS,
+    # forgotten with the tree's root
+    """
+    ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
+    CREATE INDEX runs_by_parent ON runs (parent_run_id, id) WHERE parent_run_id IS NOT NULL;
+    CREATE TABLE tree_runs (
+        root_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        member TEXT NOT NULL,
+        PRIMARY KEY (root_id, member)
+    ) WITHOUT ROWID;
+    """,
+    # 7: quotas per API key (DESIGN §13; `sqlite_counters`): what each key used by UTC day,
     # when its runs of the last minute were admitted, and an index to count its unended runs.
     # `owner` is '' for runs without one, as in `threads`.
     """

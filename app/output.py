@@ -1,0 +1,107 @@
+"""A run's `output_schema` (DESIGN §12) as the engine's `OutputSchema`, on jsonschema.
+
+The schema is checked against the Draft 2020-12 metaschema and its validator built by
+`app.tools.base.compiled_schema`, the same check and cache as tool parameters (remembered by
+content, so a schema many runs share is compiled once); callers run it off the event loop
+(`app.assembly`). Each error is reported where it is (a JSON path) with jsonschema's message;
+for `anyOf`/`oneOf`, the error of the alternative that got furthest into the answer is named
+too, which is what a model needs to fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from app.engine.errors import FinishlineError
+from app.engine.ports import OutputError
+from app.engine.typed import json_path
+from app.tools.base import MAX_MESSAGE_CHARS, compiled_schema
+
+
+class InvalidSchemaError(FinishlineError, ValueError):
+    """The output schema is not a valid Draft 2020-12 JSON Schema; says where and what."""
+
+
+def _shorten(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def _message(error: ValidationError) -> str:
+    message = _shorten(error.message)
+    if error.context:  # anyOf / oneOf: the alternative that got furthest, and why it failed
+        closest = max(error.context, key=lambda e: len(e.absolute_path))
+        where = json_path(list(closest.absolute_path))
+        message += f" (closest: {where}: {_shorten(closest.message)})"
+    return message
+
+
+class JsonOutputSchema:
+    """`OutputSchema` with a Draft 2020-12 validator built once."""
+
+    def __init__(self, schema: Mapping[str, Any], validator: Draft202012Validator) -> None:
+        self.schema = schema
+        self._validator = validator
+
+    def errors(self, value: Any) -> list[OutputError]:
+        try:
+            return [
+                OutputError(json_path(list(error.absolute_path)), _message(error))
+                for error in self._validator.iter_errors(value)
+            ]
+        except Unresolvable as exc:  # a reference the check at creation could not follow
+            return [OutputError("$", f"cannot be checked: the schema's {_shorten(str(exc))}")]
+
+
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _local_refs(schema: Mapping[str, Any]) -> list[str]:
+    """The `$ref`s to a place in the schema itself (`#…`), outside subschemas with an `$id`
+    of their own (whose references resolve against that id)."""
+    refs: list[str] = []
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node is not schema and "$id" in node:
+                continue
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#"):
+                refs.append(ref)
+            stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+    return refs
+
+
+def _unresolved(schema: Mapping[str, Any]) -> str | None:
+    """The first local `$ref` that points nowhere, as a problem; None when all resolve."""
+    resource = DRAFT202012.create_resource(schema)
+    uri = resource.id() or ""
+    resolver = Registry().with_resource(uri, resource).resolver(base_uri=uri)
+    for ref in _local_refs(schema):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            return f": the $ref {ref!r} points to nothing in the schema"
+    return None
+
+
+def output_schema(schema: Mapping[str, Any]) -> JsonOutputSchema:
+    """The schema checked and compiled (remembered by content; milliseconds a property on a
+    miss, so call it off the event loop). InvalidSchemaError says what is wrong and where:
+    not a Draft 2020-12 schema, or a reference within it that points nowhere."""
+    compiled = compiled_schema(schema)
+    problem = compiled.problem or _unresolved(compiled.schema)
+    if compiled.validator is None or problem is not None:
+        raise InvalidSchemaError(f"is not a valid JSON Schema (draft 2020-12){problem}")
+    return JsonOutputSchema(compiled.schema, compiled.validator)
