@@ -25,6 +25,7 @@ from tests.api.kit import (
     wait_ended,
     wait_for_status,
 )
+from tests.api.subagent_kit import call, children, events, of_type, worker
 from tests.fakes.service import api_client
 
 KEY_A, KEY_B = "first-key-6f1d2c9a8b7e", "second-key-3a4b5c6d7e8f"
@@ -307,3 +308,36 @@ async def test_per_key_metrics_are_counted_only_when_asked_for() -> None:
     assert f'finishline_key_tokens_total{{{label},kind="prompt"}} 10.0' in counted
     assert f'finishline_key_tokens_total{{{label},kind="completion"}} 1.0' in counted
     assert KEY_A not in counted
+
+
+# -- sub-agents ----------------------------------------------------------------------------------
+
+
+async def test_a_sub_agents_child_run_is_admitted_through_its_keys_quotas(store_url: str) -> None:
+    body = scripted(
+        call("w", "help"),
+        finish("went on without it"),
+        agents={"w": worker(finish("helped"))},
+    )
+    async with api_client(keyed(store_url, quota_concurrent_runs=1), headers=A) as client:
+        parent = await run_to_end(client, body)
+        seen = await events(client, parent["id"])
+        kids = await children(client, parent["id"])
+
+    assert parent["status"] == "completed"
+    assert kids == []  # the parent holds the key's one place: no child was made
+    (refused,) = [e for e in of_type(seen, "observation") if e["tool"] == "w"]
+    assert refused["is_error"]
+    assert "quota concurrent_runs exceeded" in refused["content"]
+
+
+async def test_a_childs_calls_count_in_its_keys_day(store_url: str) -> None:
+    body = scripted(
+        used(100, **call("w", "help")),
+        used(10, **finish("done")),
+        agents={"w": worker(used(1000, 50, **finish("helped")))},
+    )
+    async with api_client(keyed(store_url, quota_concurrent_runs=2)) as client:
+        await run_to_end(client, body, headers=A)
+        usage = (await client.get("/usage", headers=A)).json()
+    assert (usage["runs"], usage["llm_calls"], usage["total_tokens"]) == (2, 3, 1160)
