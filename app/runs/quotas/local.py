@@ -24,7 +24,7 @@ from app.runs.quotas.seam import (
     utc_day,
 )
 from app.runs.records import RunRecord
-from app.runs.store import DayUsage, RunStore
+from app.runs.store import DayUsage, RunStore, StoreError
 
 log = structlog.get_logger("finishline.runs")
 
@@ -157,12 +157,13 @@ class LocalQuotas:
             if ticket.stored:  # before any await: the run may end at the next
                 key.held.add(run_id)
             else:
-                await self._give_back(owner, key, ticket, day, now, writes)
+                with contextlib.suppress(StoreError):  # (a closed store: nothing to give)
+                    await self._give_back(owner, key, ticket, day, now, writes)
+            # the counts are the key's books, not the run: a failure to store them fails no
+            # request (the run's own write, in the same commit, said so first if it failed)
             failed = await _failures(writes)
-            if failed and ticket.stored:
-                raise failed[0]  # the run's own write failed with it, and says so first
             if failed:
-                log.warning("quota_counts_not_stored", error=str(failed[0]))
+                log.warning("quota_counts_not_stored", run_id=run_id, error=str(failed[0]))
 
     async def _give_back(
         self,
@@ -202,5 +203,8 @@ class LocalQuotas:
         now = self.clock()
         key = await self._key(owner, now)
         recent = sum(1 for at in key.starts if at > now - WINDOW_S)
-        active = await self.counters.active_runs(owner)
+        if self.limits.concurrent_runs is not None:  # what admission counts
+            active = len(key.held) + key.admitting
+        else:
+            active = await self.counters.active_runs(owner)
         return KeyUsage(key.day, key.used, active, recent, self.limits)
