@@ -21,6 +21,11 @@
 #     FINISHLINE_API_KEYS=                       comma-separated bearer keys; empty = no auth
 #     FINISHLINE_MAX_CONCURRENT_RUNS=16          runs executing at once
 #     FINISHLINE_MAX_QUEUED_RUNS=100             runs waiting for a slot; past it, 429
+#     FINISHLINE_QUOTA_CONCURRENT_RUNS=          per API key: runs queued, running or waiting
+#     FINISHLINE_QUOTA_RUNS_PER_MINUTE=          per API key: runs started in any 60 s
+#     FINISHLINE_QUOTA_TOKENS_PER_DAY=           per API key: LLM tokens per UTC day
+#     FINISHLINE_QUOTA_COST_USD_PER_DAY=         per API key: USD of priced calls per UTC day
+#     FINISHLINE_USAGE_METRICS_BY_KEY=false      /metrics by API key too (a series per key)
 #     FINISHLINE_SHUTDOWN_GRACE_S=30.0           on SIGTERM, how long runs may go on
 #     FINISHLINE_SSE_PING_S=15.0                 keep-alive comment interval on SSE
 #     FINISHLINE_SSE_SEND_TIMEOUT_S=30.0         a client slower than this to accept a write is dropped

@@ -19,7 +19,7 @@ from app.api.auth import StreamTokens
 from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
-from app.api.routes import a2a, agents, agui, events, health, runs, tools, ui
+from app.api.routes import a2a, agents, agui, events, health, runs, tools, ui, usage
 from app.assembly import RunAssembly
 from app.engine.prompts import load_prompts
 from app.heap import served_heap
@@ -29,6 +29,7 @@ from app.posting import FetcherPoster
 from app.runs.backends import Capacity, ReplicaOptions, open_backend, open_store
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
+from app.runs.quotas.seam import QuotaLimits
 from app.runs.replicas.cluster import replica_name
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
@@ -114,7 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prices=settings.model_prices,
         )
         assembly = RunAssembly(settings=settings, registry=registry, models=models, prompts=prompts)
-        metrics = RunMetrics()
+        metrics = RunMetrics(per_key=settings.usage_metrics_by_key)
         try:  # a bad agent profile stops start-up here, before the store opens
             assembly.check_profiles()
             backend = open_backend(
@@ -129,6 +130,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     replica_name(),
                     lease_s=settings.lease_s,
                     max_attempts=settings.max_run_attempts,
+                ),
+                quotas=QuotaLimits(
+                    concurrent_runs=settings.quota_concurrent_runs,
+                    runs_per_minute=settings.quota_runs_per_minute,
+                    tokens_per_day=settings.quota_tokens_per_day,
+                    cost_usd_per_day=settings.quota_cost_usd_per_day,
                 ),
             )
             store = backend.store
@@ -227,7 +234,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, events, tools, agents, agui, a2a):
+    for module in (runs, events, tools, agents, agui, a2a, usage):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

@@ -62,6 +62,34 @@ class ServerSettings(BaseSettings):
         description="Comma-separated bearer keys; empty = no auth. Each run is visible only "
         "to the key that made it.",
     )
+    quota_concurrent_runs: int | None = Field(
+        None,
+        ge=1,
+        description="Quota per API key: its runs queued, running or waiting at once; past "
+        "it, POST /runs answers 429 quota_exceeded. Unset: none.",
+    )
+    quota_runs_per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="Quota per API key: runs admitted in any 60 s (a sliding window). Unset: none.",
+    )
+    quota_tokens_per_day: int | None = Field(
+        None,
+        ge=1,
+        description="Quota per API key: LLM tokens per UTC day, across its runs; a spent day "
+        "refuses new runs and ends running ones (token_budget). Unset: none.",
+    )
+    quota_cost_usd_per_day: float | None = Field(
+        None,
+        gt=0,
+        description="Quota per API key: USD of priced LLM calls per UTC day, across its "
+        "runs; a spent day refuses new runs and ends running ones (cost_budget). Unset: none.",
+    )
+    usage_metrics_by_key: bool = Field(
+        False,
+        description="Also count runs, tokens and USD by API key in /metrics (a `key` label "
+        "per key: the start of its key id, as GET /usage shows it).",
+    )
     max_concurrent_runs: int = Field(16, ge=1, description="Runs executing at once.")
     max_queued_runs: int = Field(
         100, ge=0, description="Runs waiting for a slot; past it, POST /runs answers 429."

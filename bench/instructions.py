@@ -9,6 +9,7 @@ Valgrind slows the server ~50×, so runs batch less than they would at full spee
 counts taken at the same `--workers`.
 
     python -m bench.instructions [--workers 1] [--runs 20] [--store sqlite|memory]
+        [--env FINISHLINE_QUOTA_CONCURRENT_RUNS=5000 ...]
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", type=int, default=20, help="runs per worker")
     parser.add_argument("--store", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument(
+        "--env", action="append", default=[], help="NAME=VALUE for the server (repeatable)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="finishline-callgrind-"))
     store = f"sqlite:///{work / 'finishline.db'}" if args.store == "sqlite" else "memory://"
@@ -42,6 +46,7 @@ def main() -> None:
         "FINISHLINE_MAX_QUEUED_RUNS": "5000",
         "FINISHLINE_LOG_LEVEL": "INFO",
         "FINISHLINE_LOG_FORMAT": "json",
+        **dict(pair.split("=", 1) for pair in args.env),
     }
     sock = loopback_socket(4096)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -21,6 +21,7 @@ from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
     QueueFullError,
+    QuotaExceededError,
     RunAlreadyEndedError,
     RunNotEndedError,
     RunNotFoundError,
@@ -98,6 +99,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),
     QueueFullError: (429, "queue_full"),
+    QuotaExceededError: (429, "quota_exceeded"),
     TooManyMessagesError: (429, "too_many_messages"),
     ShuttingDownError: (503, "shutting_down"),
     StoreUnavailableError: (503, "store_unavailable"),  # Redis away: try again, Retry-After
@@ -182,7 +184,7 @@ async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunsError)
     status, type_ = runs_error_status(exc)
     headers = None
-    if isinstance(exc, QueueFullError | StoreUnavailableError):  # try again after
+    if isinstance(exc, QueueFullError | QuotaExceededError | StoreUnavailableError):
         headers = {"Retry-After": str(exc.retry_after_s)}
     return error_response(status, type_, exc.message, exc.details, headers)
 

@@ -278,3 +278,38 @@ class Health(BaseModel):
 
     status: str = Field(description="ok, ready, draining or unavailable.")
     detail: str | None = Field(None, description="Why it is not ready.")
+
+
+class QuotaUse(BaseModel):
+    """One quota of the caller's key."""
+
+    limit: float = Field(description="The quota (FINISHLINE_QUOTA_*).")
+    used: float = Field(
+        description="What the key holds or spent of it now: its unended runs, its runs of "
+        "the last 60 s, or today's tokens or USD."
+    )
+    left: float = Field(description="limit - used, at least 0.")
+
+
+class UsageView(BaseModel):
+    """GET /usage: the caller's API key's figures for today (UTC) and its quotas."""
+
+    day: str = Field(description="The UTC day the figures count, YYYY-MM-DD.")
+    key_id: str = Field(
+        description="The start of the key's id (a digest of the key, never the key): the "
+        "`key` label of the per-key metrics when the server counts them; `none` with auth off."
+    )
+    runs: int = Field(description="Runs the key started today.")
+    llm_calls: int = Field(description="LLM calls its runs made today.")
+    prompt_tokens: int = Field(description="Prompt tokens of today's calls.")
+    completion_tokens: int = Field(description="Completion tokens of today's calls.")
+    total_tokens: int = Field(description="prompt_tokens + completion_tokens.")
+    cost_usd: float = Field(
+        description="USD of today's priced calls (calls of a model without a price are not in "
+        "it: see unpriced_calls)."
+    )
+    unpriced_calls: int = Field(description="Today's calls of a model with no known price.")
+    quotas: dict[str, QuotaUse] = Field(
+        description="Each quota the server sets, by name (concurrent_runs, runs_per_minute, "
+        "tokens_per_day, cost_usd_per_day); empty when it sets none."
+    )

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from app.engine.context import RunContext
 from app.engine.errors import LLMError, LLMTimeoutError
 from app.engine.guard import DeadlineError
-from app.engine.policies import StopReason, prompt_over_cost_budget
+from app.engine.policies import StopReason, day_spent, prompt_over_cost_budget
 from app.engine.ports import Reply, ToolSpec
 from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
 from app.engine.tokens import estimate_reply_tokens
@@ -139,3 +139,21 @@ def prompt_over_budget(run: RunContext) -> StopReason | None:
     if limits.max_context_tokens is not None:
         tokens = min(tokens, limits.max_context_tokens)
     return prompt_over_cost_budget(run.state.tree_cost_usd, price.prompt_cost(tokens), limits)
+
+
+def budget_spent(run: RunContext) -> StopReason | None:
+    """Top of a step, before its call: the next prompt alone would pass the run's cost budget
+    (`prompt_over_budget`), or the run's API key has spent its day (its quotas, across its
+    runs: `token_budget`, `cost_budget`, as at the run's own budgets)."""
+    return prompt_over_budget(run) or key_day_spent(run)
+
+
+def key_day_spent(run: RunContext) -> StopReason | None:
+    """The reason the run's key's day quotas end it, read through its `allowance`."""
+    if run.allowance is None:
+        return None
+    left = run.allowance()
+    reason = day_spent(left)
+    if reason is not None:
+        run.log.info("key_day_spent", tokens_left=left.tokens, cost_left_usd=left.cost_usd)
+    return reason

@@ -11,6 +11,7 @@ from app.engine.delegating import SubAgents
 from app.engine.guard import Guard
 from app.engine.policies import InterventionKind, Limits
 from app.engine.ports import (
+    Allowances,
     ChatModel,
     Clock,
     OutputSchema,
@@ -51,6 +52,9 @@ class RunContext:
     """The schema the run's answer must validate against (DESIGN §12); None: any text."""
     subagents: SubAgents | None = None
     """Where the run's sub-agent calls start their child runs (DESIGN §15); None: nowhere."""
+    allowance: Allowances | None = None
+    """What the run's API key may still spend today (its day quotas, DESIGN §13), read at the
+    top of each step; None: no day quota."""
     resumable: ResumableModel | None = field(init=False, default=None)
     """`model`, when it has state of its own for the checkpoints to carry (else None)."""
 

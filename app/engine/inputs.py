@@ -14,7 +14,7 @@ from app.engine.delegating import SubAgents
 from app.engine.history import PreviousRun
 from app.engine.pending import Decision
 from app.engine.policies import Limits
-from app.engine.ports import ChatModel, Clock, OutputSchema, Tool
+from app.engine.ports import Allowances, ChatModel, Clock, OutputSchema, Tool
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
 from app.engine.toolcalls import CallResult
@@ -63,3 +63,6 @@ class RunHandles(TypedDict, total=False):
     """Results logged before an interruption, by call id (`acting.ToolStep`)."""
     subagents: SubAgents | None
     """Where sub-agent calls start child runs (DESIGN §15); none: they are refused."""
+    allowance: Allowances | None
+    """What the run's API key may still spend today (its day quotas), read at the top of
+    each step; None: the key has no day quota."""

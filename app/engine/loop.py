@@ -2,8 +2,8 @@
 
 `run_react(...)` yields typed steps (`app.engine.steps`) and always ends with exactly one
 `Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
-max_steps, nudges, the next prompt's cost), around each await (deadline and cancel interrupt
-in-flight LLM and tool calls through `Guard`), and after the step (token and cost budgets).
+max_steps, nudges, the next prompt's cost, the key's day), around each await (deadline and
+cancel interrupt in-flight calls through `Guard`), and after the step (token and cost budgets).
 With an output schema, every answer is checked against it (`app.engine.typed`).
 """
 
@@ -17,7 +17,7 @@ import structlog
 
 from app.engine.acting import ToolStep
 from app.engine.approving import settle_pending
-from app.engine.asking import ask, prompt_over_budget
+from app.engine.asking import ask, budget_spent
 from app.engine.context import RunContext
 from app.engine.errors import LLMError
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
@@ -133,6 +133,7 @@ class ReactRun:
             price=inputs.model.price,
             output=inputs.output,
             subagents=handles.get("subagents"),
+            allowance=handles.get("allowance"),
         )
 
     # -- the loop -----------------------------------------------------------------------
@@ -224,7 +225,7 @@ class ReactRun:
         if self.run.guard.cancelled:
             return self._end(StopReason.CANCELLED)
         limit = past_deadline(self.run.clock(), self.run.deadline) or (
-            StopReason.MAX_STEPS if st.step >= limits.max_steps else prompt_over_budget(self.run)
+            StopReason.MAX_STEPS if st.step >= limits.max_steps else budget_spent(self.run)
         )
         if limit is not None:
             return limit

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Literal
 
 from app.engine.declarations import setting
+from app.engine.ports import Allowance
 
 
 class StopReason(StrEnum):
@@ -174,6 +175,16 @@ def over_budget(
     if limits.max_total_tokens is not None and total_tokens >= limits.max_total_tokens:
         return StopReason.TOKEN_BUDGET
     if limits.max_cost_usd is not None and cost_usd >= limits.max_cost_usd:
+        return StopReason.COST_BUDGET
+    return None
+
+
+def day_spent(allowance: Allowance) -> StopReason | None:
+    """Top of a step: the run's API key has spent its day's tokens, then its day's cost (its
+    quotas, across all its runs): the run ends as at its own budget."""
+    if allowance.tokens is not None and allowance.tokens <= 0:
+        return StopReason.TOKEN_BUDGET
+    if allowance.cost_usd is not None and allowance.cost_usd <= 0:
         return StopReason.COST_BUDGET
     return None
 

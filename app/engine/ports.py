@@ -91,6 +91,21 @@ FREE = Price(Rates(0.0, 0.0, 0.0))
 
 
 @dataclass(frozen=True, slots=True)
+class Allowance:
+    """What the run's API key may still spend today across all its runs: what its day
+    quotas leave (DESIGN §13). None where the key has no such quota; at 0 or below, the day
+    is spent and the run ends as at its own budget."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+
+
+Allowances = Callable[[], Allowance]
+"""Read at each budget check of a run: what its key may still spend today, as the runs layer
+knows it then (its store's day counters; `app.runs.quotas`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """What one model call returned."""
 

@@ -1,10 +1,12 @@
 """Admission: how a new run gets in (`RunManager.create`).
 
 The request is checked (`RunAssembler`), an idempotent replay names the run its key made, a
-follow-up's previous run must be visible and ended, and room is taken in one step with the
-check for it (`Placement.reserve`: in this process, the queue's length and the runs being
-stored, with no await between check and take; with replicas, the cluster's atomic
-reservation). The run is then stored with its `run.queued` event in one write and queued.
+follow-up's previous run must be visible and ended, then the caller's API key's quotas are
+checked and its share taken in one step (`Quotas.admit`, DESIGN §13), and room is taken in
+one step with the check for it (`Placement.reserve`: in this process, the queue's length and
+the runs being stored, with no await between check and take; with replicas, the cluster's
+atomic reservation). The run is then stored with its `run.queued` event in one write and
+queued.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from app.runs.metrics import RunMetrics
 from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.ports import CheckedRequest, RunAssembler
+from app.runs.quotas.seam import Quotas
 from app.runs.records import RunRecord, TreeLink, WebhookState, new_run_id, request_hash
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, RunStore
@@ -47,11 +50,13 @@ class Admission:
         assembler: RunAssembler,
         metrics: RunMetrics,
         placement: Placement,
+        quotas: Quotas,
         live: LiveRuns,
         traces: RunTraces,
         find: Finder,
     ) -> None:
         self.store = store
+        self.quotas = quotas
         self.assembler = assembler
         self.metrics = metrics
         self.placement = placement
@@ -88,11 +93,14 @@ class Admission:
         previous = None
         if request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
-        async with self.placement.reserve():
+        run_id = new_run_id()
+        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve():
             record = self._new_record(request, checked, previous, owner, idempotency_key, digest)
+            record.id = run_id
             replayed = await self._store(record, checked, traceparent)
-            if replayed is not None:
+            if replayed is not None:  # no run made: the key's share is given back
                 return replayed, False
+            share.made()
             return await self.placement.enqueue(record), True
 
     async def create_child(
@@ -116,9 +124,10 @@ class Admission:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
         checked = await self.assembler.check(request)
         limits, tree = bounded(checked.limits)
-        async with self.placement.reserve():
+        run_id = new_run_id()
+        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve():
             record = RunRecord(
-                id=new_run_id(),
+                id=run_id,
                 owner=owner,
                 request=checked.request,
                 model=checked.model,
@@ -130,8 +139,9 @@ class Admission:
                 tree=tree,
             )
             found = await self._store(record, checked, traceparent, replay=False)
-            if found is not None:
+            if found is not None:  # made before: the key's share is given back
                 return found
+            share.made()
             return await self.placement.enqueue(record)
 
     def _new_record(
@@ -201,7 +211,7 @@ class Admission:
             return self._replay(existing, record.request_hash or "")
         if trace is not None:
             self.traces.keep(record.id, trace)
-        self.metrics.run_queued()
+        self.metrics.run_queued(record.owner)
         log.info("run_created", run_id=record.id, model=record.model)
         return None
 

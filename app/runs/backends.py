@@ -2,7 +2,8 @@
 one place that knows every store, and where the one-process / replica choice is made, once.
 A backend is the store and the sides of every seam that differs between one process and
 many replicas (DESIGN §8): where runs wait and execute (`Placement`), where steering messages
-are kept (`Inbox`), and where runs waiting for a person are (`WaitingRuns`). Nothing
+are kept (`Inbox`), where runs waiting for a person are (`WaitingRuns`), and how each API
+key's quotas are checked and counted (`Quotas`, DESIGN §13). Nothing
 downstream asks which side it has."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from app.runs.inbox import Inbox, LocalInbox
 from app.runs.live import LiveRuns
 from app.runs.metrics import RunMetrics
 from app.runs.placement import LocalPlacement, Placement
+from app.runs.quotas.local import LocalQuotas
+from app.runs.quotas.seam import QuotaLimits, Quotas
 from app.runs.store import RunStore, UnsupportedStoreError
 from app.runs.stores.memory import MemoryRunStore
 from app.runs.stores.sqlite import SqliteRunStore
@@ -52,6 +55,7 @@ class Backend:
     placement: Placement
     inbox: Inbox
     waiting: WaitingRuns
+    quotas: Quotas
 
 
 def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
@@ -77,10 +81,12 @@ def open_backend(
     capacity: Capacity,
     metrics: RunMetrics,
     replica: ReplicaOptions,
+    quotas: QuotaLimits | None = None,
 ) -> Backend:
     """The sides of the seams for `store` (from `open_store`): this process's own for a
     one-process store (memory, SQLite), the cluster's for the one replicas share (Redis)."""
     live = LiveRuns(capacity.max_concurrent_runs)
+    limits = quotas or QuotaLimits()
     shared = redis_store_of(store)
     if shared is None:
         placement = LocalPlacement(
@@ -88,10 +94,11 @@ def open_backend(
         )
         waiting = LocalWaitingRuns(store, placement.requeue)
         inbox = LocalInbox(live=live, waiting=waiting, max_pending=capacity.max_pending_messages)
-        return Backend(store, live, placement, inbox, waiting)
+        return Backend(store, live, placement, inbox, waiting, LocalQuotas(store, limits))
     from app.runs.replicas.placement import ReplicaPlacement
     from app.runs.replicas.redis_cluster import RedisCoordinator
     from app.runs.replicas.redis_messages import RedisInbox
+    from app.runs.replicas.redis_quotas import RedisQuotas
     from app.runs.replicas.redis_waiting import RedisWaitingRuns
 
     coordinator = RedisCoordinator(
@@ -109,6 +116,7 @@ def open_backend(
         ),
         RedisInbox(shared, live=live, max_pending=capacity.max_pending_messages),
         RedisWaitingRuns(shared, queue_key=coordinator.queue_key),
+        RedisQuotas(shared, limits),
     )
 
 

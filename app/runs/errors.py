@@ -91,3 +91,20 @@ class RunUnreadableError(RunsError):
         self.run_id = run_id
         self.problem = problem
         self.owner = owner
+
+
+class QuotaExceededError(RunsError):
+    """The caller's API key is at one of its quotas (DESIGN §13): `quota` names it, `limit`
+    is the quota, `used` what the key holds or spent of it; `retry_after_s` says when to
+    try again (the day's end for a day quota)."""
+
+    def __init__(self, quota: str, limit: float, used: float, retry_after_s: int) -> None:
+        super().__init__(
+            f"quota {quota} exceeded: {used:g} of {limit:g} used; try again in {retry_after_s} s",
+            quota=quota,
+            limit=limit,
+            used=used,
+            retry_after_s=retry_after_s,
+        )
+        self.quota = quota
+        self.retry_after_s = retry_after_s

@@ -32,6 +32,7 @@ from app.runs.live import CANCEL_SETTLE_S, ActiveRun, LiveRuns
 from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.ports import RunAssembler
+from app.runs.quotas.seam import Quotas
 from app.runs.recorder import RunRecorder
 from app.runs.records import RunRecord, RunStatus, utcnow
 from app.runs.resume import recorded_results
@@ -64,12 +65,14 @@ class Execution:
         webhooks: WebhookSender,
         inbox: Inbox,
         placement: Placement,
+        quotas: Quotas,
         live: LiveRuns,
         traces: RunTraces,
         tree: RunTree,
     ) -> None:
         self.tree = tree
         self.store = store
+        self.quotas = quotas
         self.assembler = assembler
         self.recorder = recorder
         self.approvals = approvals
@@ -173,6 +176,7 @@ class Execution:
             await self.inbox.pull(active)  # with replicas: those sent before it started
             fresh = state is None or not state.messages
             previous = await self._previous_conversation(record) if fresh else None
+            allowance = await self.quotas.allowance(record.owner)  # its key's day quotas
             inputs = await self.assembler.inputs(record)
             try:
                 async for step in react(
@@ -185,6 +189,7 @@ class Execution:
                     decisions=decisions,
                     recorded=recorded,
                     subagents=self.tree.port(record),
+                    allowance=allowance,
                 ):
                     active.step = step.step
                     if isinstance(step, Suspended):

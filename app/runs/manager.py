@@ -6,7 +6,8 @@ own one concern and receive what they need in their constructor:
 - `ApprovalDesk` (`approvals.py`): runs waiting for a person;
 - the backend's sides (`backends.open_backend`, chosen once from the store URL): where runs
   wait and execute (`Placement`), where steering messages are kept (`Inbox`), where waiting
-  runs are (`WaitingRuns`); one process or the replicas of a shared store, never asked;
+  runs are (`WaitingRuns`), each API key's quotas (`Quotas`); one process or the replicas
+  of a shared store, never asked;
 - `LiveRuns` (`live.py`): the runs this process holds, which every part reads.
 
 A run's record is made terminal before its terminal event is appended, so a client that saw
@@ -35,6 +36,7 @@ from app.runs.live import CANCEL_SETTLE_S
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTraces
 from app.runs.ports import RunAssembler
+from app.runs.quotas.seam import KeyUsage
 from app.runs.recorder import RunRecorder
 from app.runs.records import ApprovalDecision, Event, RunRecord, RunStatus
 from app.runs.spec import RunRequest
@@ -73,9 +75,11 @@ class RunManager:
         self.metrics = metrics
         self.max_message_chars = max_message_chars
         traces = RunTraces(observer)
+        self.quotas = backend.quotas
         self.recorder = RunRecorder(
             store=self.store,
             metrics=metrics,
+            quotas=self.quotas,
             max_event_content_chars=max_event_content_chars,
             on_ended=self._ended,
             max_answer_chars=max_answer_chars,
@@ -94,6 +98,7 @@ class RunManager:
             assembler=assembler,
             metrics=metrics,
             placement=self.placement,
+            quotas=self.quotas,
             live=self.live,
             traces=traces,
             find=self.get,
@@ -117,6 +122,7 @@ class RunManager:
             webhooks=webhooks,
             inbox=self.inbox,
             placement=self.placement,
+            quotas=self.quotas,
             live=self.live,
             traces=traces,
             tree=self.tree,
@@ -130,6 +136,7 @@ class RunManager:
         return self.live.draining
 
     def _ended(self, record: RunRecord) -> None:
+        self.quotas.ended(record)
         self.execution.ended(record)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -362,3 +369,7 @@ class RunManager:
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)
+
+    async def usage(self, owner: str | None) -> KeyUsage:
+        """The figures of `owner`'s API key now: its day, its runs, its quotas (DESIGN §13)."""
+        return await self.quotas.usage(owner)

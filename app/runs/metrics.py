@@ -14,9 +14,21 @@ counted as "other" (a metric's cardinality bounded, whatever clients send)."""
 OTHER_MODELS = "other"
 
 
+KEY_LABEL_CHARS = 12
+"""A key's label in the per-key metrics: the start of its key id (a digest of the key)."""
+
+
+def key_label(owner: str | None) -> str:
+    """The `key` label of a run's API key: the first characters of its key id (what GET
+    /usage shows as `key_id`), or `none` when auth is off."""
+    return owner[:KEY_LABEL_CHARS] if owner is not None else "none"
+
+
 class RunMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, per_key: bool = False) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.per_key = per_key
+        """Count runs, tokens and USD by API key too (a label per key: opt-in)."""
         r = self.registry
         self.runs = Counter(
             "finishline_runs", "Runs ended, by status and reason.", ["status", "reason"], registry=r
@@ -68,9 +80,38 @@ class RunMetrics:
         self.sse_subscribers = Gauge(
             "finishline_sse_subscribers", "Open SSE event streams.", registry=r
         )
+        if per_key:  # one series per configured API key (FINISHLINE_USAGE_METRICS_BY_KEY)
+            self.key_runs = Counter(
+                "finishline_key_runs_accepted", "Runs accepted, by API key.", ["key"], registry=r
+            )
+            self.key_tokens = Counter(
+                "finishline_key_tokens",
+                "Tokens of LLM calls, by API key and kind (prompt, completion).",
+                ["key", "kind"],
+                registry=r,
+            )
+            self.key_cost = Counter(
+                "finishline_key_cost_usd",
+                "USD spent on LLM calls with a known price, by API key.",
+                ["key"],
+                registry=r,
+            )
 
-    def run_queued(self) -> None:
+    def run_queued(self, owner: str | None = None) -> None:
         self.created.inc()
+        if self.per_key:
+            self.key_runs.labels(key_label(owner)).inc()
+
+    def key_spent(
+        self, owner: str | None, prompt_tokens: int, completion_tokens: int, cost_usd: float
+    ) -> None:
+        """An LLM call of a run of `owner`'s key (counted only with `per_key`)."""
+        if not self.per_key:
+            return
+        key = key_label(owner)
+        self.key_tokens.labels(key, "prompt").inc(prompt_tokens)
+        self.key_tokens.labels(key, "completion").inc(completion_tokens)
+        self.key_cost.labels(key).inc(cost_usd)
 
     def set_load(self, *, running: int, queued: int) -> None:
         self.active.set(running)

@@ -28,6 +28,7 @@ from app.engine.steps import (
     Suspended,
 )
 from app.runs.metrics import RunMetrics
+from app.runs.quotas.seam import Quotas
 from app.runs.records import (
     TERMINAL_EVENTS,
     RunErrorInfo,
@@ -38,9 +39,23 @@ from app.runs.records import (
     status_for,
     utcnow,
 )
-from app.runs.store import RunStore
+from app.runs.store import DayUsage, RunStore
 
 log = structlog.get_logger("finishline.runs")
+
+
+def spent(llm_call: dict[str, Any]) -> DayUsage:
+    """What an `llm.call` event's call adds to its API key's day."""
+    cost = llm_call["cost_usd"]
+    return DayUsage(  # runs, llm_calls, unpriced_calls, prompt, completion tokens, USD
+        0,
+        1,
+        int(cost is None),
+        llm_call["prompt_tokens"],
+        llm_call["completion_tokens"],
+        cost or 0.0,
+    )
+
 
 MAX_UNSETTLED = 256
 """Queued appends of one run at most before it waits for them (a model streaming tokens
@@ -53,12 +68,14 @@ class RunRecorder:
         *,
         store: RunStore,
         metrics: RunMetrics,
+        quotas: Quotas,
         max_event_content_chars: int,
         on_ended: Callable[[RunRecord], None],
         max_answer_chars: int = 100_000,
         in_flight_checkpoints: bool = True,
     ) -> None:
         self.store = store
+        self.quotas = quotas
         self.in_flight_checkpoints = in_flight_checkpoints
         """False: skip the checkpoints taken while a step's calls are in flight (`acting`),
         which only a resume in another process reads (a store no other process serves
@@ -108,15 +125,22 @@ class RunRecorder:
             )
             return
         data = step.payload()
+        call: DayUsage | None = None
         if isinstance(step, Observation):
             self.metrics.tool_call(step.tool, step.duration_ms, timed_out=step.timed_out)
             if len(step.content) > self.max_event_content_chars:
                 data["content"] = step.content[: self.max_event_content_chars]
                 data["content_capped"] = True
         elif step.type == EventType.LLM_CALL:
+            call = spent(data)
             self.metrics.llm_call(data["duration_ms"], data["model"], data["cost_usd"])
+            self.metrics.key_spent(
+                record.owner, call.prompt_tokens, call.completion_tokens, call.cost_usd
+            )
         queued = self._unsettled.setdefault(record.id, [])
         queued.append(await self.store.append_soon(record.id, step.type, step.step, data))
+        if call is not None:  # the key's day (DESIGN §13): before the run's next budget check
+            queued.append(await self.quotas.spend(record.owner, call))
         if isinstance(step, Action) or len(queued) >= MAX_UNSETTLED:
             await self.settle(record.id)  # an action is stored before its call can run
 

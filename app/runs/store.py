@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 from pydantic import ValidationError
@@ -29,6 +29,8 @@ from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 
 log = structlog.get_logger("finishline.runs")
+
+T = TypeVar("T")
 
 FirstEvent = tuple[EventType, int, dict[str, Any]]
 """A new run's first event, stored with it by `RunStore.create`: type, step, data."""
@@ -52,6 +54,64 @@ class Checkpoint:
     def run_state(self) -> RunState:
         """The engine's state, to resume from."""
         return RunState.from_checkpoint(self.state)
+
+
+@dataclass(slots=True)
+class DayUsage:
+    """What one API key used on one UTC day, across its runs (DESIGN §13): runs admitted, LLM
+    calls, tokens and USD. `cost_usd` sums the priced calls; `unpriced_calls` counts the ones
+    whose model had no price (not in the sum). Also a change to add (`UsageCounters`).
+    A value, never changed once made (`+` makes another): not frozen only because a frozen
+    dataclass takes four times as long to make, and one is made per LLM call."""
+
+    runs: int = 0
+    llm_calls: int = 0
+    unpriced_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: DayUsage) -> DayUsage:
+        return DayUsage(  # positional: keywords cost more to match
+            self.runs + other.runs,
+            self.llm_calls + other.llm_calls,
+            self.unpriced_calls + other.unpriced_calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+
+class UsageCounters(Protocol):
+    """Per API key (its owner id, a digest of the key: never the key): what it used by UTC
+    day, and when its recent runs were admitted (the runs-per-minute window). What quotas
+    count (`app.runs.quotas`); kept by the run store, so they survive a restart and, on a
+    shared store, every replica counts the same."""
+
+    async def day_usage(self, owner: str | None, day: str) -> DayUsage:
+        """The key's figures for `day` (`YYYY-MM-DD`, UTC); zeros for a day it never used."""
+
+    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[None]:
+        """Add `usage` to the key's `day` (concurrent adds all count), queued behind every
+        write asked of the store before, as `RunStore.append_soon`; what to await for it
+        stored."""
+
+    async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
+        """Note a run of the key admitted at `at` (epoch seconds) under `ticket`, queued as
+        `add_usage`; notes older than a minute may be dropped."""
+
+    async def unadmitted(self, owner: str | None, ticket: str) -> Awaitable[None]:
+        """Drop the note `ticket` (its run was not made after all), queued as `add_usage`."""
+
+    async def admissions_since(self, owner: str | None, since: float) -> list[float]:
+        """When the key's runs noted after `since` were admitted, oldest first."""
+
+    async def active_runs(self, owner: str | None) -> int:
+        """The key's runs queued, running or waiting for a person, as stored."""
 
 
 class StoreError(FinishlineError):
@@ -99,14 +159,19 @@ def _problem(exc: Exception) -> str:
     return text + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
 
 
-def settled(event: Event) -> Awaitable[Event]:
-    """What `append_soon` returns from a store that appended at once: the event, known."""
-    future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
-    future.set_result(event)
+def settled(outcome: T) -> Awaitable[T]:
+    """What `append_soon` (or a queued counter write) returns from a store that wrote at
+    once: the outcome, known."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(outcome)
     return future
 
 
 class RunStore(Protocol):
+    @property
+    def counters(self) -> UsageCounters:
+        """What each API key used (by UTC day), and its recent admissions: quotas' counts."""
+
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...

@@ -163,6 +163,22 @@ async def test_a_full_queue_is_an_error_that_says_so_and_when_to_retry() -> None
     assert refused.value.data["retry_after_s"] == 5
 
 
+async def test_a_keys_quota_is_an_error_naming_the_quota_its_use_and_when_to_retry() -> None:
+    async with a2a_service(a2a_settings(quota_concurrent_runs=1)) as service:
+        client = await service.client("calc", streaming=False, polling=True)
+        busy = await send(client, text("hang"), finishline=scripted(HANGING))
+        with pytest.raises(InternalError, match="quota concurrent_runs exceeded") as refused:
+            await send(client, text("one more"), finishline=scripted(finish()))
+        await client.cancel_task(CancelTaskRequest(id=busy.id))
+    assert refused.value.data == {
+        "type": "quota_exceeded",
+        "quota": "concurrent_runs",
+        "limit": 1,
+        "used": 1,
+        "retry_after_s": 5,
+    }
+
+
 async def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed() -> None:
     async with a2a_service(a2a_settings(max_body_json_values=200)) as service:
         client = await service.client("calc", streaming=False)

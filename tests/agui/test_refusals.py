@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.agui.kit import agent_input, scripted, user
-from tests.api.kit import error_of, finish, settings
+from tests.api.kit import error_of, finish, hanging, settings
 from tests.fakes.service import api_client
 
 BIG = 10**9
@@ -166,3 +166,20 @@ async def test_a_bad_last_event_id_is_refused() -> None:
         )
 
     assert error_of(response, 422)["details"]["field"] == "Last-Event-ID"
+
+
+async def test_a_keys_quota_refuses_a_new_run_before_any_event_as_post_runs_does() -> None:
+    async with api_client(settings(quota_concurrent_runs=1)) as client:
+        busy = await client.post("/runs", json=hanging())
+        response = await client.post(
+            "/ag-ui",
+            json=agent_input(thread="t-2", finishline=scripted(finish())),
+            headers={"Accept": "text/event-stream"},
+        )
+        listed = (await client.get("/runs")).json()["runs"]
+        await client.post(f"/runs/{busy.json()['id']}/cancel")
+
+    error = error_of(response, 429, "quota_exceeded")
+    assert (error["details"]["quota"], error["details"]["limit"]) == ("concurrent_runs", 1)
+    assert response.headers["retry-after"] == "5"
+    assert [run["id"] for run in listed] == [busy.json()["id"]]  # no run made

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 import app
 from app.api.errors import RUNS_ERRORS, install_error_handlers, runs_error_status
 from app.engine.errors import FinishlineError
-from app.runs.errors import QueueFullError, RunsError
+from app.runs.errors import QueueFullError, QuotaExceededError, RunsError
 from tests.api.kit import error_of
 
 ARGUMENTS: dict[str, Any] = {
@@ -24,6 +24,9 @@ ARGUMENTS: dict[str, Any] = {
     "retry_after_s": 3,
     "run_id": "run_00000000000000000000000000",
     "problem": "request.task: Field required",
+    "quota": "concurrent_runs",
+    "limit": 3,
+    "used": 3,
 }
 
 
@@ -82,7 +85,7 @@ async def test_every_runs_error_reaches_the_client_as_its_mapped_error_body(
     status, type_ = RUNS_ERRORS[cls]
     error = error_of(response, status, type_)
     assert error["message"] == exc.message
-    if isinstance(exc, QueueFullError):
+    if isinstance(exc, QueueFullError | QuotaExceededError):
         assert response.headers["retry-after"] == "3"
 
 

@@ -1,6 +1,7 @@
 """What a run costs, end to end: the service over real HTTP, the model an OpenAI-compatible
 endpoint (the fake LLM) reporting usage with cached prompt tokens, and the price genai-prices'
-own: `usage.cost_usd` is what genai-prices computes for those calls of `gpt-4o-mini`."""
+own: `usage.cost_usd` is what genai-prices computes for those calls of `gpt-4o-mini`, and so is
+what GET /usage says the caller's key spent today."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ async def test_a_runs_cost_is_what_genai_prices_computes_for_its_calls(
         streamed = await follow(client, run_id)
         run = (await client.get(f"/runs/{run_id}")).json()
         events = await stored_events(client, run_id)
+        usage = (await client.get("/usage")).json()  # the day of the caller's key
 
     assert run["status"] == "completed", run
     expected = [genai_prices_cost(usage) for usage in USAGES]
@@ -63,3 +65,5 @@ async def test_a_runs_cost_is_what_genai_prices_computes_for_its_calls(
     assert run["usage"]["cost_usd"] == pytest.approx(total, rel=1e-12)
     assert streamed[-1].event == "run.completed"
     assert streamed[-1].data["usage"]["cost_usd"] == run["usage"]["cost_usd"]
+    assert usage["cost_usd"] == pytest.approx(total, rel=1e-9)
+    assert (usage["llm_calls"], usage["unpriced_calls"]) == (3, 0)

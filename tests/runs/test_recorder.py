@@ -16,8 +16,11 @@ from app.engine.events import EventType
 from app.engine.policies import StopReason
 from app.engine.steps import Action, Checkpoint, Suspended, Thought, TokenDelta
 from app.runs.metrics import RunMetrics
+from app.runs.quotas.local import LocalQuotas
+from app.runs.quotas.seam import QuotaLimits
 from app.runs.recorder import MAX_UNSETTLED, RunRecorder
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
+from app.runs.stores.memory import MemoryRunStore
 
 BOUND_S = 10  # a failure bound, not a wait
 
@@ -73,6 +76,7 @@ def recorder(store: HeldStore) -> RunRecorder:
     return RunRecorder(
         store=store,  # type: ignore[arg-type]  # the part of the protocol the recorder uses
         metrics=RunMetrics(CollectorRegistry()),
+        quotas=LocalQuotas(MemoryRunStore(), QuotaLimits()),
         max_event_content_chars=1000,
         on_ended=lambda record: None,
     )

@@ -47,6 +47,7 @@ class RecordingRunner:
         self.recorder = RunRecorder(
             store=backend.store,
             metrics=RunMetrics(),
+            quotas=backend.quotas,
             max_event_content_chars=10_000,
             on_ended=lambda record: None,
         )

@@ -16,7 +16,7 @@ from anyio.lowlevel import checkpoint
 
 from app.runs.backends import open_store
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
-from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, StoreError
+from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DayUsage, DuplicateRunError, StoreError
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.sqlite import QUEUE_LIMIT, SqliteRunStore, StoreClosedError
 from app.runs.stores.sqlite_schema import SCHEMA_VERSION
@@ -347,6 +347,31 @@ async def test_a_version_1_database_is_migrated_on_open_and_keeps_its_runs(path:
         follow_up = record(previous_run_id=old.id)
         await store.create(follow_up)
         assert await store.list_runs(owner=None, previous_run_id=old.id) == [follow_up]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+
+
+async def test_a_version_5_database_gets_the_quota_counters_and_counts_its_runs(
+    path: str,
+) -> None:
+    from app.runs.stores.sqlite_schema import MIGRATIONS
+
+    waiting = record(owner="k", status="requires_action")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        for script in MIGRATIONS[:5]:
+            conn.executescript(script)
+        conn.execute(
+            "INSERT INTO runs (id, owner, status, idempotency_key, created_at, record) "
+            "VALUES (?, 'k', 'requires_action', NULL, ?, ?)",
+            (waiting.id, waiting.created_at.isoformat(), waiting.model_dump_json()),
+        )
+        conn.execute("PRAGMA user_version = 5")
+        conn.commit()
+
+    async with opened(path) as store:
+        assert await store.counters.active_runs("k") == 1  # made before quotas: counted
+        await (await store.counters.add_usage("k", "2026-03-14", DayUsage(runs=1)))
+        assert await store.counters.day_usage("k", "2026-03-14") == DayUsage(runs=1)
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 

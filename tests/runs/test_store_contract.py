@@ -27,7 +27,14 @@ from app.runs.records import (
     new_run_id,
 )
 from app.runs.spec import RunRequest
-from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, RunStore, StoreError
+from app.runs.store import (
+    CHECKPOINT_FORMAT,
+    Checkpoint,
+    DayUsage,
+    DuplicateRunError,
+    RunStore,
+    StoreError,
+)
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.memory import MemoryRunStore
 from app.runs.stores.redis_store import RedisRunStore
@@ -816,3 +823,113 @@ async def test_a_thread_without_an_owner_is_apart_from_every_owners(store: Store
     assert await store.thread_head(None, "t") == anonymous.id
     assert await store.thread_head("", "t") in (None, anonymous.id)  # '' is no real owner
     assert await store.thread_head("alice", "t") is None
+
+
+# -- usage counters (quotas per API key, DESIGN §13) ----------------------------------------
+
+DAY = "2026-03-14"
+
+
+async def test_a_keys_day_starts_at_zero_and_adds_up_what_is_added(store: Store) -> None:
+    counters = store.counters
+    assert await counters.day_usage("alice", DAY) == DayUsage()
+    first = await counters.add_usage("alice", DAY, DayUsage(runs=1))
+    call = DayUsage(llm_calls=1, prompt_tokens=1000, completion_tokens=100, cost_usd=0.0025)
+    second = await counters.add_usage("alice", DAY, call)
+    unpriced = DayUsage(llm_calls=1, unpriced_calls=1, prompt_tokens=10, completion_tokens=1)
+    third = await counters.add_usage("alice", DAY, unpriced)
+    for added in (first, second, third):  # queued: each stored once awaited
+        await added
+
+    total = await counters.day_usage("alice", DAY)
+    assert total == DayUsage(1, 2, 1, 1010, 101, pytest.approx(0.0025, rel=1e-12))
+    assert total.total_tokens == 1111
+
+
+async def test_each_key_and_each_day_count_apart(store: Store) -> None:
+    counters = store.counters
+    await (await counters.add_usage("alice", DAY, DayUsage(runs=2)))
+    await (await counters.add_usage("alice", "2026-03-15", DayUsage(runs=5)))
+    await (await counters.add_usage("bob", DAY, DayUsage(runs=3)))
+    await (await counters.add_usage(None, DAY, DayUsage(runs=7)))  # auth off: one tenant
+    assert (await counters.day_usage("alice", DAY)).runs == 2
+    assert (await counters.day_usage("alice", "2026-03-15")).runs == 5
+    assert (await counters.day_usage("bob", DAY)).runs == 3
+    assert (await counters.day_usage(None, DAY)).runs == 7
+
+
+async def test_concurrent_adds_all_count(store: Store) -> None:
+    counters = store.counters
+    call = DayUsage(llm_calls=1, prompt_tokens=3, completion_tokens=2, cost_usd=0.5)
+
+    async def add() -> None:
+        await (await counters.add_usage("alice", DAY, call))
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(add)
+    assert await counters.day_usage("alice", DAY) == DayUsage(0, 50, 0, 150, 100, 25.0)
+
+
+async def test_a_take_back_is_an_add_of_minus_one(store: Store) -> None:
+    counters = store.counters
+    await (await counters.add_usage("alice", DAY, DayUsage(runs=1)))
+    await (await counters.add_usage("alice", DAY, DayUsage(runs=-1)))
+    assert await counters.day_usage("alice", DAY) == DayUsage()
+
+
+async def test_admissions_are_noted_per_key_read_since_a_time_and_dropped_by_ticket(
+    store: Store,
+) -> None:
+    counters = store.counters
+    await (await counters.admitted("alice", "t1", 1000.0))
+    await (await counters.admitted("alice", "t2", 1010.5))
+    await (await counters.admitted("bob", "t3", 1011.0))
+    assert await counters.admissions_since("alice", 999.0) == [1000.0, 1010.5]
+    assert await counters.admissions_since("alice", 1000.0) == [1010.5]  # after, not at
+    assert await counters.admissions_since("bob", 0.0) == [1011.0]
+    assert await counters.admissions_since(None, 0.0) == []
+
+    await (await counters.unadmitted("alice", "t1"))
+    assert await counters.admissions_since("alice", 0.0) == [1010.5]
+    await (await counters.unadmitted("alice", "no-such-ticket"))  # nothing to drop
+
+
+async def test_admissions_older_than_a_minute_are_dropped_as_new_ones_come(store: Store) -> None:
+    counters = store.counters
+    await (await counters.admitted("alice", "old", 1000.0))
+    await (await counters.admitted("alice", "new", 1061.0))
+    assert await counters.admissions_since("alice", 0.0) == [1061.0]
+
+
+async def test_active_runs_counts_a_keys_queued_running_and_waiting_runs(store: Store) -> None:
+    counters = store.counters
+    assert await counters.active_runs("alice") == 0
+    queued = await created(store, owner="alice")
+    running = await created(store, owner="alice", status="running")
+    await created(store, owner="alice", status="requires_action")
+    await created(store, owner="alice", status="completed")
+    await created(store, owner="bob")
+    await created(store)  # no owner
+    assert await counters.active_runs("alice") == 3
+    assert await counters.active_runs("bob") == 1
+    assert await counters.active_runs(None) == 1
+
+    running.status = RunStatus.CANCELLED  # it ended
+    await store.save(running)
+    await store.delete(queued.id)  # (only ended runs are deleted; the index must not care)
+    assert await counters.active_runs("alice") == 1
+
+
+async def test_a_new_process_reads_back_the_counters(reopenable: Callable[[], Store]) -> None:
+    first = reopenable()
+    await first.open()
+    call = DayUsage(runs=1, llm_calls=2, prompt_tokens=300, completion_tokens=30, cost_usd=0.75)
+    await (await first.counters.add_usage("alice", DAY, call))
+    await (await first.counters.admitted("alice", "t1", 1000.0))
+
+    second = reopenable()  # a restart
+    await second.open()
+    assert await second.counters.day_usage("alice", DAY) == call
+    assert await second.counters.admissions_since("alice", 0.0) == [1000.0]

@@ -5,8 +5,9 @@ goes in the error's data (`{"type", ...details}`: the field, the cap, the run id
 client reads the same facts as an HTTP one. The A2A error class follows the HTTP status:
 404 -> TaskNotFoundError, 422 -> InvalidParamsError (each problem in `errors`), 409 ->
 UnsupportedOperationError (TaskNotCancelableError for a cancel), 400 -> InvalidRequestError;
-A2A 1.0 has no code for a full queue or a server shutting down (429, 503): those are
-InternalError, with `type` (and `retry_after_s`) in the data.
+A2A 1.0 has no code for a full queue, a key at its quota or a server shutting down (429,
+503): those are InternalError, with `type` (and `retry_after_s`; a quota's `quota`, `limit`
+and `used`) in the data.
 """
 
 from __future__ import annotations

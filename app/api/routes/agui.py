@@ -77,7 +77,11 @@ async def get_threads(request: Request) -> RunStore:
             "description": "Not a RunAgentInput, or a run POST /runs would refuse (the field "
             "named where the input holds it).",
         },
-        429: {"model": ErrorBody, "description": "The queue is full; see Retry-After."},
+        429: {
+            "model": ErrorBody,
+            "description": "The queue is full (queue_full), or your key is at a quota "
+            "(quota_exceeded, naming it); see Retry-After.",
+        },
         503: {"model": ErrorBody, "description": "The server is shutting down."},
     },
 )

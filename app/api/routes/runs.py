@@ -88,7 +88,7 @@ def _run(view: RunView, status: int) -> Response:
         },
         429: {
             "model": ErrorBody,
-            "description": "Every slot busy and the queue full; see Retry-After.",
+            "description": "Every slot busy and the queue full (queue_full); or your API key is at one of its quotas (quota_exceeded: details name the quota, its limit and what is used); see Retry-After.",
         },
         503: {"model": ErrorBody, "description": "The server is shutting down."},
     },

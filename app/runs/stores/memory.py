@@ -18,6 +18,7 @@ from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import (
     CHECKPOINT_FORMAT,
     Checkpoint,
+    DayUsage,
     DuplicateRunError,
     FirstEvent,
     StoreError,
@@ -55,9 +56,47 @@ class _Row:
         return read_record(run_id, self.record, owner=self.owner)
 
 
+WAITING_OR_ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.REQUIRES_ACTION})
+
+
+class MemoryCounters:
+    """`UsageCounters` in this process: a dict per day, a list of admissions per key."""
+
+    def __init__(self, runs: dict[str, _Row]) -> None:
+        self._runs = runs
+        self._days: dict[tuple[str | None, str], DayUsage] = {}
+        self._admissions: dict[str | None, dict[str, float]] = {}
+
+    async def day_usage(self, owner: str | None, day: str) -> DayUsage:
+        return self._days.get((owner, day), DayUsage())
+
+    async def add_usage(self, owner: str | None, day: str, usage: DayUsage) -> Awaitable[None]:
+        self._days[(owner, day)] = self._days.get((owner, day), DayUsage()) + usage
+        return settled(None)
+
+    async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
+        notes = self._admissions.setdefault(owner, {})
+        for old in [t for t, when in notes.items() if when <= at - 60]:
+            del notes[old]
+        notes[ticket] = at
+        return settled(None)
+
+    async def unadmitted(self, owner: str | None, ticket: str) -> Awaitable[None]:
+        self._admissions.get(owner, {}).pop(ticket, None)
+        return settled(None)
+
+    async def admissions_since(self, owner: str | None, since: float) -> list[float]:
+        return sorted(at for at in self._admissions.get(owner, {}).values() if at > since)
+
+    async def active_runs(self, owner: str | None) -> int:
+        runs = self._runs.values()
+        return sum(1 for r in runs if r.owner == owner and r.status in WAITING_OR_ACTIVE)
+
+
 class MemoryRunStore:
     def __init__(self) -> None:
         self._runs: dict[str, _Row] = {}
+        self.counters = MemoryCounters(self._runs)
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
         self._threads: dict[tuple[str | None, str], str] = {}

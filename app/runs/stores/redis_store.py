@@ -40,6 +40,7 @@ from app.runs.store import (
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.redis_counters import RedisCounters
 from app.runs.stores.redis_errors import redis_client, translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
 from app.runs.stores.redis_scripts import (
@@ -77,6 +78,7 @@ class RedisRunStore:
         self.retention_s = retention_s
         self.fanout = Fanout()
         self.redis: Redis = redis_client(url)
+        self.counters = RedisCounters(self.redis, prefix)  # quotas' counts (DESIGN §13)
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
@@ -123,8 +125,7 @@ class RedisRunStore:
             await self.redis.aclose()
 
     async def ping(self) -> None:
-        """Redis answers and takes writes: a write, so that a Redis at its `maxmemory` (or a
-        read-only replica) is not ready either."""
+        """Redis answers and takes writes (at its `maxmemory`, or read-only, it is not ready)."""
         if self._closed:
             raise StoreError("the Redis store is closed")
         try:
@@ -332,8 +333,7 @@ class RedisRunStore:
     # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
 
     async def save_in(self, pipe: Pipeline, record: RunRecord) -> None:
-        """Queue `save(record)` on `pipe`; its reply is the SAVE script's ("fenced": the
-        lease is another's)."""
+        """Queue `save(record)` on `pipe`; it replies as SAVE does ("fenced": the lease is lost)."""
         ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
         outbox = "1" if record.webhook is not None else ""
         args: list[str | int] = [*self._record_args(record), ttl_ms, self.fence_of(record.id)]

@@ -36,6 +36,7 @@ from app.runs.store import Checkpoint, DuplicateRunError, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded, stored_count
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.sqlite_counters import SqliteCounters
 from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
     checkpoint_upsert,
@@ -102,6 +103,7 @@ class SqliteRunStore:
             on_abort=self._next_seq.clear,
         )
         self._readers = ReaderPool(self._connect_reader, readers)
+        self.counters = SqliteCounters(self._read, self._writer, self._check_open)
 
     @property
     def commits(self) -> int:

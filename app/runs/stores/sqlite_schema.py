@@ -91,6 +91,30 @@ MIGRATIONS = (
         PRIMARY KEY (root_id, member)
     ) WITHOUT ROWID;
     """,
+    # 7: quotas per API key (DESIGN §13; `sqlite_counters`): what each key used by UTC day,
+    # when its runs of the last minute were admitted, and an index to count its unended runs.
+    # `owner` is '' for runs without one, as in `threads`.
+    """
+    CREATE TABLE key_days (
+        owner TEXT NOT NULL,
+        day TEXT NOT NULL,
+        runs INTEGER NOT NULL DEFAULT 0,
+        llm_calls INTEGER NOT NULL DEFAULT 0,
+        unpriced_calls INTEGER NOT NULL DEFAULT 0,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL NOT NULL DEFAULT 0,
+        PRIMARY KEY (owner, day)
+    ) WITHOUT ROWID;
+    CREATE TABLE key_admissions (
+        owner TEXT NOT NULL,
+        ticket TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (owner, ticket)
+    ) WITHOUT ROWID;
+    CREATE INDEX key_admissions_by_time ON key_admissions (owner, at);
+    CREATE INDEX runs_by_owner_status ON runs (owner, status);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
