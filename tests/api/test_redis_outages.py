@@ -129,6 +129,18 @@ async def event_types(client: httpx.AsyncClient, run_id: str) -> list[str]:
     return [e.event or "" for e in (await sse(client, "GET", f"/runs/{run_id}/events"))[1]]
 
 
+async def assert_resumed_and_completed(
+    client: httpx.AsyncClient, runs: list[dict[str, Any]]
+) -> None:
+    """Each run (made by `busy(f"answer {i}")`) was taken over after the outage and
+    completed with its own answer, its log 1..N with one terminal event."""
+    for i, run in enumerate(runs):
+        ended = await assert_ended_once(client, run["id"])
+        assert ended["status"] == "completed", ended
+        assert ended["result"]["answer"] == f"answer {i}"
+        assert "run.recovered" in await event_types(client, run["id"])
+
+
 async def assert_ended_once(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
     """The run ended, its log 1..N with no gap and one terminal event."""
     run = await wait_ended(client, run_id)
@@ -191,11 +203,7 @@ async def test_runs_acknowledged_before_a_redis_crash_resume_when_it_restarts_fr
             server.start_again()
             await until(lambda: ready(client), BACK_WITHIN_S, "ready again")
 
-            for i, run in enumerate(runs):
-                ended = await assert_ended_once(client, run["id"])
-                assert ended["status"] == "completed", ended
-                assert ended["result"]["answer"] == f"answer {i}"
-                assert "run.recovered" in await event_types(client, run["id"])
+            await assert_resumed_and_completed(client, runs)
             # the follower stayed connected through the outage and saw the run to its end
             response, events = await asyncio.wait_for(follower, BACK_WITHIN_S)
             assert response.status_code == 200
@@ -221,11 +229,7 @@ async def test_a_paused_redis_is_answered_within_seconds_and_runs_go_on_after(
             finally:
                 server.resume()
             await until(lambda: ready(client), BACK_WITHIN_S, "ready again")
-            for i, run in enumerate(runs):
-                ended = await assert_ended_once(client, run["id"])
-                assert ended["status"] == "completed", ended
-                assert ended["result"]["answer"] == f"answer {i}"
-                assert "run.recovered" in await event_types(client, run["id"])
+            await assert_resumed_and_completed(client, runs)
 
 
 async def test_a_redis_at_its_maxmemory_refuses_runs_with_503_and_they_go_on_once_it_has_room(
@@ -251,8 +255,4 @@ async def test_a_redis_at_its_maxmemory_refuses_runs_with_503_and_they_go_on_onc
                 finally:
                     admin.config_set("maxmemory", 0)
             await until(lambda: ready(client), BACK_WITHIN_S, "ready again")
-            for i, run in enumerate(runs):
-                ended = await assert_ended_once(client, run["id"])
-                assert ended["status"] == "completed", ended
-                assert ended["result"]["answer"] == f"answer {i}"
-                assert "run.recovered" in await event_types(client, run["id"])
+            await assert_resumed_and_completed(client, runs)
