@@ -30,7 +30,9 @@ HEAVY_UNLESS_CONFIGURED: dict[str, str] = {
     "pygments": "rich's highlighter: the cli extra",
     "genai_prices": "LLM prices: an LLM endpoint (FINISHLINE_LLM_BASE_URL / an API key)",
     "ag_ui": "AG-UI's protocol package: the first POST /ag-ui",
-    # coming: "a2a" (the A2A SDK), when agent profiles are configured
+    "aiohttp": "the outbound HTTP transport: an LLM endpoint (at start-up), else the first "
+    "HTTP tool call, webhook or remote agent (imported in a worker thread, app.tools.fetcher)",
+    "a2a": "the A2A SDK: agent profiles (FINISHLINE_AGENTS), or a remote agent's first call",
 }
 
 CLI_EXTRA = ("rich", "pygments", "markdown_it", "mdurl")
@@ -100,3 +102,21 @@ def test_the_server_install_has_no_cli_extra() -> None:
     pins = (ROOT / "requirements" / "main.txt").read_text(encoding="utf-8")
     names = {"rich", "pygments", "markdown-it-py", "mdurl"}
     assert [n for n in names if f"\n{n}==" in pins] == []
+
+
+def test_an_llm_endpoint_loads_the_http_transport_at_start_up_not_at_its_first_call() -> None:
+    """aiohttp's imports (~130 ms) are paid when the model factory is built, with the app,
+    never by the first run's call on the event loop."""
+    code = (
+        "import sys\n"
+        "from app.llm.models import ModelFactory\n"
+        "before = 'aiohttp' in sys.modules\n"
+        "ModelFactory(base_url='http://127.0.0.1:9/v1', api_key=None, default_model='m')\n"
+        "print(before, 'aiohttp' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib
 import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,7 +13,6 @@ import httpx
 
 from app.engine.errors import FinishlineError
 from app.engine.ports import ChatModel, Price
-from app.http_transport import AiohttpTransport
 from app.llm.demo import DemoModel
 from app.llm.model_prices import ModelPriceIn
 from app.llm.openai import DEFAULT_MAX_RESPONSE_BYTES, OpenAIChatModel
@@ -63,6 +63,8 @@ class ModelFactory:
         """Models whose endpoint refused `response_format: json_schema`, for this process."""
         self._ssl: ssl.SSLContext | None = None
         self._created = 0
+        if base_url is not None:  # aiohttp (~130 ms of imports) only where an endpoint is set
+            importlib.import_module("app.http_transport")
 
     def resolve(self, name: str | None, *, has_script: bool) -> str:
         """The model a request gets; ModelUnavailableError says why it cannot have it."""
@@ -101,6 +103,8 @@ class ModelFactory:
         shard = self._created % CLIENTS
         client = self._clients.get(shard)
         if client is None:
+            from app.http_transport import AiohttpTransport  # imported by __init__
+
             if self._ssl is None:  # one context for all clients: loading CAs takes ~20 ms
                 self._ssl = httpx.create_ssl_context()
             client = self._clients[shard] = httpx.AsyncClient(

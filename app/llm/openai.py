@@ -58,7 +58,6 @@ from app.engine.errors import (
     LLMTimeoutError,
 )
 from app.engine.ports import DeltaSink, Message, Price, Reply, ToolSpec
-from app.http_transport import AiohttpTransport
 from app.llm.bodycap import ERROR_BODY_BYTES, capped_lines, read_capped
 from app.llm.chat_completions import (
     StreamAssembler,
@@ -112,15 +111,15 @@ class OpenAIChatModel:
         self.max_response_bytes = max_response_bytes
         self.url = f"{base_url.rstrip('/')}/chat/completions"
         self._owns_client = client is None
-        self._client = (
-            client
-            if client is not None
-            else httpx.AsyncClient(
+        if client is None:
+            from app.http_transport import AiohttpTransport  # (aiohttp: only when used)
+
+            client = httpx.AsyncClient(
                 transport=AiohttpTransport(trust_env=True),
                 timeout=DEFAULT_TIMEOUT,
                 event_hooks={"request": [propagate]},
             )
-        )
+        self._client = client
         self._headers: dict[str, str] = dict(extra_headers or {})
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"

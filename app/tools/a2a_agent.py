@@ -21,8 +21,8 @@ import httpx
 import structlog
 
 from app.engine.delegating import ChildCall, ChildOutcome, ChildRefusedError
+from app.tools.fetcher import guarded_clients
 from app.tools.netguard import NetworkGuard
-from app.tools.transport import guarded_client
 
 if TYPE_CHECKING:
     from a2a.client import Client
@@ -56,6 +56,7 @@ class RemoteAgent:
         from a2a.helpers.proto_helpers import new_text_part
         from a2a.types import Message, Role, SendMessageRequest
 
+        guarded_client = await guarded_clients()
         http = guarded_client(self.guard, timeout_s=max(call.time_left_s, 1.0))
         try:
             card = await A2ACardResolver(http, self.url).get_agent_card()

@@ -16,13 +16,20 @@ connection pool) and holds no per-run state. For each request it:
 5. bounds the whole exchange, redirects and body included, by `timeout_s`.
 
 Every failure a model can act on is raised as `ToolError` (`BlockedHostError` for the guard).
+
+The fetcher makes its client on its first request: the guarded transport is aiohttp's, whose
+imports take ~130 ms, so a server whose runs never call out over HTTP never loads it, and one
+that does loads it once, in a thread, while the event loop keeps serving (`guarded_clients`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import contextlib
-from collections.abc import AsyncGenerator, Mapping
+import importlib
+import sys
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -32,7 +39,19 @@ import httpx
 from app.tools.base import ToolError
 from app.tools.bounds import ConnectionBounds
 from app.tools.netguard import BlockedHostError, NetworkGuard
-from app.tools.transport import guarded_client
+
+TRANSPORT = "app.tools.transport"
+
+
+async def guarded_clients() -> Callable[..., httpx.AsyncClient]:
+    """`app.tools.transport.guarded_client`, its module (and aiohttp) imported in a worker
+    thread the first time it is asked for, so the event loop is not held by the imports."""
+    if TRANSPORT not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, TRANSPORT)
+    from app.tools.transport import guarded_client
+
+    return guarded_client
+
 
 _BINARY_MEDIA = (
     "image/",
@@ -107,15 +126,25 @@ class HttpFetcher:
         self.max_redirects = max_redirects
         self.bounds = bounds
         self._pinned = client is None
-        self._client = client if client is not None else guarded_client(guard, timeout_s=timeout_s)
+        self._client = client
+        """None until the first request when the fetcher makes its own (`client`)."""
+        self._closed = False
 
-    @property
-    def client(self) -> httpx.AsyncClient:
+    async def client(self) -> httpx.AsyncClient:
+        """The client this fetcher sends with: the caller's, or its own made at the first
+        request (`guarded_clients`); refused once the fetcher is closed."""
+        if self._client is None:
+            guarded_client = await guarded_clients()
+            if self._closed:
+                raise ToolError("the HTTP client is closed: the server is shutting down")
+            if self._client is None:  # another request may have made it meanwhile
+                self._client = guarded_client(self.guard, timeout_s=self.timeout_s)
         return self._client
 
     async def aclose(self) -> None:
         """Close the client if this fetcher made it; a client passed in is the caller's."""
-        if self._pinned:
+        self._closed = True
+        if self._pinned and self._client is not None:
             await self._client.aclose()
 
     async def fetch(
@@ -134,11 +163,12 @@ class HttpFetcher:
         `params` are added to the URL's own query; `json`, when not None, is the body.
         """
         timeout = timeout_s or self.timeout_s
+        client = await self.client()
         try:
             target = httpx.URL(url)
             if params:
                 target = target.copy_merge_params(params)
-            request = self._client.build_request(
+            request = client.build_request(
                 method,
                 target,
                 json=json,
@@ -150,18 +180,24 @@ class HttpFetcher:
         try:
             with anyio.fail_after(timeout):  # waiting for a slot counts against it too
                 async with self.bounds.slot() if self.bounds else contextlib.nullcontext():
-                    return await self._exchange(request, headers or {}, max_bytes or self.max_bytes)
+                    return await self._exchange(
+                        client, request, headers or {}, max_bytes or self.max_bytes
+                    )
         except TimeoutError:
             host = request.url.host
             raise ToolError(f"the request to {host} timed out after {timeout:g} s") from None
 
     async def _exchange(
-        self, request: httpx.Request, sent_headers: Mapping[str, str], max_bytes: int
+        self,
+        client: httpx.AsyncClient,
+        request: httpx.Request,
+        sent_headers: Mapping[str, str],
+        max_bytes: int,
     ) -> FetchedResponse:
         first_origin = _origin(request.url)
         for redirects in range(self.max_redirects + 1):
             await self._check(request.url)
-            response = await self._send(request)
+            response = await self._send(client, request)
             try:
                 next_request = response.next_request
                 if next_request is None:
@@ -194,9 +230,9 @@ class HttpFetcher:
         if not self._pinned:
             await self.guard.resolve(url.raw_host.decode("ascii"))
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
+    async def _send(self, client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
         try:
-            return await self._client.send(request, stream=True, follow_redirects=False)
+            return await client.send(request, stream=True, follow_redirects=False)
         except httpx.HTTPError as exc:
             raise _tool_error(exc, request.url) from None
 

@@ -134,5 +134,5 @@ async def test_webhooks_have_a_client_of_their_own() -> None:
 
         assert webhooks_fetcher is not None
         assert webhooks_fetcher is not tools_fetcher
-        assert webhooks_fetcher.client is not tools_fetcher.client
-        assert isinstance(webhooks_fetcher.client, httpx.AsyncClient)
+        assert await webhooks_fetcher.client() is not await tools_fetcher.client()
+        assert isinstance(await webhooks_fetcher.client(), httpx.AsyncClient)

@@ -90,7 +90,7 @@ def test_the_engine_finish_tool_name_is_reserved() -> None:
 async def test_registry_closes_the_http_client_it_made() -> None:
     registry = builtin_registry(http_allow_hosts=["127.0.0.1"])
     assert registry.http is not None
-    client = registry.http.client
+    client = await registry.http.client()
     await registry.aclose()
     assert client.is_closed
 
