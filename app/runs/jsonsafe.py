@@ -45,7 +45,42 @@ def _text_problem(text: str) -> str | None:
 def json_problem(value: Any, root: str = "") -> tuple[str, str] | None:
     """The first unrepresentable value in `value` as (its path, what is wrong), else None.
 
-    Iterative, so nesting cannot exhaust the stack; linear in the size of `value`."""
+    Iterative, so nesting cannot exhaust the stack; linear in the size of `value`. Every
+    request body goes through it, so it first only looks (`_has_problem`: no path is built),
+    and walks again naming the paths only when something is wrong."""
+    if not _has_problem(value):
+        return None
+    return _first_problem(value, root)
+
+
+def _has_problem(value: Any) -> bool:
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii() and _text_problem(item):
+                return True
+        elif kind is int:
+            if not INT64_MIN <= item <= INT64_MAX:
+                return True
+        elif kind is float:
+            if not math.isfinite(item):
+                return True
+        elif kind is dict:
+            for key in item:
+                if type(key) is not str or (not key.isascii() and _text_problem(key)):
+                    return True
+            extend(item.values())
+        elif kind is list:
+            extend(item)
+        elif item is not None and kind is not bool:
+            return True  # another type (a subclass, a tuple): the full walk decides
+    return False
+
+
+def _first_problem(value: Any, root: str) -> tuple[str, str] | None:
     stack: list[tuple[str, Any]] = [(root, value)]
     while stack:
         path, item = stack.pop()

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from sse_starlette import EventSourceResponse
 from starlette.types import Message
 
-from app.api.deps import EventCallerDep, ManagerDep, MetricsDep, SettingsDep
+from app.api.deps import EventCallerDep, manager_of, metrics_of, settings_of
 from app.api.errors import ApiError, ErrorBody
 from app.api.schemas import EventPage
 from app.runs.manager import RunManager
@@ -146,9 +146,6 @@ def _start(after: int | None, last_event_id: str | None) -> int:
 async def follow_events(
     run_id: str,
     request: Request,
-    manager: ManagerDep,
-    metrics: MetricsDep,
-    settings: SettingsDep,
     caller: EventCallerDep,
     after: Annotated[
         int | None, Query(ge=0, le=MAX_SEQ, description="Start after this seq.")
@@ -162,6 +159,7 @@ async def follow_events(
         ),
     ] = None,
 ) -> Response:
+    manager = manager_of(request)  # not a dependency: app.api.deps
     await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
     start = _start(after, last_event_id)
     accept = request.headers.get("accept", "")
@@ -174,4 +172,4 @@ async def follow_events(
         }
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         return Response(utf8(text), media_type="application/json")
-    return event_stream(manager, metrics, settings, run_id, start)
+    return event_stream(manager, metrics_of(request), settings_of(request), run_id, start)

@@ -9,7 +9,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import Field
 
-from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep, TokensDep
+from app.api.deps import (
+    CallerDep,
+    ManagerDep,
+    SettingsDep,
+    TokensDep,
+    manager_of,
+    metrics_of,
+    settings_of,
+)
 from app.api.errors import ApiError, ErrorBody
 from app.api.routes.events import SSE_CONTENT, event_stream
 from app.api.runbody import OPENAPI_BODY, read_run_body
@@ -95,9 +103,6 @@ def _run(view: RunView, status: int) -> Response:
 )
 async def create_run(
     http: Request,
-    manager: ManagerDep,
-    metrics: MetricsDep,
-    settings: SettingsDep,
     caller: CallerDep,
     idempotency_key: Annotated[
         str | None, Header(max_length=200, description="Same key and body: the same run.")
@@ -111,6 +116,7 @@ async def create_run(
 ) -> Response:
     if traceparent is not None and len(traceparent) > TRACEPARENT_MAX_CHARS:
         traceparent = None  # not a W3C traceparent: start a trace of the run's own
+    manager, settings = manager_of(http), settings_of(http)  # not dependencies: deps.py
     body, run_request, digest = await read_run_body(await http.body(), settings)
     record, created = await manager.create(
         run_request,
@@ -131,7 +137,7 @@ async def create_run(
 
         return event_stream(
             manager,
-            metrics,
+            metrics_of(http),
             settings,
             record.id,
             0,
