@@ -8,10 +8,12 @@ stack for the same reason: it follows whatever the store does), written with the
 5-step run makes, in the same order, at the same commit points (`app/runs/admission.py`,
 `app/runs/recorder.py`):
 
-- `POST /runs`: the record and its `run.queued` in one write (`create(first_event=)`), the
-  answer after it commits;
+- `POST /runs`: the key's day counts a run (`counters.add_usage`, queued: GET /usage), then
+  the record and its `run.queued` in one write (`create(first_event=)`), the answer after it
+  commits;
 - `run.started` with the running record (`append(record=)`);
-- per step: `step.started`, `llm.call`, `thought` queued (`append_soon`), `action` queued and
+- per step: `step.started`, `llm.call` and the call added to the key's day (`add_usage`),
+  `thought` queued (`append_soon`), `action` queued and
   every queued write waited for before the tool runs; `observation` queued; the step's
   checkpoint (the engine's state: messages and counters, incremental as the store makes it),
   then everything queued waited for;
@@ -47,8 +49,11 @@ from app.engine.policies import Limits, StopReason
 from app.engine.ports import ChatModel, ToolContext
 from app.llm.models import ModelFactory
 from app.llm.scripted import ScriptedModel
+from app.runs.quotas.seam import utc_day
+from app.runs.recorder import spent
 from app.runs.records import RunRecord, RunResult, RunStatus, Usage, new_run_id, utcnow
 from app.runs.spec import RunRequest
+from app.runs.store import DayUsage
 from app.runs.stores.sqlite import SqliteRunStore
 from app.runs.view import settings_dict
 from bench.floor_server import CALCULATOR, SPECS, SYSTEM
@@ -170,6 +175,7 @@ async def _execute(
             "cost_usd": None,
         }
         await w.soon(EventType.LLM_CALL, step, llm)
+        w.queued.append(await store.counters.add_usage(None, utc_day(time.time()), spent(llm)))
         if reply.content:
             await w.soon(EventType.THOUGHT, step, {"text": reply.content})
         messages.append(
@@ -277,7 +283,9 @@ def create_app() -> FastAPI:
             "tools": tools,
             "settings": settings_dict(settings),
         }
+        counted = await store.counters.add_usage(None, utc_day(time.time()), DayUsage(runs=1))
         first = await store.create(record, first_event=(EventType.RUN_QUEUED, 0, queued))
+        await counted
         assert first is not None
         run.committed(first.seq, first.type.value, first.ts, first.step, first.data)
         model = ScriptedModel(script) if script else factory.create(model_name)

@@ -12,9 +12,18 @@ run (4 calculator calls, then task_finished) is followed, one run at a time by o
 - **A2A stream**: JSON-RPC `SendStreamingMessage` to `/a2a/calc` (A2A 1.0), the run's fields in
   the message's `metadata.finishline`, read to its end.
 
-Rows for what is being built on other branches (typed answers, a run with one sub-agent) are
-listed as not measured until their requests exist here. The sides take turns block by block in
-shuffled order; server CPU (every thread, /proc schedstat) per run, median of the blocks.
+Two more rows change the run, not the way it is followed (each still a plain `POST /runs` and its
+SSE events):
+
+- **typed answer**: the same run with an `output_schema` (an object with a string `answer` and
+  a number `steps`), its `task_finished` answer that object, validated at the end (issue #23);
+- **run with one sub-agent**: the same run whose first step calls a sub-agent (`helper(task)`)
+  instead of the calculator; the child is a 2-step run (a calculator call, then
+  `task_finished`), so the tree makes 7 model calls where the plain run makes 5 (issue #26).
+  Its ratio is the whole tree's CPU against the plain run's.
+
+The sides take turns block by block in shuffled order; server CPU (every thread, /proc
+schedstat) per run, median of the blocks.
 
     python -m bench.streams [--quick] [--rounds N] [--runs N]
 """
@@ -38,10 +47,19 @@ from bench.procs import Server, run_seconds
 from bench.service_client import scripted_body
 
 AGENT = {"calc": {"description": "Computes with the calculator.", "tools": ["calculator"]}}
-PLACEHOLDERS = {
-    "typed answer": "typed answers (#23, branch typed) are not on this branch yet",
-    "run with one sub-agent": "sub-agents (#26, branch subagents) are not on this branch yet",
+TYPED_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "steps": {"type": "number"}},
+    "required": ["answer", "steps"],
+    "additionalProperties": False,
 }
+CHILD_SCRIPT = [
+    {
+        "content": "computing",
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}],
+    },
+    {"tool_calls": [{"name": "task_finished", "arguments": {"answer": "42"}}]},
+]
 
 
 def _read_stream(response: httpx.Response) -> int:
@@ -97,10 +115,34 @@ def a2a_run(client: httpx.Client, body: dict[str, Any]) -> int:
     return frames
 
 
+def typed_run(client: httpx.Client, body: dict[str, Any]) -> int:
+    script = [*body["model_script"][:-1]]
+    answer = {"answer": "done", "steps": len(script) + 1}
+    script.append({"tool_calls": [{"name": "task_finished", "arguments": {"answer": answer}}]})
+    return plain_run(client, {**body, "model_script": script, "output_schema": TYPED_SCHEMA})
+
+
+def subagent_run(client: httpx.Client, body: dict[str, Any]) -> int:
+    script = [*body["model_script"]]
+    script[0] = {
+        "content": "Step 1: asking the helper.",
+        "tool_calls": [{"name": "helper", "arguments": {"task": "compute 6*7"}}],
+    }
+    helper = {
+        "description": "Computes with the calculator.",
+        "model": "scripted",
+        "tools": ["calculator"],
+        "model_script": CHILD_SCRIPT,
+    }
+    return plain_run(client, {**body, "model_script": script, "agents": {"helper": helper}})
+
+
 SIDES: dict[str, Callable[[httpx.Client, dict[str, Any]], int]] = {
     "plain run": plain_run,
     "AG-UI stream": agui_run,
     "A2A stream": a2a_run,
+    "typed answer": typed_run,
+    "run with one sub-agent": subagent_run,
 }
 
 
@@ -143,7 +185,6 @@ def measure(rounds: int, runs: int) -> dict[str, Any]:
         "cpu_ms_per_run": medians,
         "ratio": {name: medians[name] / medians["plain run"] for name in SIDES},
         "blocks": cpu,
-        "not_measured": PLACEHOLDERS,
     }
 
 
@@ -157,18 +198,18 @@ def report(result: dict[str, Any], info: dict[str, Any]) -> str:
         ]
         for name in SIDES
     ]
-    rows += [[name, "–", "not measured", "–"] for name in result["not_measured"]]
     return "\n\n".join(
         [
             "# A run through each stream (bench/streams.py)",
             machine_line(info),
             "The same 5-step scripted run (4 calculator calls, then task_finished), followed one "
             "at a time by one client: `POST /runs` then its SSE events (the plain run), "
-            "`POST /ag-ui`, and A2A `SendStreamingMessage`. One server (SQLite, INFO logs, one "
-            "agent profile); server CPU of every thread per run, median of "
-            f"{result['rounds']} interleaved blocks of {result['runs_per_block']} runs each.",
+            "`POST /ag-ui`, and A2A `SendStreamingMessage`; then, followed as the plain run, "
+            "the same run with an `output_schema` (typed answer) and with its first step "
+            "calling a sub-agent whose child makes 2 steps (the whole tree's CPU). One server "
+            "(SQLite, INFO logs, one agent profile); server CPU of every thread per run, median "
+            f"of {result['rounds']} interleaved blocks of {result['runs_per_block']} runs each.",
             table(["run", "frames sent", "server CPU ms/run", "× plain run"], rows),
-            "\n".join(f"- {name}: {why}." for name, why in result["not_measured"].items()),
         ]
     )
 

@@ -5,7 +5,6 @@ admission change what a run writes or where it waits, this fails until the floor
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,25 @@ import structlog
 
 from app.main import create_app
 from app.runs.stores.sqlite import SqliteRunStore
+from app.runs.stores.sqlite_counters import SqliteCounters
 from app.settings import Settings
 from bench import durable_floor
 from bench.service_client import scripted_body
 from tests.fakes.serving import Served
 
 WRITES = ("create", "append", "append_soon", "save_checkpoint")
+COUNTS = ("add_usage", "admitted", "unadmitted")
+"""The key's books (GET /usage, quotas): written by a run too, in the same commits."""
 
 
-def recording(calls: list[tuple[str, str]], name: str) -> Callable[..., Any]:
-    original = getattr(SqliteRunStore, name)
+def recording(calls: list[tuple[str, str]], name: str, cls: type = SqliteRunStore) -> Any:
+    original = getattr(cls, name)
 
     @functools.wraps(original)
-    async def write(self: SqliteRunStore, *args: Any, **kwargs: Any) -> Any:
-        if name == "create":
+    async def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if name in COUNTS:
+            calls.append((name, ""))
+        elif name == "create":
             first = kwargs.get("first_event")
             calls.append((name, str(first[0]) if first else ""))
         elif name == "save_checkpoint":
@@ -60,6 +64,8 @@ async def test_the_durable_floor_writes_what_a_finishline_run_writes(
     calls: list[tuple[str, str]] = []
     for name in WRITES:
         monkeypatch.setattr(SqliteRunStore, name, recording(calls, name))
+    for name in COUNTS:
+        monkeypatch.setattr(SqliteCounters, name, recording(calls, name, SqliteCounters))
     settings = Settings(_env_file=None, store_url=f"sqlite:///{tmp_path / 'fl.db'}")
     await one_run(create_app(settings))
     finishline = list(calls)
@@ -72,6 +78,7 @@ async def test_the_durable_floor_writes_what_a_finishline_run_writes(
     finally:
         structlog.configure(**logging)
     assert calls == finishline
-    assert finishline[0] == ("create", "run.queued")
+    assert finishline[:2] == [("add_usage", ""), ("create", "run.queued")]
     assert finishline[-1] == ("append", "run.completed+record")
     assert sum(1 for name, _ in finishline if name == "save_checkpoint") == 5
+    assert sum(1 for name, _ in finishline if name == "add_usage") == 6  # the run, 5 calls
