@@ -95,9 +95,14 @@ class Served:
         port: int = 0,
         header_timeout_s: float = 10.0,
         httptools: bool = False,
+        send_buffer: int | None = None,
     ) -> None:
+        """`send_buffer`: SO_SNDBUF of the listening socket, which the connections it accepts
+        inherit (Linux): a small one makes a client that stops reading block the server's
+        writes after a few kilobytes, not megabytes."""
         self.app = app
         self.port = port
+        self._send_buffer = send_buffer
         base = HttpToolsHeaderTimeout if httptools else H11HeaderTimeout
         self._protocol = with_header_timeout(base, header_timeout_s)
         self._lifespan = lifespan
@@ -113,6 +118,8 @@ class Served:
         sock = loopback_socket(port=self.port)
         try:
             self.port = sock.getsockname()[1]
+            if self._send_buffer is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
             config = uvicorn.Config(
                 self.app,
                 interface="asgi3",

@@ -8,15 +8,14 @@ import contextlib
 import re
 from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.exceptions import RequestValidationError
-from sse_starlette import EventSourceResponse
 
 from app.api.deps import CallerDep, ManagerDep, MetricsDep, SettingsDep
 from app.api.errors import ApiError, ErrorBody
 from app.api.routes.events import LAST_EVENT_ID, MAX_SEQ
 from app.api.routes.runs import require_json
+from app.api.sse import EventStream
 from app.runs.errors import RunAlreadyEndedError
 from app.runs.store import RunStore
 
@@ -61,7 +60,7 @@ async def get_threads(request: Request) -> RunStore:
             "content": {"application/json": {"schema": INPUT_SCHEMA}},
         }
     },
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses={
         200: {"description": "The AG-UI event stream.", "content": AGUI_SSE},
         401: {"model": ErrorBody},
@@ -99,7 +98,7 @@ async def run_agent(
             json_schema_extra={"pattern": LAST_EVENT_ID},
         ),
     ] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     from pydantic import ValidationError
 
     from app.api.agui.body import TurnRunBody
@@ -140,12 +139,10 @@ async def run_agent(
         finally:
             metrics.sse_subscribers.dec()
 
-    return EventSourceResponse(
+    return EventStream(
         frames(),
-        ping=settings.sse_ping_s,
-        send_timeout=settings.sse_send_timeout_s,
-        client_close_handler_callable=on_disconnect,
-        shutdown_event=anyio.Event(),
-        shutdown_grace_period=settings.shutdown_grace_s + 10,
+        ping_s=settings.sse_ping_s,
+        send_timeout_s=settings.sse_send_timeout_s,
+        on_disconnect=on_disconnect,
         headers={"Content-Location": f"/runs/{opened.run_id}"},
     )

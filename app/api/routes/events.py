@@ -7,15 +7,14 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
-from sse_starlette import EventSourceResponse
 from starlette.types import Message
 
 from app.api.deps import EventCallerDep, manager_of, metrics_of, settings_of
 from app.api.errors import ApiError, ErrorBody
 from app.api.schemas import EventPage
+from app.api.sse import EventStream
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.runs.records import Event
@@ -85,7 +84,7 @@ def event_stream(
     *,
     on_disconnect: Callable[[Message], Awaitable[None]] | None = None,
     headers: dict[str, str] | None = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """The SSE response following `run_id` from seq `after` to its terminal event."""
 
     async def frames() -> AsyncIterator[bytes]:
@@ -96,16 +95,12 @@ def event_stream(
         finally:
             metrics.sse_subscribers.dec()
 
-    return EventSourceResponse(
+    return EventStream(
         frames(),
-        ping=settings.sse_ping_s,
-        send_timeout=settings.sse_send_timeout_s,
+        ping_s=settings.sse_ping_s,
+        send_timeout_s=settings.sse_send_timeout_s,
         headers=headers,
-        client_close_handler_callable=on_disconnect,
-        # on SIGTERM, let streams run to their run's terminal event (the manager cancels
-        # runs at the end of its grace period) instead of cutting them at once
-        shutdown_event=anyio.Event(),
-        shutdown_grace_period=settings.shutdown_grace_s + 10,
+        on_disconnect=on_disconnect,
     )
 
 
