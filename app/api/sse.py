@@ -52,8 +52,10 @@ class EventStream(Response):
         send_timeout_s: float,
         headers: Mapping[str, str] | None = None,
         on_disconnect: Callable[[Message], Awaitable[None]] | None = None,
+        status_code: int = 200,
     ) -> None:
-        self.status_code = 200
+        """`status_code`: always 200 (FastAPI reads its default for a route's OpenAPI)."""
+        self.status_code = status_code
         self.background = None
         self.init_headers({**HEADERS, **(headers or {})})  # no body: no Content-Length
         self.frames = frames
@@ -81,7 +83,12 @@ class EventStream(Response):
         stream = asyncio.current_task()
         assert stream is not None
         self._last_write = loop.time()
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        start = {
+            "type": "http.response.start",
+            "status": self.status_code,
+            "headers": self.raw_headers,
+        }
+        await send(start)
         watcher = loop.create_task(self._watch(receive, send, stream), name="sse-watch")
         try:
             async for chunk in self.frames:
