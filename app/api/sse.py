@@ -42,7 +42,6 @@ class SlowClientError(Exception):
 
 
 class EventStream(Response):
-    media_type = "text/event-stream"
 
     def __init__(
         self,
@@ -56,6 +55,9 @@ class EventStream(Response):
     ) -> None:
         """`status_code`: always 200 (FastAPI reads its default for a route's OpenAPI)."""
         self.status_code = status_code
+        # on the instance: as a class attribute FastAPI would document the route's error
+        # answers (JSON) under it
+        self.media_type = "text/event-stream"
         self.background = None
         self.init_headers({**HEADERS, **(headers or {})})  # no body: no Content-Length
         self.frames = frames
