@@ -42,7 +42,6 @@ class SlowClientError(Exception):
 
 
 class EventStream(Response):
-
     def __init__(
         self,
         frames: AsyncIterator[bytes],
