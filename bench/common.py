@@ -16,7 +16,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 PACKAGES = (
-    *("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "httpx", "sse-starlette"),
+    *("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "httpx", "aiohttp"),
     *("structlog", "pydantic", "langgraph", "langchain-core", "opentelemetry-sdk"),
 )
 

@@ -29,6 +29,8 @@ import structlog
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from app.engine.errors import FinishlineError
+
 log = structlog.get_logger("finishline.api")
 
 PING = b": ping\r\n\r\n"
@@ -37,8 +39,9 @@ HEADERS = {"Cache-Control": "no-store", "Connection": "keep-alive", "X-Accel-Buf
 buffer), besides `Content-Type: text/event-stream; charset=utf-8`."""
 
 
-class SlowClientError(Exception):
-    """A write to the client waited longer than the stream's send timeout."""
+class SlowClientError(FinishlineError):
+    """A write to the client waited longer than the stream's send timeout. Raised once the
+    answer has begun, so no HTTP status maps it: uvicorn closes the connection."""
 
 
 class EventStream(Response):
