@@ -31,17 +31,11 @@ def test_readmes_hold_the_tables_generated_from_the_results() -> None:
     assert "<!-- bench-summary:start -->" in summary.README.read_text(encoding="utf-8")
 
 
-PLACEHOLDERS = ("with a typed answer", "with one sub-agent")
-"""Rows for what other branches are building (#23, #26): not measured until they land here."""
-
-
 def test_every_target_has_a_verdict_from_the_committed_results() -> None:
     rows = summary.rows(quick=False)
     assert len(rows) == len(summary.FIGURES) == 16
     for _issue, text, _now, target, verdict in rows:
-        if any(p in text for p in PLACEHOLDERS):
-            assert verdict == "not measured", text
-        elif target == "–":
+        if target == "–":
             assert verdict == "reported", text
         else:
             assert verdict in {"met", "**missed**"}, text
