@@ -28,7 +28,7 @@ from app.runs.records import RunRecord
 from app.runs.spec import ClientToolIn, HttpToolIn, RunRequest, RunSettingsIn
 from app.settings import RUN_SETTINGS, Settings
 from app.subagents import agent_tools, check_agents, nested_http_tools, remote_agents
-from app.tools.base import CompiledSchema, compiled_schema
+from app.tools.base import CompiledSchema, compiled_schema, validation_ready
 from app.tools.bounds import bind_http_scope
 from app.tools.http import HttpTool
 from app.tools.mcp.errors import UnknownServerError
@@ -277,6 +277,7 @@ class RunAssembly:
         """What the engine needs to run `record`; called in the run's own task, which it binds
         to the run's per-run and per-key bounds on HTTP tool connections."""
         request = record.request
+        await validation_ready()  # jsonschema, for the tools' first calls: not on the loop
         schemas = await compiled_off_loop(request.http_tools)
         bind_http_scope(record.id, record.owner)
         tools: list[Tool] = list(self.registry.resolve(request.tools, stand_ins=True))
@@ -342,6 +343,7 @@ class RunAssembly:
         self, record: RunRecord, tool: str, arguments: dict[str, Any]
     ) -> str | None:
         request = record.request
+        await validation_ready()
         for declared_tool in request.http_tools:
             if declared_tool.name == tool:
                 (schema,) = await compiled_off_loop([declared_tool])

@@ -11,18 +11,16 @@ too, which is what a model needs to fix it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
+from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import FinishlineError
 from app.engine.ports import OutputError
 from app.engine.typed import json_path
 from app.tools.base import MAX_MESSAGE_CHARS, compiled_schema
+
+if TYPE_CHECKING:  # jsonschema is imported where a schema is first checked (app.tools.base)
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 
 class InvalidSchemaError(FinishlineError, ValueError):
@@ -52,6 +50,8 @@ class JsonOutputSchema:
         self._validator = validator
 
     def errors(self, value: Any) -> list[OutputError]:
+        from referencing.exceptions import Unresolvable
+
         try:
             return [
                 OutputError(json_path(list(error.absolute_path)), _message(error))
@@ -85,6 +85,10 @@ def _local_refs(schema: Mapping[str, Any]) -> list[str]:
 
 def _unresolved(schema: Mapping[str, Any]) -> str | None:
     """The first local `$ref` that points nowhere, as a problem; None when all resolve."""
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
     resource = DRAFT202012.create_resource(schema)
     uri = resource.id() or ""
     resolver = Registry().with_resource(uri, resource).resolver(base_uri=uri)

@@ -32,6 +32,8 @@ HEAVY_UNLESS_CONFIGURED: dict[str, str] = {
     "ag_ui": "AG-UI's protocol package: the first POST /ag-ui",
     "aiohttp": "the outbound HTTP transport: an LLM endpoint (at start-up), else the first "
     "HTTP tool call, webhook or remote agent (imported in a worker thread, app.tools.fetcher)",
+    "jsonschema": "JSON Schema checks: a run's first tool call (imported in a worker thread as "
+    "the run is assembled) or a request's schemas (checked in a worker thread)",
     "a2a": "the A2A SDK: agent profiles (FINISHLINE_AGENTS), or a remote agent's first call",
 }
 

@@ -13,21 +13,25 @@ exception is shown as `TypeName: message`.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import importlib
 import json
 import re
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import ToolError
 from app.engine.ports import ToolContext
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -95,7 +99,19 @@ def compiled_schema(schema: Mapping[str, Any]) -> CompiledSchema:
     return compiled
 
 
+async def validation_ready() -> None:
+    """jsonschema imported: in a worker thread the first time (~40 ms of imports), so the
+    event loop is not held by them at a run's first tool call. A server that never checks a
+    schema never imports it (its built-in tools compile theirs at their first call); each
+    run's assembly awaits this first (`app.assembly`)."""
+    if "jsonschema" not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, "jsonschema")
+
+
 def _compile(schema: dict[str, Any]) -> CompiledSchema:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -125,26 +141,43 @@ class SchemaTool(ABC):
         description: str,
         parameters: Mapping[str, Any] | CompiledSchema,
         idempotent: bool = True,
+        builtin: bool = False,
     ) -> None:
-        """`parameters`: a JSON schema, or one already compiled (off the event loop)."""
+        """`parameters`: a JSON schema, or one already compiled (off the event loop).
+        `builtin`: a schema of finishline's own, compiled at the tool's first call instead
+        (the built-in tools are made at start-up; tests check their schemas)."""
         if not TOOL_NAME_PATTERN.fullmatch(name):
             raise ValueError(f"invalid tool name {name!r}: use 1 to 64 letters, digits, '_' or '-'")
+        self.name = name
+        self.description = description
+        self.idempotent = idempotent
+        self._validator: Draft202012Validator | None = None
+        if builtin and not isinstance(parameters, CompiledSchema):
+            self.parameters = parameters
+            return
+        self._validator = self._compiled(parameters).validator
+
+    def _compiled(self, parameters: Mapping[str, Any] | CompiledSchema) -> CompiledSchema:
         compiled = (
             parameters if isinstance(parameters, CompiledSchema) else compiled_schema(parameters)
         )
         if compiled.validator is None:
             raise ValueError(
-                f"the parameters of tool {name!r} are not a valid JSON schema{compiled.problem}"
+                f"the parameters of tool {self.name!r} are not a valid JSON schema"
+                f"{compiled.problem}"
             )
-        self.name = name
-        self.description = description
         self.parameters = compiled.schema
-        self.idempotent = idempotent
-        self._validator = compiled.validator
+        return compiled
 
     def validate(self, arguments: Mapping[str, Any]) -> str | None:
         """None when `arguments` fit the schema, else one sentence naming where and what."""
-        error = best_match(self._validator.iter_errors(arguments))
+        from jsonschema.exceptions import best_match
+
+        validator = self._validator
+        if validator is None:  # a built-in tool's first call
+            validator = self._validator = self._compiled(self.parameters).validator
+            assert validator is not None  # (_compiled raised otherwise)
+        error = best_match(validator.iter_errors(arguments))
         return None if error is None else describe_validation_error(error)
 
     @abstractmethod

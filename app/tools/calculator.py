@@ -122,6 +122,7 @@ class CalculatorTool(SchemaTool):
                 f"{_ALLOWED}. Use ** for powers."
             ),
             parameters=PARAMETERS,
+            builtin=True,
         )
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> str:

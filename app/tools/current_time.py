@@ -49,6 +49,7 @@ class CurrentTimeTool(SchemaTool):
                 "or in the given IANA time zone."
             ),
             parameters=PARAMETERS,
+            builtin=True,
             idempotent=False,
         )
         self._now = now

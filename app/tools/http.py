@@ -57,6 +57,7 @@ class HttpGetTool(SchemaTool):
                 f"{_reachable(fetcher.guard.allow_entries)}"
             ),
             parameters=HTTP_GET_PARAMETERS,
+            builtin=True,
         )
         self._fetcher = fetcher
 

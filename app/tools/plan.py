@@ -52,6 +52,7 @@ class UpdatePlanTool(SchemaTool):
                 "each time a step starts or ends; it replaces the previous one."
             ),
             parameters=PARAMETERS,
+            builtin=True,
             idempotent=False,
         )
 

@@ -95,3 +95,38 @@ def test_tool_errors_are_the_engines_so_the_model_sees_their_message_as_is() -> 
 
     assert ToolError is errors.ToolError
     assert issubclass(BlockedHostError, errors.ToolError)
+
+
+class BuiltinEcho(EchoTool):
+    def __init__(self, parameters: dict[str, Any]) -> None:
+        SchemaTool.__init__(
+            self, name="echo", description="Echo.", parameters=parameters, builtin=True
+        )
+
+
+def test_a_builtin_tool_compiles_its_schema_at_its_first_call() -> None:
+    tool = BuiltinEcho(ANSWER_SCHEMA)
+    assert tool._validator is None  # made at start-up: nothing compiled (nor jsonschema loaded)
+    assert tool.validate({"answer": "yes"}) is None
+    assert tool.validate({"answer": 1}) == "at 'answer': 1 is not of type 'string'"
+    assert tool._validator is not None
+
+
+def test_a_builtin_tool_with_a_broken_schema_fails_at_its_first_call() -> None:
+    tool = BuiltinEcho({"type": "objekt"})
+    with pytest.raises(ValueError, match="not a valid JSON schema"):
+        tool.validate({})
+
+
+def test_every_builtin_tool_has_a_valid_schema() -> None:
+    """The built-in tools' schemas are finishline's own, compiled at their first call: checked
+    here instead of at start-up."""
+    from app.tools.plan import UpdatePlanTool
+    from app.tools.registry import builtin_registry
+
+    registry = builtin_registry(http_allow_hosts=["example.com"])
+    tools = [*registry.resolve(list(registry.names())), UpdatePlanTool()]
+    assert {t.name for t in tools} >= {"calculator", "current_time", "http_get", "update_plan"}
+    for tool in tools:
+        assert isinstance(tool, SchemaTool)
+        assert tool._compiled(tool.parameters).validator is not None, tool.name
