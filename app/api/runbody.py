@@ -13,7 +13,7 @@ so a cheap count of the body's values bounds them first (FINISHLINE_MAX_BODY_JSO
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal, overload
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -86,17 +86,34 @@ INLINE_BODY_BYTES = 16_384
 schemas, if any, are still compiled off the loop."""
 
 
-def _parse_and_hash(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest, str]:
+def _parse_and_hash(
+    raw: bytes, settings: Settings, hashed: bool
+) -> tuple[RunCreate, RunRequest, str | None]:
     body, request = parse_run_body(raw, settings)
-    return body, request, request_hash(request)
+    return body, request, request_hash(request) if hashed else None
 
 
-async def read_run_body(raw: bytes, settings: Settings) -> tuple[RunCreate, RunRequest, str]:
+@overload
+async def read_run_body(
+    raw: bytes, settings: Settings, *, hashed: Literal[True] = True
+) -> tuple[RunCreate, RunRequest, str]: ...
+
+
+@overload
+async def read_run_body(
+    raw: bytes, settings: Settings, *, hashed: bool
+) -> tuple[RunCreate, RunRequest, str | None]: ...
+
+
+async def read_run_body(
+    raw: bytes, settings: Settings, *, hashed: bool = True
+) -> tuple[RunCreate, RunRequest, str | None]:
     """The request, its run and the run's `request_hash` (idempotency), computed where the
-    body is parsed: on the loop for a small body, in the worker thread for a large one."""
+    body is parsed: on the loop for a small body, in the worker thread for a large one.
+    `hashed=False` (a run with no idempotency key, whose hash nothing compares): None."""
     if len(raw) > INLINE_BODY_BYTES:
-        return await off_loop(_parse_and_hash, raw, settings)
+        return await off_loop(_parse_and_hash, raw, settings, hashed)
     body, request = parse_run_body(raw, settings, compile_schemas=False)
     if request.http_tools or request.client_tools:
         await off_loop(_compile_schemas, request)
-    return body, request, request_hash(request)
+    return body, request, request_hash(request) if hashed else None

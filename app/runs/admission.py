@@ -77,14 +77,16 @@ class Admission:
         """The new run and True, or the run an idempotent replay names and False.
         `traceparent`: the caller's W3C trace context, the parent of the run's trace.
         `digest`: the request's `request_hash` when the caller has it already (computed
-        where the request was parsed); otherwise it is computed in a worker thread.
+        where the request was parsed); otherwise, for a run with an idempotency key, it is
+        computed in a worker thread. A run without a key keeps none: only a replay of its key
+        compares it (and A2A's, whose runs have keys).
         `sized`: the request's sizes are checked against the caps already (`RunAssembler`)."""
         if self.live.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
-        if digest is None:
-            # in proportion to the request's size (64 KB of tool schemas: milliseconds)
-            digest = await anyio.to_thread.run_sync(request_hash, request)
         if idempotency_key is not None:
+            if digest is None:
+                # in proportion to the request's size (64 KB of tool schemas: milliseconds)
+                digest = await anyio.to_thread.run_sync(request_hash, request)
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
                 return self._replay(existing, digest), False
@@ -151,7 +153,7 @@ class Admission:
         previous: RunRecord | None,
         owner: str | None,
         idempotency_key: str | None,
-        digest: str,
+        digest: str | None,
     ) -> RunRecord:
         return RunRecord(
             id=new_run_id(),

@@ -117,7 +117,10 @@ async def create_run(
     if traceparent is not None and len(traceparent) > TRACEPARENT_MAX_CHARS:
         traceparent = None  # not a W3C traceparent: start a trace of the run's own
     manager, settings = manager_of(http), settings_of(http)  # not dependencies: deps.py
-    body, run_request, digest = await read_run_body(await http.body(), settings)
+    raw = await http.body()  # the hash only where a replay may compare it: with a key
+    body, run_request, digest = await read_run_body(
+        raw, settings, hashed=idempotency_key is not None
+    )
     record, created = await manager.create(
         run_request,
         owner=caller.owner,
