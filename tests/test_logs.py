@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterator
 
@@ -98,3 +100,41 @@ def test_a_line_logged_in_a_thread_without_a_loop_is_written_at_once(
     thread.join()
 
     assert [line["event"] for line in lines(capsys.readouterr().err)] == ["row"]
+
+
+def test_a_line_is_what_structlogs_own_processors_would_write(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The one-step processor (`_json_line` after `_merge_contextvars`) writes what
+    merge_contextvars, add_log_level, add_logger_name, TimeStamper and JSONRenderer would:
+    the same keys and values, the call's first; a key cleared from the context is left out;
+    the timestamp is ISO 8601 in UTC with its microseconds."""
+    configure_logging("json", "INFO")
+    structlog.contextvars.bind_contextvars(run_id="run_1", step=2, gone="x")
+    structlog.contextvars.unbind_contextvars("gone")
+    try:
+        structlog.get_logger("finishline.engine").info(
+            "tool_returned", tool="calculator", is_error=False, text="é\u2028", obj=object
+        )
+    finally:
+        structlog.contextvars.clear_contextvars()
+    raw = capsys.readouterr().err.strip()
+    line = json.loads(raw)
+    stamp = line.pop("timestamp")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+    taken = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    assert abs(datetime.datetime.now(datetime.UTC) - taken) < datetime.timedelta(minutes=1)
+    expected = {
+        "tool": "calculator",
+        "is_error": False,
+        "text": "é\u2028",
+        "obj": repr(object),
+        "event": "tool_returned",
+        "run_id": "run_1",
+        "step": 2,
+        "level": "info",
+        "logger": "finishline.engine",
+    }
+    assert line == expected
+    assert list(line)[:5] == list(expected)[:5]  # the call's keys first, in its order
+    assert raw == json.dumps(json.loads(raw))  # json.dumps' form: ensure_ascii, ", " and ": "
