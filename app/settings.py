@@ -15,7 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, create_model, field_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.agents import AgentProfile, parse_agents
-from app.engine.declarations import Declared, declared
+from app.engine.declarations import declared
 from app.engine.policies import Limits
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
@@ -361,24 +361,21 @@ class ServerSettings(BaseSettings):
         return self
 
 
-def _default_field(item: Declared) -> tuple[Any, Any]:
-    spec = item.spec
-    return item.type, Field(item.default, ge=spec.ge, gt=spec.gt, description=item.description)
-
-
-def _cap_field(item: Declared) -> tuple[Any, Any]:
-    spec = item.spec
-    kind = item.type if spec.cap is not None else item.type | None
-    about = f"Cap on a request's {item.name}; a request over it gets 422."
-    return kind, Field(spec.cap, ge=spec.ge, gt=spec.gt, description=about)
-
-
 def _run_setting_fields() -> dict[str, Any]:
+    """Each per-run setting's default, and its cap where it has one."""
     fields: dict[str, Any] = {}
     for name, item in RUN_SETTINGS.items():
-        fields[name] = _default_field(item)
-        if item.spec.capped:
-            fields[item.spec.cap_name(name)] = _cap_field(item)
+        spec, about = item.spec, f"Cap on a request's {item.name}; a request over it gets 422."
+        fields[name] = (
+            item.type,
+            Field(item.default, ge=spec.ge, gt=spec.gt, description=item.description),
+        )
+        if spec.capped:
+            kind = item.type if spec.cap is not None else item.type | None
+            fields[spec.cap_name(name)] = (
+                kind,
+                Field(spec.cap, ge=spec.ge, gt=spec.gt, description=about),
+            )
     return fields
 
 
