@@ -17,7 +17,7 @@ the event and then reads the run sees it ended.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 import structlog
 
@@ -32,6 +32,7 @@ from app.runs.errors import (
     RunUnreadableError,
 )
 from app.runs.execution import Execution
+from app.runs.follow.follower import RunFollower, Until
 from app.runs.live import CANCEL_SETTLE_S
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTraces
@@ -45,7 +46,6 @@ from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
 
-EVENT_PAGE = 1000
 CANCEL_ROUNDS = 4
 """Times a cancel looks again at a run that moved while it was being cancelled."""
 
@@ -127,6 +127,7 @@ class RunManager:
             traces=traces,
             tree=self.tree,
         )
+        self.follower = RunFollower(store=self.store, live=self.live, visible=self.get)
         self._tasks: asyncio.TaskGroup | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._timers: list[asyncio.Task[None]] = []
@@ -343,29 +344,18 @@ class RunManager:
             )
         await self.store.delete(run_id)
 
-    async def event_batches(self, run_id: str, after: int = 0) -> AsyncIterator[list[Event]]:
-        """The run's events after seq `after`, live until its terminal event while the run
-        has not ended (live here, waiting for a person, queued, or running on another
-        replica). Otherwise the run has every event stored already: replay and stop. In
-        batches of what is ready at once (`RunStore.subscribe_batches`)."""
-        live = run_id in self.live or await self._unended(run_id)
-        if live or run_id in self.live:  # (it may have resumed during that read)
-            async for batch in self.store.subscribe_batches(run_id, after=after):
-                yield batch
-            return
-        while True:
-            batch = await self.store.read(run_id, after=after, limit=EVENT_PAGE)
-            if batch:
-                yield batch
-                after = batch[-1].seq
-            if len(batch) < EVENT_PAGE:
-                return
-
-    async def _unended(self, run_id: str) -> bool:
-        """Whether the run has not ended though no task here runs it: it waits for a person,
-        was just decided and is being queued again, or another replica holds it."""
-        record = await self.store.get(run_id)
-        return record is not None and not record.status.terminal
+    def follow(
+        self,
+        run_id: str,
+        owner: str | None,
+        after: int = 0,
+        *,
+        any_owner: bool = False,
+        until: Until = Until.END,
+    ) -> AsyncGenerator[list[Event], None]:
+        """The run's events after seq `after`, live, through its terminal event or its wait
+        for a person (`until`; `RunFollower.follow`)."""
+        return self.follower.follow(run_id, owner, after, any_owner=any_owner, until=until)
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)

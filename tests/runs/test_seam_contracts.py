@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from app.engine.events import EventType
 from app.engine.policies import StopReason
 from app.engine.steps import RunError
 from app.runs.backends import Backend, Capacity, ReplicaOptions, open_backend
@@ -34,7 +35,7 @@ from app.runs.records import (
 )
 from app.runs.stores.memory import MemoryRunStore
 from app.runs.stores.redis_store import RedisRunStore
-from app.runs.waiting import WaitChange
+from app.runs.waiting import WaitChange, waiting_event
 
 BOUND_S = 10  # a failure bound, not a wait
 
@@ -167,7 +168,7 @@ async def suspended(side: Side, run: RunRecord, held: list[str]) -> None:
     """Stored, then stored waiting for a person (as `ApprovalDesk.suspend` does it)."""
     await side.store.create(run)
     run.status = RunStatus.REQUIRES_ACTION
-    await side.backend.waiting.suspend(run, held)
+    await side.backend.waiting.suspend(run, held, waiting_event(run, 3))
 
 
 # -- placement ----------------------------------------------------------------------------
@@ -342,3 +343,57 @@ async def test_a_run_past_its_approval_deadline_is_due_and_counted_at_start_up(
     with anyio.fail_after(BOUND_S):
         assert await side.backend.waiting.due() == [run.id]
     assert await side.backend.waiting.rearm() == 1
+
+
+# -- a wait is an event (DESIGN §19) --------------------------------------------------------
+
+
+async def test_a_suspended_run_logs_its_wait_after_its_record_is_stored_waiting(
+    side: Side,
+) -> None:
+    run = waiting("call-1", "call-2")
+    await side.store.create(run)
+    seen: list[RunStatus | None] = []
+
+    async def watch() -> None:  # the record as a follower reads it once it sees the event
+        async for event in side.store.subscribe(run.id):
+            if event.type == EventType.RUN_WAITING:
+                stored = await side.store.get(run.id)
+                seen.append(stored.status if stored is not None else None)
+                return
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            run.status = RunStatus.REQUIRES_ACTION
+            await side.backend.waiting.suspend(run, [], waiting_event(run, 3))
+    (event,) = await side.store.read(run.id)
+    assert event.type == EventType.RUN_WAITING
+    assert event.step == 3
+    assert [p["call_id"] for p in event.data["pending"]] == ["call-1", "call-2"]
+    assert {"tool", "arguments", "requested_at"} <= set(event.data["pending"][0])
+    assert seen == [RunStatus.REQUIRES_ACTION]
+
+
+async def test_a_run_stored_waiting_without_its_wait_in_its_log_has_it_logged_once(
+    side: Side,
+) -> None:
+    """A run a version before issue #35 stored waiting: start-up logs its wait, once, however
+    many processes start together; a run whose wait is logged is left alone."""
+    legacy = waiting("call-1")
+    legacy.status = RunStatus.REQUIRES_ACTION
+    await side.store.create(legacy)
+    await side.store.append(legacy.id, EventType.RUN_STARTED, 0, {})
+    await side.store.append(legacy.id, EventType.APPROVAL_REQUESTED, 1, {"call_id": "call-1"})
+    logged = waiting("call-2")
+    await suspended(side, logged, [])
+    await asyncio.gather(side.backend.waiting.rearm(), side.backend.waiting.rearm())
+    types = [e.type for e in await side.store.read(legacy.id)]
+    assert types == [
+        EventType.RUN_STARTED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.RUN_WAITING,
+    ]
+    (waited,) = [e for e in await side.store.read(legacy.id) if e.type == EventType.RUN_WAITING]
+    assert [p["call_id"] for p in waited.data["pending"]] == ["call-1"]
+    assert [e.type for e in await side.store.read(logged.id)] == [EventType.RUN_WAITING]

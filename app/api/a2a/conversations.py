@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from a2a.types import SendMessageRequest
@@ -39,9 +39,9 @@ from app.api.a2a.errors import a2a_error, invalid_params, translated
 from app.api.a2a.parts import read_message, whole_numbers
 from app.api.a2a.tasks import A2A_KEY, context_of, state_name
 from app.api.auth import Caller
-from app.api.follow import last_seq, waiting_on
 from app.api.runbody import read_run_body
 from app.runs.errors import IdempotencyConflictError, InvalidRunError, RunNotFoundError
+from app.runs.follow.follower import Until
 from app.runs.manager import RunManager
 from app.runs.records import RunRecord
 from app.runs.spec import RunRequest
@@ -74,7 +74,8 @@ class Opened:
 
     record: RunRecord
     after: int
-    joined_wait: frozenset[str] = field(default_factory=frozenset)
+    until: Until = Until.WAIT
+    """Where its stream stops: its wait, or (a follower joining one) its next."""
 
 
 def message_key(agent: str, message_id: str) -> str:
@@ -177,9 +178,10 @@ class Conversations:
             )
             if digest != head.request_hash:
                 raise _reused(message_id, head.id)
-            after = await last_seq(self.manager, head.id)  # first: no event falls in between
+            # first: no event falls in between; a wait it joins is behind it
+            after = await self.manager.follower.last_seq(head.id)
             again = await self.manager.get(head.id, caller.owner, any_owner=caller.any_owner)
-            return Opened(again, after, joined_wait=waiting_on(again))
+            return Opened(again, after, Until.NEXT_WAIT)
         if head is not None and not head.status.terminal:
             raise UnsupportedOperationError(
                 f"context {context_id!r} is at task {head.id}, which has not ended "
@@ -277,7 +279,7 @@ class Conversations:
                 f"message in its context ({context_id!r}) without a taskId",
                 data={"type": "run_already_ended", "run_id": record.id},
             )
-        after = await last_seq(self.manager, record.id)
+        after = await self.manager.follower.last_seq(record.id)
         owner, anyone = caller.owner, caller.any_owner
         with translated():
             if said.decisions:

@@ -11,9 +11,9 @@ Threads are per key (the caller's owner), kept by the store (`RunStore.thread_he
 store, every replica. A turn's run is found again by its idempotency key, made of threadId and
 runId, so concurrent identical POSTs make one run (the store's own guarantee).
 
-`AguiThreads.stream` follows the run with `RunManager.event_batches` and ends after its terminal
-event, or once it waits for a person or the client (`RunManager.wait` says so: a wait is no
-event), with the interrupt. Uses only the manager's public methods.
+`AguiThreads.stream` follows the run (`RunManager.follow`) to its terminal event, or to its
+next wait for a person or the client (`run.waiting`), which ends it with the interrupt. Uses
+only the manager's public methods.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,13 +37,10 @@ from app.runs.errors import (
     RunNotFoundError,
     RunNotWaitingError,
 )
+from app.runs.follow.follower import Until
 from app.runs.manager import RunManager
-from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.records import RunRecord, RunStatus
 from app.runs.spec import RunRequest
-
-WAIT_S = 300.0
-"""How long one `RunManager.wait` blocks before it is asked again."""
-EVENT_PAGE = 1000
 
 
 def store_thread(thread_id: str) -> str:
@@ -173,138 +170,44 @@ class AguiThreads:
         return None
 
     async def _interrupt_point(self, run_id: str, call_ids: set[str]) -> tuple[int, set[str]]:
-        """The seq where the run's wait on `call_ids` began (its last event before the first
-        decision on one of them), and which of them it waited on."""
-        after, point, known = 0, None, set()
-        while True:
-            events = await self.manager.read_events(run_id, after, EVENT_PAGE)
-            for event in events:
-                call_id = event.data.get("call_id")
-                if event.type == EventType.APPROVAL_REQUESTED and call_id in call_ids:
-                    known.add(call_id)
-                elif event.type == EventType.APPROVAL_DECIDED and call_id in call_ids:
-                    point = event.seq - 1 if point is None else point
-            if events:
-                after = events[-1].seq
-            if len(events) < EVENT_PAGE:
-                return (after if point is None else point), known
+        """The seq where the run's wait on `call_ids` began (its `run.waiting`), and which of
+        them it waited on."""
+        return await self.manager.follower.wait_began(run_id, call_ids)
 
     # -- the stream ---------------------------------------------------------------------------
 
     async def stream(self, opened: Opened, turn: Turn, caller: Caller) -> AsyncIterator[bytes]:
-        """The frames: RUN_STARTED, the run's events from `opened.after` on, and the end."""
+        """The frames: RUN_STARTED, the run's events from `opened.after` on, and the end: the
+        frames of its terminal event, or the interrupt of its next wait (`run.waiting`).
+        RUN_STARTED goes out with the first batch when the store hands that over at once (one
+        write, as the native stream's first), else alone at once."""
         mapper = FrameMapper(
             thread_id=turn.thread_id, run_id=turn.run_id, finishline_run_id=opened.run_id
         )
         head = frame(opened.after, mapper.started())
-        last = opened.after
-        while True:  # once per wait that turned out to have been decided meanwhile
-            waiting: RunRecord | None = None
-            follow = self._follow(opened.run_id, last, caller, mapper, head)
-            head = b""
-            async with contextlib.aclosing(follow):
-                async for chunk, seq, waits in follow:
-                    last = seq
-                    if chunk:
-                        yield chunk
-                    if waits is not None:
-                        waiting = waits
-                        break
-            if waiting is None:
-                return  # the terminal event was the last
-            rest = await self._stored_after(opened.run_id, last, mapper)
-            if rest is not None:
-                chunk, last = rest
-                yield chunk
-            fresh = await self.manager.get(opened.run_id, caller.owner, any_owner=True)
-            if fresh.status == RunStatus.REQUIRES_ACTION:
-                yield frame(last, mapper.interrupted(fresh))
-                return
-
-    async def _stored_after(
-        self, run_id: str, after: int, mapper: FrameMapper
-    ) -> tuple[bytes, int] | None:
-        parts = []
-        while True:
-            events = await self.manager.read_events(run_id, after, EVENT_PAGE)
-            parts.append(mapper.frames(events))
-            if events:
-                after = events[-1].seq
-            if len(events) < EVENT_PAGE:
-                chunk = b"".join(parts)
-                return (chunk, after) if chunk else None
-
-    async def _follow(
-        self, run_id: str, after: int, caller: Caller, mapper: FrameMapper, head: bytes = b""
-    ) -> AsyncGenerator[tuple[bytes, int, RunRecord | None], None]:
-        """(frames, last seq, None) per batch of the run's events until its terminal one, or
-        (what is left of `head`, last seq, the run) once it waits: a wait is no event,
-        `RunManager.wait` says so. `head` (the stream's RUN_STARTED) goes out with the first
-        batch when the store hands that over at once (one write, as the native stream's first),
-        else alone at once.
-
-        Two tasks feed one queue: the batches, and the run each time `wait` answers. A run
-        waits only after its `approval.requested` events (DESIGN §9): a stream that follows it
-        from its first event asks `wait` from the first of them on (asked earlier, it would only
-        read the run back), one that starts later asks at once."""
-        queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
-        arrived = asyncio.Event()
-        batches = [0]
-        tasks: list[asyncio.Future[None]] = []
-
-        async def pump() -> None:
+        batches = self.manager.follow(
+            opened.run_id, caller.owner, opened.after, any_owner=caller.any_owner, until=Until.WAIT
+        )
+        async with contextlib.aclosing(batches):
+            first = asyncio.ensure_future(anext(batches, None))
             try:
-                async for batch in self.manager.event_batches(run_id, after):
-                    queue.put_nowait(batch)
-                    batches[0] += 1
-                    arrived.set()
-                    if len(tasks) == 1 and any(
-                        e.type == EventType.APPROVAL_REQUESTED for e in batch
-                    ):
-                        tasks.append(asyncio.ensure_future(watch()))
-            finally:
-                queue.put_nowait(None)  # the events ended (or this task did)
-
-        async def watch() -> None:
-            while True:
-                seen = batches[0]
-                record = await self.manager.wait(
-                    run_id, caller.owner, WAIT_S, any_owner=caller.any_owner
-                )
-                if record.status == RunStatus.REQUIRES_ACTION:
-                    queue.put_nowait(record)
-                    return
-                if record.status.terminal:  # its terminal event ends the stream
-                    return
-                while batches[0] == seen:  # ask again once something happened
-                    arrived.clear()
-                    await arrived.wait()
-
-        tasks.append(asyncio.ensure_future(pump()))
-        if after > 0:  # the run may wait on calls it asked about before this stream began
-            tasks.append(asyncio.ensure_future(watch()))
-        try:
-            if head:
-                await asyncio.sleep(0)  # the pump's first turn
-                if queue.empty():
-                    yield head, after, None
+                await asyncio.sleep(0)  # the follower's first turn
+                if not first.done():
+                    yield head
                     head = b""
-            while True:
-                item = await queue.get()
-                if item is None:
-                    if head:
-                        yield head, after, None
-                    await tasks[0]  # the events' error, if they ended with one
-                    return
-                if isinstance(item, RunRecord):
-                    yield head, after, item
-                    return
-                after = item[-1].seq
-                yield head + mapper.frames(item), after, None
+                batch = await first
+            finally:
+                first.cancel()
+            while batch is not None:
+                last = batch[-1]
+                if last.type == EventType.RUN_WAITING:
+                    record = await self.manager.get(opened.run_id, caller.owner, any_owner=True)
+                    chunk = mapper.frames(batch[:-1])  # (first: the interrupt closes its step)
+                    chunk += frame(last.seq, mapper.interrupted(record, last))
+                else:
+                    chunk = mapper.frames(batch)
+                yield head + chunk
                 head = b""
-                if item[-1].terminal:
-                    return
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                batch = await anext(batches, None)
+        if head:
+            yield head

@@ -144,6 +144,7 @@ async def create_run(
             settings,
             record.id,
             0,
+            caller,
             on_disconnect=on_disconnect,
             headers={"Content-Location": view.links.self},
         )

@@ -13,6 +13,7 @@ const ENDED = new Set(["completed", "incomplete", "failed", "cancelled"]);
 
 const STATUS_OF = {
   "run.started": "running",
+  "run.waiting": "requires_action",
   "run.completed": "completed",
   "run.incomplete": "incomplete",
   "run.failed": "failed",
@@ -213,9 +214,11 @@ export class RunView {
       case "observation":
         u.tool_calls += 1;
         break;
-      case "approval.requested":
+      case "run.waiting": // the run waits on these calls now (its own, or its children's)
         this.waitingSince ??= Date.parse(event.ts);
-        this.approvals.requested(this.id, event);
+        for (const call of event.pending ?? []) {
+          this.approvals.requested(call.run_id ?? this.id, call, { child: Boolean(call.run_id) });
+        }
         break;
       case "approval.decided":
         this.approvals.decided(event.run_id ?? this.id, event.call_id);
@@ -225,7 +228,6 @@ export class RunView {
     }
     const endedHere = TERMINAL.has(event.type) && !ENDED.has(this.status);
     if (STATUS_OF[event.type]) this.#setStatus(STATUS_OF[event.type]);
-    if (event.type === "approval.requested") this.#setStatus("requires_action");
     if (event.type === "approval.decided" && this.approvals.size === 0) this.#setStatus("queued");
     if (TERMINAL.has(event.type)) this.approvals.clear();
     if (TERMINAL.has(event.type)) this.#ended(event, endedHere);
@@ -234,12 +236,14 @@ export class RunView {
   }
 
   /** An event of a sub-agent's child run (nested in the timeline): its calls waiting for a
-   * person are decided from here too, and make this run wait (DESIGN §15). */
+   * person are decided from here too (DESIGN §15); this run's own `run.waiting` lists them
+   * once it waits on them. */
   #onChildEvent(runId, event) {
     if (ENDED.has(this.status)) return;
-    if (event.type === "approval.requested") {
-      this.approvals.requested(runId, event, { child: true });
-      this.#setStatus("requires_action");
+    if (event.type === "run.waiting") {
+      for (const call of event.pending ?? []) {
+        this.approvals.requested(call.run_id ?? runId, call, { child: true });
+      }
     } else if (event.type === "approval.decided") {
       this.approvals.decided(runId, event.call_id);
     } else if (TERMINAL.has(event.type)) {
