@@ -30,6 +30,8 @@ from app.runs.errors import (
     RunUnreadableError,
     ShuttingDownError,
     StoreUnavailableError,
+    ThreadBusyError,
+    ThreadNotFoundError,
     TooManyMessagesError,
 )
 
@@ -95,6 +97,8 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunNotEndedError: (409, "run_not_ended"),
     RunAlreadyEndedError: (409, "run_already_ended"),
     RunNotWaitingError: (409, "run_not_waiting"),
+    ThreadBusyError: (409, "thread_busy"),  # its latest run has not ended (DESIGN §19)
+    ThreadNotFoundError: (404, "not_found"),
     AmbiguousCallError: (409, "ambiguous_call"),  # a call id several runs of a tree wait on
     RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),

@@ -8,7 +8,10 @@ own one concern and receive what they need in their constructor:
   wait and execute (`Placement`), where steering messages are kept (`Inbox`), where waiting
   runs are (`WaitingRuns`), each API key's quotas (`Quotas`); one process or the replicas
   of a shared store, never asked;
-- `LiveRuns` (`live.py`): the runs this process holds, which every part reads.
+- `LiveRuns` (`live.py`): the runs this process holds, which every part reads;
+- `RunFollower` (`follow/follower.py`): following a run to its end or its wait;
+- `Threads` (`threads/threads.py`): conversations as a resource, over the store's thread
+  index (DESIGN §19).
 
 A run's record is made terminal before its terminal event is appended, so a client that saw
 the event and then reads the run sees it ended.
@@ -41,6 +44,7 @@ from app.runs.quotas.seam import KeyUsage
 from app.runs.recorder import RunRecorder
 from app.runs.records import ApprovalDecision, Event, RunRecord, RunStatus
 from app.runs.spec import RunRequest
+from app.runs.threads.threads import Multitask, Threads
 from app.runs.trees.children import RunTree
 from app.runs.webhooks import WebhookSender
 
@@ -128,6 +132,13 @@ class RunManager:
             tree=self.tree,
         )
         self.follower = RunFollower(store=self.store, live=self.live, visible=self.get)
+        self.threads = Threads(
+            index=self.store.threads,
+            store=self.store,
+            live=self.live,
+            admission=self.admission,
+            cancel=lambda run_id: self.cancel(run_id, None, any_owner=True),
+        )
         self._tasks: asyncio.TaskGroup | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._timers: list[asyncio.Task[None]] = []
@@ -196,9 +207,22 @@ class RunManager:
         traceparent: str | None = None,
         digest: str | None = None,
         sized: bool = False,
+        thread_id: str | None = None,
+        multitask: Multitask = Multitask.REJECT,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False
-        (`Admission.create`)."""
+        (`Admission.create`); with `thread_id`, that thread's next run (`Threads.start`)."""
+        if thread_id is not None:
+            return await self.threads.start(
+                request,
+                owner=owner,
+                thread_id=thread_id,
+                multitask=multitask,
+                idempotency_key=idempotency_key,
+                traceparent=traceparent,
+                digest=digest,
+                sized=sized,
+            )
         return await self.admission.create(
             request,
             owner=owner,

@@ -397,3 +397,80 @@ async def test_a_run_stored_waiting_without_its_wait_in_its_log_has_it_logged_on
     (waited,) = [e for e in await side.store.read(legacy.id) if e.type == EventType.RUN_WAITING]
     assert [p["call_id"] for p in waited.data["pending"]] == ["call-1"]
     assert [e.type for e in await side.store.read(logged.id)] == [EventType.RUN_WAITING]
+
+
+# -- runs held behind another (a thread's enqueued run, DESIGN §19) ---------------------------
+
+
+async def elsewhere(side: Side) -> RunRecord:
+    """A run stored running that no slot here holds: what a held run waits for."""
+    run = record(status=RunStatus.RUNNING)
+    await side.store.create(run)
+    return run
+
+
+async def ended(side: Side, run: RunRecord) -> None:
+    """The run ends (as the recorder ends one): stored terminal, then the placement told."""
+    run.status = RunStatus.COMPLETED
+    await side.store.save(run)
+    side.backend.placement.ended(run)
+
+
+async def held_behind(side: Side, behind: RunRecord) -> RunRecord:
+    async with side.backend.placement.reserve():
+        run = record()
+        await side.store.create(run)
+        return await side.backend.placement.hold(run, behind.id)
+
+
+async def test_a_held_run_starts_once_the_run_it_waits_for_has_ended(side: Side) -> None:
+    first = await elsewhere(side)
+    held = await held_behind(side, first)
+    probe = await side.admitted()  # queued after it: it starts, the held run does not
+    await side.runner.until_started(probe.id)
+    assert held.id not in side.runner.started
+    side.runner.finish(probe.id)
+    await ended(side, first)
+    await side.runner.until_started(held.id)
+    assert side.runner.started.count(held.id) == 1
+
+
+async def test_a_run_held_behind_a_run_that_ended_starts_at_once(side: Side) -> None:
+    first = await elsewhere(side)
+    first.status = RunStatus.COMPLETED
+    await side.store.save(first)
+    held = await held_behind(side, first)
+    await side.runner.until_started(held.id)
+
+
+async def test_a_held_run_is_cancelled_where_it_waits_and_never_starts(side: Side) -> None:
+    first = await elsewhere(side)
+    held = await held_behind(side, first)
+    active = side.backend.live.get(held.id)
+    if active is not None:  # held in this process
+        assert await side.backend.placement.cancel_waiting(active)
+    else:  # held in the cluster
+        assert await side.backend.placement.cancel_elsewhere(held) is not None
+    stored = await side.store.get(held.id)
+    assert stored is not None
+    assert stored.status == RunStatus.CANCELLED
+    await ended(side, first)
+    probe = await side.admitted()
+    await side.runner.until_started(probe.id)
+    assert held.id not in side.runner.started
+
+
+async def test_held_runs_count_as_queued(side: Side) -> None:
+    """One slot and a queue of two: held runs (each behind a run elsewhere) fill it as queued
+    ones do (one process: slots and queue; the cluster's queue: the queue)."""
+    made = 0
+    refused: QueueFullError | None = None
+    for _ in range(4):
+        try:
+            await held_behind(side, await elsewhere(side))
+        except QueueFullError as exc:
+            refused = exc
+            break
+        made += 1
+    assert refused is not None
+    assert made in (2, 3)

@@ -17,7 +17,7 @@ from app.api.routes.events import LAST_EVENT_ID, MAX_SEQ
 from app.api.routes.runs import require_json
 from app.api.sse import EventStream
 from app.runs.errors import RunAlreadyEndedError
-from app.runs.store import RunStore
+from app.runs.threads.threads import ThreadHeads
 
 router = APIRouter(tags=["ag-ui"])
 
@@ -38,8 +38,8 @@ AGUI_SSE = {
 }
 
 
-async def get_threads(request: Request) -> RunStore:
-    threads: RunStore = request.state.threads  # the store keeps threads; set by the lifespan
+async def get_threads(request: Request) -> ThreadHeads:
+    threads: ThreadHeads = request.state.threads  # set by the lifespan
     return threads
 
 
@@ -90,7 +90,7 @@ async def run_agent(
     metrics: MetricsDep,
     settings: SettingsDep,
     caller: CallerDep,
-    threads: Annotated[RunStore, Depends(get_threads)],
+    threads: Annotated[ThreadHeads, Depends(get_threads)],
     last_event_id: Annotated[
         str | None,
         Header(
