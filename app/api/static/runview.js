@@ -7,6 +7,7 @@ import { ApprovalPanel } from "./approvals.js";
 import { clear, count, el, seconds, usd } from "./dom.js";
 import { jsonView } from "./jsonview.js";
 import { RunStream, TERMINAL } from "./stream.js";
+import { continuable, threadHref } from "./threads.js";
 import { Timeline } from "./timeline.js";
 
 const ENDED = new Set(["completed", "incomplete", "failed", "cancelled"]);
@@ -174,6 +175,12 @@ export class RunView {
       this.previous.append("Follow-up of ", el("a", { href }, el("code", { text: run.previous_run_id })));
       this.previous.hidden = false;
     }
+    if (run.thread_id) {
+      const link = el("a", { href: threadHref(run.thread_id), id: "run-thread" },
+        el("code", { text: run.thread_id }));
+      this.previous.append(this.previous.hidden ? "" : " · ", "In thread ", link);
+      this.previous.hidden = false;
+    }
     this.maxSteps = run.settings.max_steps;
     this.maxTime = run.settings.max_time_s;
     this.startedAt = run.started_at ? Date.parse(run.started_at) : null;
@@ -328,7 +335,10 @@ export class RunView {
   async #continue(task) {
     const run = this.run;
     // request-declared HTTP tools are not carried over: their header values come back masked
-    const body = { task, previous_run_id: this.id, model: run.model, tools: run.tools };
+    const body = { task, model: run.model, tools: run.tools };
+    // a thread's run: the thread goes on (from its latest run); else a follow-up of this one
+    if (run.thread_id && continuable(run.thread_id)) body.thread_id = run.thread_id;
+    else body.previous_run_id = this.id;
     if (run.agent) body.agent = run.agent; // the same agent goes on (its settings, its prompt)
     const created = await post("runs", body);
     this.onCreated?.(created);
