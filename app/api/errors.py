@@ -23,6 +23,7 @@ from app.runs.errors import (
     QueueFullError,
     QuotaExceededError,
     RunAlreadyEndedError,
+    RunClosingError,
     RunNotEndedError,
     RunNotFoundError,
     RunNotWaitingError,
@@ -93,6 +94,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     InvalidRunError: (422, "validation_error"),
     RunNotFoundError: (404, "not_found"),
     RunNotEndedError: (409, "run_not_ended"),
+    RunClosingError: (409, "run_closing"),  # ended; its task still closing: retry (Retry-After)
     RunAlreadyEndedError: (409, "run_already_ended"),
     RunNotWaitingError: (409, "run_not_waiting"),
     AmbiguousCallError: (409, "ambiguous_call"),  # a call id several runs of a tree wait on
@@ -184,7 +186,9 @@ async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunsError)
     status, type_ = runs_error_status(exc)
     headers = None
-    if isinstance(exc, QueueFullError | QuotaExceededError | StoreUnavailableError):
+    if isinstance(
+        exc, QueueFullError | QuotaExceededError | StoreUnavailableError | RunClosingError
+    ):
         headers = {"Retry-After": str(exc.retry_after_s)}
     return error_response(status, type_, exc.message, exc.details, headers)
 
