@@ -295,7 +295,7 @@ class ReactRun:
             if not (limits.stop_tool and only_finish(reply.tool_calls)):  # calls to run
                 st.acting = True
                 yield self._checkpoint()
-        acting = ToolStep(self.run, reply, self.recorded if redo else None)
+        acting = ToolStep(self.run, reply, self.recorded if redo else None, force_tool)
         try:
             async for item in acting:
                 yield item
