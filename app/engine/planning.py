@@ -8,12 +8,13 @@ run has a plan, the prompt shows it), then one LLM call with the run's tools tha
 and the prompt asks for it everywhere.
 
 The reply is handled like any other: its calls run (`update_plan` records the plan; the same
-plan again is asked for here, so never a repetition), and a reply that ends the run (task_finished alone; a plain answer with stop_tool off) ends it. A
-reply that recorded no plan gets the planning nudge and one more planning call; when that
-records none either, planning is skipped until the next planning step: never more than two
-planning calls a step, never a loop (and no nudge when the cost budget has no room for its call
-and the step's own). Then the step's own call. Planning calls count in
-`usage.llm_calls` and the tokens, never as steps (`max_steps` counts the steps' own calls).
+plan again is what was asked for, never a repetition), and a reply that ends the run
+(task_finished alone; a plain answer with stop_tool off) ends it. A reply that recorded no
+plan gets the planning nudge and one more planning call; when that records none either,
+planning is skipped until the next planning step: never more than two planning calls a step,
+never a loop (and no nudge when the cost budget has no room for its call and the step's own).
+Then the step's own call. Planning calls count in `usage.llm_calls` and the tokens, never as
+steps (`max_steps` counts the steps' own calls).
 """
 
 from __future__ import annotations
