@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from app.engine.errors import FinishlineError
@@ -242,6 +243,14 @@ async def _body_timeout(request: Request, exc: Exception) -> JSONResponse:
     return error_response(408, "request_timeout", message, {"cap": exc.timeout_s})
 
 
+async def _client_gone(request: Request, exc: Exception) -> JSONResponse:
+    """The client closed the connection before its request body was all in: its own doing,
+    logged as such (no traceback); the answer goes nowhere."""
+    log.info("request_abandoned", method=request.method, path=request.url.path)
+    message = "the client closed the connection before its request body arrived"
+    return error_response(400, "bad_request", message)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("request_failed", path=request.url.path)
     return error_response(500, "internal", "internal server error")
@@ -254,4 +263,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(BodyTooLargeError, _body_too_large)
     app.add_exception_handler(BodyTimeoutError, _body_timeout)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _unexpected)
