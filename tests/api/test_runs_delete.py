@@ -4,6 +4,7 @@ event is out); a live run stays (409)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,25 +90,33 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return "memory://" if request.param == "memory" else sqlite_url(tmp_path)
 
 
-@pytest.fixture
-def late_terminal_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real store, whose terminal appends are answered `LATE_S` after they are stored
-    (and published to the run's followers)."""
+def terminal_writes_answered_after(
+    monkeypatch: pytest.MonkeyPatch, answer: Callable[[], Awaitable[object]]
+) -> None:
+    """The app's real store, whose terminal appends are stored (and published to the run's
+    followers) at once and answered once `answer()` returns: a store under load."""
 
     def opened(url: str, **options: Any) -> Any:
         store = open_store(url, **options)
         append = store.append
 
-        async def late_append(run_id: str, type: Any, *args: Any, **kwargs: Any) -> Any:
+        async def answered_late(run_id: str, type: Any, *args: Any, **kwargs: Any) -> Any:
             event = await append(run_id, type, *args, **kwargs)
             if type in TERMINAL_EVENT_TYPES:
-                await asyncio.sleep(LATE_S)  # the store's slow answer, not a wait of the test
+                await answer()
             return event
 
-        store.append = late_append  # type: ignore[method-assign]
+        store.append = answered_late  # type: ignore[method-assign]
         return store
 
     monkeypatch.setattr(app.main, "open_store", opened)
+
+
+@pytest.fixture
+def late_terminal_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Terminal appends answered `LATE_S` after they are stored (the store's slow answer,
+    not a wait of the test)."""
+    terminal_writes_answered_after(monkeypatch, lambda: asyncio.sleep(LATE_S))
 
 
 @pytest.mark.usefixtures("late_terminal_writes")
@@ -137,22 +146,8 @@ async def test_a_run_is_deleted_as_soon_as_its_terminal_event_is_out(store_url: 
 async def test_a_run_still_closing_past_the_wait_is_409_run_closing_never_not_ended(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    released = asyncio.Event()
-
-    def opened(url: str, **options: Any) -> Any:
-        store = open_store(url, **options)
-        append = store.append
-
-        async def held_append(run_id: str, type: Any, *args: Any, **kwargs: Any) -> Any:
-            event = await append(run_id, type, *args, **kwargs)
-            if type in TERMINAL_EVENT_TYPES:
-                await released.wait()  # the store's answer held until the test has its 409
-            return event
-
-        store.append = held_append  # type: ignore[method-assign]
-        return store
-
-    monkeypatch.setattr(app.main, "open_store", opened)
+    released = asyncio.Event()  # the store's answer, held until the test has its 409
+    terminal_writes_answered_after(monkeypatch, released.wait)
     monkeypatch.setattr(app.runs.manager, "CANCEL_SETTLE_S", 0.05)
     async with api_client(settings()) as client:
         run = await create(client, finishing())
