@@ -2,8 +2,8 @@
 
 `run_react(...)` yields typed steps (`app.engine.steps`) and always ends with exactly one
 `Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
-max_steps, nudges, the next prompt's cost, the key's day), around each await (deadline and
-cancel interrupt in-flight calls through `Guard`), and after the step (token and cost budgets).
+max_steps, nudges, the step's calls' expected cost, the key's day), around each await (deadline
+and cancel interrupt in-flight calls through `Guard`), and after the step (token and cost budgets).
 With an output schema, every answer is checked against it (`app.engine.typed`).
 """
 
