@@ -18,6 +18,7 @@ What the library costs a run, and what is proposed upstream: docs/decisions.md, 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 import anyio
 import structlog
@@ -61,7 +62,7 @@ def _guarded(
 class EventStream(EventSourceResponse):
     def __init__(
         self,
-        frames: AsyncIterator[bytes],
+        frames: AsyncIterator[Any],
         *,
         ping_s: float,
         send_timeout_s: float,
@@ -70,7 +71,8 @@ class EventStream(EventSourceResponse):
         on_disconnect: Callable[[Message], Awaitable[None]] | None = None,
         status_code: int = 200,
     ) -> None:
-        """`grace_s`: FINISHLINE_SHUTDOWN_GRACE_S (the margin is added here).
+        """`frames`: whole SSE frames, encoded (ours), or what sse-starlette encodes (the A2A
+        SDK's updates). `grace_s`: FINISHLINE_SHUTDOWN_GRACE_S (the margin is added here).
         `status_code`: always 200 (FastAPI reads its default for a route's OpenAPI)."""
         super().__init__(
             frames,

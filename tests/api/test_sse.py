@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-
 from sse_starlette.sse import AppStatus
+from structlog.testing import capture_logs
 
 from app.api.sse import PING, EventStream, SlowClientError
 from app.main import create_app
@@ -171,6 +171,22 @@ async def test_a_disconnect_stops_the_stream_and_calls_its_handler() -> None:
     assert told == [{"type": "http.disconnect"}]
     assert frames.closed
     assert client.bodies() == [b"a"]  # no end: nobody is listening
+
+
+async def test_a_failing_disconnect_handler_is_logged_and_the_stream_still_stops() -> None:
+    client, frames = Client(), Frames([b"a"], then_wait=True)
+
+    async def on_disconnect(message: Any) -> None:
+        raise RuntimeError("the store is down")
+
+    response = stream(frames, on_disconnect=on_disconnect)
+    with capture_logs() as logs, anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(response, SCOPE, client.receive, client.send)
+            await client.written.wait()
+            client.disconnected.set()
+    assert [e["event"] for e in logs] == ["sse_disconnect_handler_failed"]
+    assert frames.closed
 
 
 async def test_the_servers_cancellation_is_not_taken_for_the_watchers() -> None:
