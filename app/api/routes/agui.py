@@ -144,6 +144,7 @@ async def run_agent(
         frames(),
         ping_s=settings.sse_ping_s,
         send_timeout_s=settings.sse_send_timeout_s,
+        grace_s=settings.shutdown_grace_s,
         on_disconnect=on_disconnect,
         headers={"Content-Location": f"/runs/{opened.run_id}"},
     )

@@ -99,6 +99,7 @@ def event_stream(
         frames(),
         ping_s=settings.sse_ping_s,
         send_timeout_s=settings.sse_send_timeout_s,
+        grace_s=settings.shutdown_grace_s,
         headers=headers,
         on_disconnect=on_disconnect,
     )
