@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from app.engine.errors import FinishlineError
@@ -23,6 +24,7 @@ from app.runs.errors import (
     QueueFullError,
     QuotaExceededError,
     RunAlreadyEndedError,
+    RunClosingError,
     RunNotEndedError,
     RunNotFoundError,
     RunNotWaitingError,
@@ -95,6 +97,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     InvalidRunError: (422, "validation_error"),
     RunNotFoundError: (404, "not_found"),
     RunNotEndedError: (409, "run_not_ended"),
+    RunClosingError: (409, "run_closing"),  # ended; its task still closing: retry (Retry-After)
     RunAlreadyEndedError: (409, "run_already_ended"),
     RunNotWaitingError: (409, "run_not_waiting"),
     ThreadBusyError: (409, "thread_busy"),  # its latest run has not ended (DESIGN §19)
@@ -188,7 +191,9 @@ async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunsError)
     status, type_ = runs_error_status(exc)
     headers = None
-    if isinstance(exc, QueueFullError | QuotaExceededError | StoreUnavailableError):
+    if isinstance(
+        exc, QueueFullError | QuotaExceededError | StoreUnavailableError | RunClosingError
+    ):
         headers = {"Retry-After": str(exc.retry_after_s)}
     return error_response(status, type_, exc.message, exc.details, headers)
 
@@ -242,6 +247,14 @@ async def _body_timeout(request: Request, exc: Exception) -> JSONResponse:
     return error_response(408, "request_timeout", message, {"cap": exc.timeout_s})
 
 
+async def _client_gone(request: Request, exc: Exception) -> JSONResponse:
+    """The client closed the connection before its request body was all in: its own doing,
+    logged as such (no traceback); the answer goes nowhere."""
+    log.info("request_abandoned", method=request.method, path=request.url.path)
+    message = "the client closed the connection before its request body arrived"
+    return error_response(400, "bad_request", message)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("request_failed", path=request.url.path)
     return error_response(500, "internal", "internal server error")
@@ -254,4 +267,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(BodyTooLargeError, _body_too_large)
     app.add_exception_handler(BodyTimeoutError, _body_timeout)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _unexpected)

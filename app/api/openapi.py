@@ -7,17 +7,15 @@ runtime and refused with a 422 naming the field (docs/limits.md)."""
 
 from __future__ import annotations
 
-import ast
-import functools
-import inspect
-import itertools
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
+from app.api.openapi_agui import agui_input
 from app.api.schemas import RunCreate
+from app.runs.jsonsafe import INT64_MAX, INT64_MIN
 from app.runs.records import RunStatus
 from app.settings import CAPS, Settings
 
@@ -64,110 +62,40 @@ def _request_models(components: dict[str, Any]) -> None:
         components.setdefault(name, definition)
 
 
-AGUI_PREFIX = "AgUi."
-AGUI_NOT_IN_PROPS = ("task", "stream", "previous_run_id")
+JSON_VALUE = "JsonValue"
+FREE_FORM = (
+    ("DecisionIn", "arguments"),
+    ("RunCreate", "metadata"),
+    ("ScriptedToolCallIn", "arguments"),
+)
+"""The request fields that hold data of the client's own: any JSON this server can keep."""
 
 
-def _agui_input(schema: dict[str, Any], components: dict[str, Any]) -> None:
-    """POST /ag-ui reads its body itself too: declare AG-UI's `RunAgentInput`, from the
-    protocol's own model (imported now, when the document is first asked for), with what this
-    server adds: the id lengths, the names a frontend tool may have, and the fields
-    `forwardedProps.finishline` takes (POST /runs's, but task, stream and previous_run_id)."""
-    operation = schema["paths"].get("/ag-ui", {}).get("post")
-    if operation is None:
-        return
-    from ag_ui._generated import models
-    from ag_ui.core import RunAgentInput
-
-    from app.runs.spec import ClientToolIn
-
-    ref = "#/components/schemas/" + AGUI_PREFIX + "{model}"
-    declared = RunAgentInput.model_json_schema(by_alias=True, ref_template=ref)
-    defs = declared.pop("$defs", {})
-    for name, definition in {**defs, "RunAgentInput": declared}.items():
-        _describe(definition, getattr(models, name, None))
-        components[AGUI_PREFIX + name] = definition
-    for tagged in _discriminators([declared, *defs.values()]):  # the model needs each tag
-        for target in tagged["mapping"].values():
-            required = components[target.rsplit("/", 1)[1]].setdefault("required", [])
-            if tagged["propertyName"] not in required:
-                required.append(tagged["propertyName"])
-    for name in ("threadId", "runId"):
-        declared["properties"][name].update(minLength=1, maxLength=256)
-    tool = components[AGUI_PREFIX + "Tool"]["properties"]
-    client_tool = ClientToolIn.model_json_schema()["properties"]
-    tool["name"]["pattern"] = client_tool["name"]["pattern"]
-    tool["description"]["maxLength"] = client_tool["description"]["maxLength"]
-    config = {**components["RunCreate"], "title": "AgUiRunConfig"}
-    config["properties"] = {
-        k: v for k, v in config["properties"].items() if k not in AGUI_NOT_IN_PROPS
-    }
-    config.pop("required", None)
-    config.pop("examples", None)
-    config["description"] = "POST /runs's fields but task, stream and previous_run_id."
-    components[AGUI_PREFIX + "RunConfig"] = config
-    declared["properties"]["forwardedProps"] = {
+def _json_values(components: dict[str, Any]) -> None:
+    """Data a request holds as it is (an approval's `arguments`, a run's `metadata`, a
+    scripted call's arguments) is any JSON value this server can store and read back
+    (`app.runs.jsonsafe`): declared as such, integers within 64 bits, so a client or fuzzer
+    that follows the document sends none the server refuses. (A number written with a
+    fraction or an exponent, `1e30`, is a float to the server and taken; JSON Schema counts
+    one with no fractional part as an integer, so the document is the stricter there.)"""
+    ref = {"$ref": f"#/components/schemas/{JSON_VALUE}"}
+    components[JSON_VALUE] = {
+        "description": "Any JSON value, as this server stores it: integers within 64 bits "
+        "(past them, 422 naming the value's path), finite numbers, text.",
         "anyOf": [
-            {
-                "type": "object",
-                "properties": {"finishline": {"$ref": ref.format(model="RunConfig")}},
-            },
+            {"type": "object", "additionalProperties": ref},
+            {"type": "array", "items": ref},
+            {"type": "string"},
+            {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
+            {"type": "number", "not": {"type": "integer"}},
+            {"type": "boolean"},
             {"type": "null"},
         ],
-        "description": "Passed through by the client; finishline reads `finishline`.",
     }
-    components[AGUI_PREFIX + "RunAgentInput"] = declared
-    body = {"$ref": ref.format(model="RunAgentInput")}
-    operation["requestBody"]["content"]["application/json"]["schema"] = body
-
-
-@functools.cache
-def _field_docs(module: Any) -> dict[str, dict[str, str]]:
-    """Per class of `module`, the docstring under each field (parsed once)."""
-    found: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(module)).body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        docs = found[node.name] = {}
-        for field, doc in itertools.pairwise(node.body):
-            target = field.target if isinstance(field, ast.AnnAssign) else None
-            text = (
-                doc.value.value
-                if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
-                else None
-            )
-            if isinstance(target, ast.Name) and isinstance(text, str):
-                docs[target.id] = inspect.cleandoc(text)
-    return found
-
-
-def _describe(definition: dict[str, Any], model: Any) -> None:
-    """Give the schema of one of the protocol's models the descriptions its source holds as
-    docstrings (a class's, and each field's, under it), which pydantic leaves out."""
-    if model is None:
-        return
-    definition.setdefault("description", inspect.getdoc(model) or model.__name__)
-    docs: dict[str, str] = {}
-    classes = _field_docs(inspect.getmodule(model))
-    for klass in reversed(model.__mro__):
-        docs.update(classes.get(klass.__name__, {}))
-    for name, field in model.model_fields.items():
-        prop = definition.get("properties", {}).get(field.alias or name)
+    for model, name in FREE_FORM:
+        prop = components.get(model, {}).get("properties", {}).get(name)
         if prop is not None:
-            prop.setdefault("description", docs.get(name, name))
-
-
-def _discriminators(nodes: list[Any]) -> list[dict[str, Any]]:
-    found = []
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("discriminator"), dict) and "mapping" in node["discriminator"]:
-                found.append(node["discriminator"])
-            nodes.extend(node.values())
-        elif isinstance(node, list):
-            nodes.extend(node)
-    return found
+            _bound(prop, "object", "additionalProperties", ref)
 
 
 def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -213,7 +141,8 @@ def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
         pattern = parameter["schema"].pop("pattern", None)
         if pattern is not None:  # on the string branch, where it applies
             _bound(parameter["schema"], "string", "pattern", pattern)
-    _agui_input(schema, components)
+    _json_values(components)
+    agui_input(schema, components)
     too_large = {
         "description": "The body exceeds FINISHLINE_MAX_BODY_BYTES.",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},

@@ -52,11 +52,18 @@ class ToolStep:
     """The reply's calls; the reply's assistant message is the conversation's last already."""
 
     def __init__(
-        self, run: RunContext, reply: Reply, redo: Mapping[str, CallResult] | None = None
+        self,
+        run: RunContext,
+        reply: Reply,
+        redo: Mapping[str, CallResult] | None = None,
+        forced: str | None = None,
     ) -> None:
         self.run = run
         self.reply = reply
         self.redo = redo
+        self.forced = forced
+        """The tool the reply had to call (a planning call's `update_plan`): its calls of it
+        are what was asked, never repetitions."""
         self.finished: str | None = None
         """The answer, when the model called task_finished alone with valid arguments (with
         an output schema: an answer that validates, as JSON text; its value is `output`)."""
@@ -280,7 +287,10 @@ class ToolStep:
             shown = f"[{call.oversize:,} characters of arguments, over the cap: not kept]"
             return PreparedCall(call=call, arguments=shown, reply=text, is_error=True)
         if not (run.limits.stop_tool and call.name == TASK_FINISHED):
-            return prepare(call, run.tools, run.state, run.limits, run.prompts, run.available_tools)
+            tools, forced = run.tools, call.name == self.forced
+            return prepare(
+                call, tools, run.state, run.limits, run.prompts, run.available_tools, forced
+            )
         arguments, shown, error = parse_arguments(call.arguments)
         item = PreparedCall(call=call, arguments=shown, is_error=True)
         if not finishing:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from app.engine.context import RunContext
 from app.engine.errors import LLMError, LLMTimeoutError
 from app.engine.guard import DeadlineError
-from app.engine.policies import StopReason, day_spent, prompt_over_cost_budget
+from app.engine.policies import StopReason, call_over_cost_budget, day_spent, planning_due
 from app.engine.ports import Reply, ToolSpec
 from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
 from app.engine.tokens import estimate_reply_tokens
@@ -112,6 +112,7 @@ def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCa
     if price is not None:
         cost = spent = price.cost(usage)
         st.cost_usd += spent
+        st.last_call_cost_usd = spent
     else:
         st.unpriced_calls += 1
     return LLMCalled(  # positional, in field order: keywords cost more to match
@@ -128,24 +129,40 @@ def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCa
     )
 
 
-def prompt_over_budget(run: RunContext) -> StopReason | None:
-    """Top of a step, with a cost budget: `cost_budget` when the next call's prompt alone
-    would pass it, the prompt estimated as the conversation stands (at most
-    max_context_tokens when capped: the trim keeps it under) and priced at the input rate."""
-    limits, price = run.limits, run.price
-    if limits.max_cost_usd is None or price is None:
+def next_call_cost(run: RunContext) -> float | None:
+    """What the run's next call is expected to cost (None without a price): its prompt as the
+    conversation stands, by the run's token estimator with the tool specs (at most
+    max_context_tokens when capped: the trim keeps it under), at the input rate; and no less
+    than the run's last call cost (a prompt only grows, and a reply is taken to cost what the
+    last one did)."""
+    price = run.price
+    if price is None:
         return None
     tokens = run.state.prompt_estimate + run.spec_tokens
-    if limits.max_context_tokens is not None:
-        tokens = min(tokens, limits.max_context_tokens)
-    return prompt_over_cost_budget(run.state.tree_cost_usd, price.prompt_cost(tokens), limits)
+    if run.limits.max_context_tokens is not None:
+        tokens = min(tokens, run.limits.max_context_tokens)
+    return max(price.prompt_cost(tokens), run.state.last_call_cost_usd)
+
+
+def call_over_budget(run: RunContext, calls: int = 1) -> StopReason | None:
+    """Before the run's own calls (a step's, a planning call): `cost_budget` when `calls` of
+    them are expected (`next_call_cost`) to take the spend past the budget: the run's final
+    call comes instead, so that one alone may pass it (DESIGN §13)."""
+    if run.limits.max_cost_usd is None:
+        return None
+    cost = next_call_cost(run)
+    if cost is None:
+        return None
+    return call_over_cost_budget(run.state.tree_cost_usd, calls * cost, run.limits)
 
 
 def budget_spent(run: RunContext) -> StopReason | None:
-    """Top of a step, before its call: the next prompt alone would pass the run's cost budget
-    (`prompt_over_budget`), or the run's API key has spent its day (its quotas, across its
-    runs: `token_budget`, `cost_budget`, as at the run's own budgets)."""
-    return prompt_over_budget(run) or key_day_spent(run)
+    """Top of a step, before its calls: they would take the spend past the run's cost budget
+    (`call_over_budget`: two calls on a planning step, its planning call and its own), or the
+    run's API key has spent its day (its quotas, across its runs: `token_budget`,
+    `cost_budget`, as at the run's own budgets)."""
+    calls = 2 if planning_due(run.state.step + 1, run.limits) else 1
+    return call_over_budget(run, calls) or key_day_spent(run)
 
 
 def key_day_spent(run: RunContext) -> StopReason | None:

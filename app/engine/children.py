@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from app.engine.asking import next_call_cost
 from app.engine.context import RunContext
 from app.engine.delegating import (
     AgentTool,
@@ -38,18 +39,20 @@ class Delegation:
         self.began: dict[int, float] = {}
 
     async def start(self) -> AsyncIterator[tuple[int, AgentStarted | CallResult]]:
-        """Start each call's child (its share of what the run has left); a call whose child
-        cannot be started gets its `is_error` result instead."""
+        """Start each call's child (its share of what the run has left: its cost budget less
+        room for its own final call); a call whose child cannot be started gets its `is_error`
+        result instead."""
         run, st, limits = self.run, self.run.state, self.run.limits
         count = len(self.calls)
         tokens = shares(
             None if limits.max_total_tokens is None else limits.max_total_tokens - st.tree_tokens,
             count,
         )
-        cost = shares(
-            None if limits.max_cost_usd is None else limits.max_cost_usd - st.tree_cost_usd,
-            count,
-        )
+        cost_left = None
+        if limits.max_cost_usd is not None:
+            room = (next_call_cost(run) or 0.0) if limits.final_answer_on_limit else 0.0
+            cost_left = limits.max_cost_usd - st.tree_cost_usd - room
+        cost = shares(cost_left, count)
         for index, (call, tool) in self.calls.items():
             task = str(parse_arguments(call.arguments)[0]["task"])  # type: ignore[index]
             spent = (tokens is not None and tokens < 1) or (cost is not None and cost <= 0)

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from app.engine.delegating import SubAgents
 from app.engine.guard import Guard
 from app.engine.policies import InterventionKind, Limits
@@ -60,6 +62,11 @@ class RunContext:
 
     def __post_init__(self) -> None:
         self.resumable = self.model if isinstance(self.model, ResumableModel) else None
+
+    def enter_step(self) -> None:
+        """The run's step, where its tools (`tool_ctx`) and its log lines read it."""
+        self.tool_ctx.step = self.state.step
+        structlog.contextvars.bind_contextvars(step=self.state.step)
 
     def inject(self, kind: InterventionKind, text: str) -> Intervention:
         """`text` joins the conversation as a user message the runtime sent, logged."""

@@ -2,8 +2,8 @@
 
 `run_react(...)` yields typed steps (`app.engine.steps`) and always ends with exactly one
 `Finished`. Every limit is checked at a named point: the top of a step (cancel, deadline,
-max_steps, nudges, the next prompt's cost, the key's day), around each await (deadline and
-cancel interrupt in-flight calls through `Guard`), and after the step (token and cost budgets).
+max_steps, nudges, the step's calls' expected cost, the key's day), around each await (deadline
+and cancel interrupt in-flight calls through `Guard`), and after the step (token and cost budgets).
 With an output schema, every answer is checked against it (`app.engine.typed`).
 """
 
@@ -29,6 +29,7 @@ from app.engine.policies import (
     InterventionKind,
     Limits,
     StopReason,
+    final_call_allowed,
     nudges_exhausted,
     over_budget,
     past_deadline,
@@ -242,8 +243,7 @@ class ReactRun:
 
         st.step += 1
         inject = self.run.inject
-        self.run.tool_ctx.step = st.step
-        structlog.contextvars.bind_contextvars(step=st.step)
+        self.run.enter_step()
         steps: list[Step] = [StepStarted(st.step, limits.max_steps)]
         if said:  # a person spoke: that replaces the stop prompt of this step
             st.nudges_in_row = 0
@@ -267,8 +267,7 @@ class ReactRun:
         reply of that checkpoint instead. `force_tool`: the tool the reply must call."""
         st, limits = self.run.state, self.run.limits
         if redo:
-            self.run.tool_ctx.step = st.step
-            structlog.contextvars.bind_contextvars(step=st.step)
+            self.run.enter_step()
             reply = reply_of(st.messages[-1])
             self.run.log.warning("step_redone", calls=len(reply.tool_calls))
         else:
@@ -296,7 +295,7 @@ class ReactRun:
             if not (limits.stop_tool and only_finish(reply.tool_calls)):  # calls to run
                 st.acting = True
                 yield self._checkpoint()
-        acting = ToolStep(self.run, reply, self.recorded if redo else None)
+        acting = ToolStep(self.run, reply, self.recorded if redo else None, force_tool)
         try:
             async for item in acting:
                 yield item
@@ -345,7 +344,7 @@ class ReactRun:
 
     async def _final_answer(self, reason: StopReason) -> AsyncIterator[Step]:
         """Graceful degradation at a limit: one more call, without tools, for a best answer."""
-        if not self.run.limits.final_answer_on_limit:
+        if not final_call_allowed(self.run.state.tree_cost_usd, self.run.limits):
             for ending in self._end(reason):
                 yield ending
             return

@@ -7,12 +7,14 @@ run has a plan, the prompt shows it), then one LLM call with the run's tools tha
 `update_plan`: `force_tool` forces it where the model can be forced (OpenAI's `tool_choice`),
 and the prompt asks for it everywhere.
 
-The reply is handled like any other: its calls run (`update_plan` records the plan), and a
-reply that ends the run (task_finished alone; a plain answer with stop_tool off) ends it. A
-reply that recorded no plan gets the planning nudge and one more planning call; when that
-records none either, planning is skipped until the next planning step: never more than two
-planning calls a step, never a loop. Then the step's own call. Planning calls count in
-`usage.llm_calls` and the tokens, never as steps (`max_steps` counts the steps' own calls).
+The reply is handled like any other: its calls run (`update_plan` records the plan; the same
+plan again is what was asked for, never a repetition), and a reply that ends the run
+(task_finished alone; a plain answer with stop_tool off) ends it. A reply that recorded no
+plan gets the planning nudge and one more planning call; when that records none either,
+planning is skipped until the next planning step: never more than two planning calls a step,
+never a loop (and no nudge when the cost budget has no room for its call and the step's own).
+Then the step's own call. Planning calls count in `usage.llm_calls` and the tokens, never as
+steps (`max_steps` counts the steps' own calls).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from app.engine.asking import call_over_budget
 from app.engine.context import RunContext
 from app.engine.policies import InterventionKind
 from app.engine.ports import Plan
@@ -60,7 +63,10 @@ def recorded_plan(step: Step) -> bool:
 async def planning_turns(run: RunContext, turn: Turn) -> AsyncIterator[Step]:
     """The planning call of this step, and after a reply without a plan the nudge and one
     more; none after a reply that ended the run or made it wait for a person."""
-    for prompt in (planning_text(run.state.plan, run.prompts), run.prompts.planning_nudge):
+    prompts = (planning_text(run.state.plan, run.prompts), run.prompts.planning_nudge)
+    for nudge, prompt in enumerate(prompts):
+        if nudge and call_over_budget(run, 2) is not None:
+            break  # no room for the nudge's call and the step's own: the step's own alone
         yield run.inject(InterventionKind.PLANNING, prompt)
         planned = stopped = False
         async for item in turn(force_tool=UPDATE_PLAN):

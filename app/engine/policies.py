@@ -22,7 +22,7 @@ class StopReason(StrEnum):
     MAX_STEPS = "max_steps"  # max_steps LLM turns used up
     TIMEOUT = "timeout"  # the whole-run deadline passed
     TOKEN_BUDGET = "token_budget"  # max_total_tokens spent
-    COST_BUDGET = "cost_budget"  # max_cost_usd spent, or the next prompt would pass it
+    COST_BUDGET = "cost_budget"  # max_cost_usd spent, or the next call would pass it
     NUDGE_LIMIT = "nudge_limit"  # max_nudges stop prompts in a row went unheeded
     INVALID_OUTPUT = "invalid_output"  # answers kept failing output_schema (max_output_retries)
     CANCELLED = "cancelled"  # somebody cancelled the run
@@ -189,14 +189,22 @@ def day_spent(allowance: Allowance) -> StopReason | None:
     return None
 
 
-def prompt_over_cost_budget(
-    cost_usd: float, prompt_cost_usd: float, limits: Limits
+def call_over_cost_budget(
+    cost_usd: float, call_cost_usd: float, limits: Limits
 ) -> StopReason | None:
-    """Top of a step: the next call's prompt alone would take the spend past the budget."""
+    """Before a call of the run's own: it is expected to take the spend past the budget."""
     budget = limits.max_cost_usd
-    if budget is not None and cost_usd + prompt_cost_usd > budget:
+    if budget is not None and cost_usd + call_cost_usd > budget:
         return StopReason.COST_BUDGET
     return None
+
+
+def final_call_allowed(cost_usd: float, limits: Limits) -> bool:
+    """At a limit: whether the run makes its final call (`final_answer_on_limit`), which it
+    never does once the spend has passed the cost budget (a call of its own passed it, or a
+    sub-agent's): so the spend passes the budget by one call at most (DESIGN §13)."""
+    budget = limits.max_cost_usd
+    return limits.final_answer_on_limit and (budget is None or cost_usd <= budget)
 
 
 def output_retries_exhausted(invalid_answers: int, limits: Limits) -> StopReason | None:

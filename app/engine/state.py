@@ -120,6 +120,9 @@ class RunState:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     """What the priced calls cost, in USD."""
+    last_call_cost_usd: float = 0.0
+    """What the last priced call cost: the cost budget's look-ahead expects no less of the
+    next (`app.engine.asking.next_call_cost`)."""
     unpriced_calls: int = 0
     """Calls whose model had no known price: while there is one, the run's cost is null."""
     nudges_in_row: int = 0
@@ -258,6 +261,7 @@ class RunState:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost_usd": self.cost_usd,
+            "last_call_cost_usd": self.last_call_cost_usd,
             "unpriced_calls": self.unpriced_calls,
             "nudges_in_row": self.nudges_in_row,
             "invalid_answers": self.invalid_answers,
@@ -292,6 +296,7 @@ class RunState:
             completion_tokens=data["completion_tokens"],
             # a checkpoint from before costs were kept: its calls' cost is unknown
             cost_usd=data.get("cost_usd", 0.0),
+            last_call_cost_usd=data.get("last_call_cost_usd", 0.0),
             unpriced_calls=data.get("unpriced_calls", data["llm_calls"]),
             nudges_in_row=data["nudges_in_row"],
             invalid_answers=int(data.get("invalid_answers", 0)),

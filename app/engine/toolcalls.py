@@ -75,7 +75,11 @@ def prepare(
     limits: Limits,
     prompts: Prompts,
     available: str,
+    forced: bool = False,
 ) -> PreparedCall:
+    """The call checked: unknown tool, bad JSON, bad arguments and repetitions get the text
+    the model sees instead of running. `forced`: a call the model was made to make (a
+    planning call's `update_plan`): the same again is what was asked, never a repetition."""
     arguments, shown, error = parse_arguments(call.arguments)
     prepared = PreparedCall(call=call, arguments=shown)
     tool = tools.get(call.name)
@@ -94,6 +98,8 @@ def prepare(
         return prepared
     prepared.tool = tool
     prepared.key = key = canonical_call(call.name, arguments)
+    if forced:
+        return prepared
     count = state.call_counts.get(key, 0) + 1
     state.call_counts[key] = count
     if repetition_due(count, tool.idempotent, limits):

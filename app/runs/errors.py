@@ -32,6 +32,14 @@ class RunNotEndedError(RunsError):
     """The operation needs a terminal run."""
 
 
+class RunClosingError(RunsError):
+    """The run has ended, and its task here is still storing its end or closing."""
+
+    def __init__(self, message: str, retry_after_s: int, **details: Any) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, **details)
+        self.retry_after_s = retry_after_s
+
+
 class RunAlreadyEndedError(RunsError):
     """The operation needs a run that has not ended."""
 

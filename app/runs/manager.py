@@ -30,6 +30,7 @@ from app.runs.backends import Backend
 from app.runs.errors import (
     InvalidRunError,
     RunAlreadyEndedError,
+    RunClosingError,
     RunNotEndedError,
     RunNotFoundError,
     RunUnreadableError,
@@ -361,11 +362,23 @@ class RunManager:
         return await self.placement.wait(record, timeout_s)  # another replica's, or queued
 
     async def delete(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> None:
+        """Delete an ended run. One whose task here is still storing its end (its record is
+        terminal first, DESIGN §5) or closing is waited for, at most `CANCEL_SETTLE_S`: a
+        follower may send the DELETE as soon as it has the terminal event."""
         record = await self.get(run_id, owner, any_owner=any_owner)
-        if not record.status.terminal or run_id in self.live:
+        if not record.status.terminal:
             raise RunNotEndedError(
                 f"run {run_id!r} is {record.status.value}: cancel it first", run_id=run_id
             )
+        if run_id in self.live:
+            await self.live.wait_for([run_id], CANCEL_SETTLE_S)
+            if run_id in self.live:
+                raise RunClosingError(
+                    f"run {run_id!r} is {record.status.value}, and its task is still closing: "
+                    "delete it again in a moment",
+                    retry_after_s=1,
+                    run_id=run_id,
+                )
         await self.store.delete(run_id)
 
     def follow(

@@ -4,6 +4,7 @@ tool's result as a `tool` message too), decides, and streams the same run on."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -76,6 +77,90 @@ async def test_an_approval_interrupt_is_resumed_by_the_next_run() -> None:
     assert of_type(events, "RUN_FINISHED")[0]["result"]["answer"] == "42"
     assert run["status"] == "completed"
     assert int(events[1].id or 0) > int(events[0].id or 0)  # after where the first stream ended
+
+
+def copilotkit_resume(
+    first: dict[str, Any], call_id: str, answer: dict[str, Any]
+) -> dict[str, Any]:
+    """The body CopilotKit's `useInterrupt` has its runtime's HttpAgent send (v2): the
+    interrupted turn's threadId and own runId, the history with the call and a tool message
+    (`JSON.stringify` of the answer's payload, or `{"status":"cancelled"}`), and `resume`."""
+    payload = answer.get("payload", {"status": answer["status"]})
+    call = {"expression": "6*7"}
+    return {
+        "threadId": first["threadId"],
+        "runId": first["runId"],
+        "protocolVersion": "1.0",
+        "state": {},
+        "messages": [
+            *first["messages"],
+            {
+                "id": "run-step-1",
+                "role": "assistant",
+                "toolCalls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "calculator", "arguments": json.dumps(call)},
+                    }
+                ],
+            },
+            {
+                "id": "5c3d750f-8a01-4262-8faf-6c99e85eb165",
+                "role": "tool",
+                "content": json.dumps(payload, separators=(",", ":")),
+                "toolCallId": call_id,
+            },
+        ],
+        "tools": [],
+        "context": [],
+        "forwardedProps": first["forwardedProps"],
+        "resume": [{"interruptId": call_id, **answer}],
+    }
+
+
+async def test_a_resume_with_the_interrupted_turns_own_run_id_decides_as_copilotkit_sends_it() -> (
+    None
+):
+    first = agent_input(user("6 times 7?"), finishline=approving(calculator_call(), finish("42")))
+    async with api_client(settings()) as client:
+        asked = await interrupted(client, first)
+        (interrupt,) = asked["outcome"]["interrupts"]
+        answer = {"status": "resolved", "payload": {"approved": True}}
+        body = copilotkit_resume(first, interrupt["id"], answer)
+        _, events = await stream(client, body)
+        run = (await client.get(f"/runs/{asked['result']['run_id']}")).json()
+        _, again = await stream(client, body)  # a re-POST of that turn: where it began
+        _, plain = await stream(client, first)  # no resume: re-attaches to the whole run
+
+    assert events[0].data["runId"] == first["runId"]
+    (result,) = of_type(events, "TOOL_CALL_RESULT")
+    assert (result["toolCallId"], result["content"]) == (interrupt["toolCallId"], "42")
+    assert events[-1].data["outcome"] == {"type": "success"}
+    assert events[-1].data["result"]["answer"] == "42"
+    assert run["status"] == "completed"
+    assert [e.id for e in again] == [e.id for e in events]
+    assert plain[0].id == "0"  # from the run's first event, the call shown again
+    assert "TOOL_CALL_START" in types(plain)
+    assert plain[-1].data["result"]["answer"] == "42"
+
+
+async def test_a_cancel_with_the_interrupted_turns_own_run_id_rejects_as_copilotkit_sends_it() -> (
+    None
+):
+    first = agent_input(user("6 times 7?"), finishline=approving(calculator_call(), finish("no")))
+    async with api_client(settings()) as client:
+        asked = await interrupted(client, first)
+        (interrupt,) = asked["outcome"]["interrupts"]
+        body = copilotkit_resume(first, interrupt["id"], {"status": "cancelled"})
+        _, events = await stream(client, body)
+        run = (await client.get(f"/runs/{asked['result']['run_id']}")).json()
+
+    (result,) = of_type(events, "TOOL_CALL_RESULT")
+    assert result["metadata"]["finishline"]["is_error"] is True
+    assert "cancelled in the client" in result["content"]
+    assert events[-1].data["result"]["answer"] == "no"
+    assert run["status"] == "completed"
 
 
 async def test_a_waiting_run_re_attached_after_its_last_event_ends_with_its_interrupt() -> None:
@@ -167,6 +252,27 @@ async def test_a_waiting_thread_takes_no_input_that_does_not_answer_it() -> None
     assert error_of(bad, 422)["details"]["field"] == "resume[0].payload.approve"
     assert run["status"] == "requires_action"  # none of those decided anything
     assert len(run["pending_approvals"]) == 2
+
+
+async def test_a_resume_answering_one_interrupt_twice_is_refused_naming_it() -> None:
+    async with api_client(settings()) as client:
+        asked = await interrupted(
+            client, agent_input(finishline=approving(calculator_call(id="c1"), finish()))
+        )
+        twice = await client.post(
+            "/ag-ui",
+            json=resume(
+                {"interruptId": "c1", "status": "resolved", "payload": {"approve": True}},
+                {"interruptId": "c1", "status": "cancelled"},
+            ),
+        )
+        run = (await client.get(f"/runs/{asked['result']['run_id']}")).json()
+
+    error = error_of(twice, 422)
+    assert error["details"]["field"] == "resume[1].interruptId"
+    assert error["details"]["interrupts"] == ["c1"]
+    assert "'c1'" in error["message"]
+    assert run["status"] == "requires_action"  # nothing decided
 
 
 async def test_a_resume_naming_another_keys_interrupts_is_not_found() -> None:

@@ -219,3 +219,74 @@ async def test_a_client_that_dropped_its_stream_re_attaches_with_the_same_run_id
     async with httpx.AsyncClient() as client:
         runs = (await client.get(server.url("/runs"))).json()["runs"]
     assert [r["id"] for r in runs] == [run_id]
+
+
+async def copilotkit_approval(server: Served, answer: str) -> tuple[dict[str, Any], ...]:
+    """A run waiting on an approval, answered as CopilotKit's `useInterrupt` answers it (v2
+    runtime, HttpAgent): the interrupted turn's own runId again, with `resume` and a tool
+    message; then the thread's next turn."""
+    props = scripted(calculator_call(), finish("done"), tools=["calculator"])
+    props["finishline"]["approval"] = {"tools": ["calculator"]}
+    seen = await drive(
+        server.url("/ag-ui"),
+        [
+            {"runId": "r1", "message": "6 times 7?", "forwardedProps": props},
+            {"copilotkit": {"answer": answer}, "forwardedProps": props},
+            {"runId": "r2", "message": "and then?", "forwardedProps": scripted(finish("next"))},
+        ],
+    )
+    return tuple(seen)
+
+
+async def test_copilotkit_approves_by_resuming_with_the_interrupted_turns_run_id(
+    server: Served,
+) -> None:
+    asked, resumed, after = await copilotkit_approval(server, "approve")
+
+    (interrupt,) = asked["pendingInterrupts"]
+    body = resumed["body"]
+    assert body["runId"] == "r1"  # the interrupted turn's own runId, as CopilotKit sends it
+    assert body["resume"] == [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
+    ]
+    assert body["messages"][-1]["role"] == "tool"
+    assert body["messages"][-1]["toolCallId"] == interrupt["toolCallId"]
+    assert body["messages"][-1]["content"] == '{"approved":true}'
+    assert resumed["error"] is None
+    assert resumed["pendingInterrupts"] == []
+    assert resumed["result"]["answer"] == "done"
+    run = await served_run(server.url(), resumed["result"]["run_id"])
+    assert run["id"] == interrupt["metadata"]["finishline"]["run_id"]
+    assert run["status"] == "completed"
+    (decided,) = [
+        e
+        for e in resumed["events"]
+        if e["type"] == "CUSTOM" and e["name"] == "finishline.approval.decided"
+    ]
+    assert decided["value"]["approved"] is True
+    result = next(e for e in resumed["events"] if e["type"] == "TOOL_CALL_RESULT")
+    assert (result["toolCallId"], result["content"]) == (interrupt["toolCallId"], "42")
+    assert after["error"] is None  # the thread is not stuck on the interrupt
+    assert after["result"]["answer"] == "next"
+
+
+async def test_copilotkit_rejects_by_resuming_with_the_interrupted_turns_run_id(
+    server: Served,
+) -> None:
+    asked, resumed, after = await copilotkit_approval(server, "reject")
+
+    (interrupt,) = asked["pendingInterrupts"]
+    body = resumed["body"]
+    assert body["runId"] == "r1"
+    assert body["resume"] == [{"interruptId": interrupt["id"], "status": "cancelled"}]
+    assert body["messages"][-1]["content"] == '{"status":"cancelled"}'
+    assert resumed["error"] is None
+    assert resumed["pendingInterrupts"] == []
+    assert resumed["result"]["answer"] == "done"
+    assert resumed["result"]["status"] == "completed"
+    result = next(e for e in resumed["events"] if e["type"] == "TOOL_CALL_RESULT")
+    assert result["toolCallId"] == interrupt["toolCallId"]
+    assert result["metadata"]["finishline"]["is_error"] is True
+    assert "cancelled in the client" in result["content"]
+    assert after["error"] is None
+    assert after["result"]["answer"] == "next"

@@ -149,3 +149,21 @@ async def test_a_run_stored_waiting_before_waits_were_events_is_followed_to_its_
         ended = await wait_ended(client, run["id"])
 
     assert ended["status"] == RunStatus.COMPLETED
+
+
+async def test_a_wait_that_is_over_does_not_stop_a_follower(store_url: str) -> None:
+    """A replay from the start of a run that waited and went on passes its wait to its end;
+    so does a follower that reaches a wait decided meanwhile."""
+    async with app_with_state(settings(store_url=store_url)) as (client, state):
+        manager: RunManager = state["manager"]
+        run = await create(client, approving(CALL, FINISH))
+        waited = (await followed(manager, run["id"], until=Until.WAIT))[-1]
+        await decide(client, run["id"])  # decided before the next follower reaches the wait
+        passed = await followed(manager, run["id"], waited.seq - 1, until=Until.WAIT)
+        await wait_ended(client, run["id"])
+        replayed = await followed(manager, run["id"], until=Until.WAIT)
+
+    assert passed[0] == waited
+    assert passed[-1].type == EventType.RUN_COMPLETED
+    assert [e.type for e in replayed].count(EventType.RUN_WAITING) == 1
+    assert replayed[-1].type == EventType.RUN_COMPLETED

@@ -1,5 +1,6 @@
 """Slow clients cannot hold connections: a header block or a body trickled a byte at a time is
-answered 408 and closed; an answer to a body nobody reads closes the connection. Real
+answered 408 and closed; an answer to a body nobody reads closes the connection; a client
+that leaves mid-body is logged as its own doing. Real
 uvicorn on loopback (in process with both of its HTTP protocols, and the service's own
 command line as a child process) and raw sockets trickling bytes. The delay between the
 bytes is the stimulus; every wait is bounded."""
@@ -7,6 +8,7 @@ bytes is the stimulus; every wait is bounded."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shlex
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import structlog
 from anyio.abc import SocketStream
 
 from app.api.protocols import UVICORN_ARGS
@@ -174,3 +177,50 @@ async def test_a_byte_every_two_seconds_is_closed_within_30_s_by_the_default_dea
         tasks.start_soon(slow, "body", body)
     assert status_and_body(answers["headers"])[0] == 408
     assert status_and_body(answers["body"])[1]["error"]["type"] == "request_timeout"
+
+
+class Logged:
+    """A structlog processor keeping what is logged (`capture_logs`' shape) and telling when
+    one of `ends` is."""
+
+    def __init__(self, *ends: str) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.ends = ends
+        self.ended = anyio.Event()
+
+    def __call__(self, logger: Any, method: str, event_dict: Any) -> Any:
+        self.entries.append({**event_dict, "log_level": method})
+        if event_dict["event"] in self.ends:
+            self.ended.set()
+        raise structlog.DropEvent
+
+
+@pytest.mark.parametrize("httptools", PROTOCOLS)
+async def test_a_client_that_leaves_mid_body_is_logged_as_its_own_doing(
+    httptools: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`Content-Length: 100`, 8 bytes, then the connection closed: one info line saying the
+    request was abandoned; no error, no traceback (from finishline or from uvicorn)."""
+    head = (
+        b"POST /runs HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n"
+    )
+    app = create_app(settings(log_level="INFO"))
+    async with Served(app, lifespan="on", httptools=httptools) as server:
+        logged = Logged("request_abandoned", "request_failed")
+        structlog.configure(processors=[logged])  # the app's level filter stays
+        stream = await anyio.connect_tcp("127.0.0.1", server.port)
+        async with stream:
+            await stream.send(head + b'{"task":')  # 8 of its 100 bytes, then closed
+        with anyio.fail_after(10):
+            await logged.ended.wait()
+
+    (abandoned,) = [e for e in logged.entries if e["event"] == "request_abandoned"]
+    assert abandoned == {
+        "event": "request_abandoned",
+        "log_level": "info",
+        "method": "POST",
+        "path": "/runs",
+    }
+    assert [e for e in logged.entries if e["log_level"] in ("error", "critical")] == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -1,20 +1,23 @@
-"""`EventStream` (app/api/sse.py), the SSE response of run events and AG-UI turns: every chunk
-in order then the end; keep-alive comments while idle; a client that stops reading is
-dropped after the send timeout (its stream's generator cleaned up); a disconnect stops the
-stream and calls its handler; the server's own cancellation passes through. First at the
-ASGI level, where a `send` that never returns is a client that stopped reading, then over
-real uvicorn with a socket that stops reading."""
+"""`EventStream` (app/api/sse.py: sse-starlette's response as the service uses it), the SSE
+response of run events and AG-UI turns: every chunk in order then the end; keep-alive
+comments while idle; a client that stops reading is dropped after the send timeout (its
+stream's generator cleaned up); a disconnect stops the stream and calls its handler; the
+server's own cancellation passes through; the server's exit does not cut a stream short. First
+at the ASGI level, where a `send` that never returns is a client that stopped reading, then
+over real uvicorn with a socket that stops reading."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from sse_starlette.sse import AppStatus
+from structlog.testing import capture_logs
 
 from app.api.sse import PING, EventStream, SlowClientError
 from app.main import create_app
@@ -23,6 +26,7 @@ from tests.api.test_redis_outages import until
 from tests.fakes.serving import Served
 
 BOUND_S = 10.0
+SCOPE = {"type": "http", "method": "GET"}
 
 
 class Client:
@@ -81,7 +85,7 @@ async def test_every_chunk_is_sent_in_order_then_the_end() -> None:
     client, frames = Client(), Frames([b"id: 1\r\n\r\n", b"id: 2\r\n\r\n"])
     response = stream(frames, headers={"Content-Location": "/runs/r"})
     with anyio.fail_after(BOUND_S):
-        await response({"type": "http"}, client.receive, client.send)
+        await response(SCOPE, client.receive, client.send)
     start = client.sent[0]
     assert (start["type"], start["status"]) == ("http.response.start", 200)
     headers = dict(start["headers"])
@@ -100,7 +104,7 @@ async def test_an_idle_stream_sends_keep_alive_comments() -> None:
     response = stream(frames, ping_s=0.05)
     with anyio.fail_after(BOUND_S):
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(response, {"type": "http"}, client.receive, client.send)
+            tasks.start_soon(response, SCOPE, client.receive, client.send)
             while client.bodies().count(PING) < 3:
                 client.written.clear()
                 await client.written.wait()
@@ -113,7 +117,7 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout() -
     client, frames = Client(accepts=1), Frames([b"a", b"b", b"c"], then_wait=True)
     response = stream(frames, send_s=0.2)
     with anyio.fail_after(BOUND_S), pytest.raises(SlowClientError, match=r"0\.2 s"):
-        await response({"type": "http"}, client.receive, client.send)
+        await response(SCOPE, client.receive, client.send)
     assert client.bodies() == [b"a"]
     assert frames.closed  # its generator's cleanup ran (the subscriber gauge, in the routes)
 
@@ -135,7 +139,7 @@ async def test_a_write_that_blocks_while_the_watcher_waits_for_a_ping_is_timed_o
 
             async def answer() -> None:
                 with pytest.raises(SlowClientError):
-                    await response({"type": "http"}, client.receive, client.send)
+                    await response(SCOPE, client.receive, client.send)
 
             tasks.start_soon(answer)
             await client.listening.wait()  # the watcher waits, toward the ping
@@ -147,7 +151,7 @@ async def test_a_keep_alive_the_client_does_not_take_drops_it_too() -> None:
     client, frames = Client(accepts=0), Frames([], then_wait=True)
     response = stream(frames, ping_s=0.05, send_s=0.2)
     with anyio.fail_after(BOUND_S), pytest.raises(SlowClientError):
-        await response({"type": "http"}, client.receive, client.send)
+        await response(SCOPE, client.receive, client.send)
     assert frames.closed
 
 
@@ -161,7 +165,7 @@ async def test_a_disconnect_stops_the_stream_and_calls_its_handler() -> None:
     response = stream(frames, on_disconnect=on_disconnect)
     with anyio.fail_after(BOUND_S):
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(response, {"type": "http"}, client.receive, client.send)
+            tasks.start_soon(response, SCOPE, client.receive, client.send)
             await client.written.wait()
             client.disconnected.set()
     assert told == [{"type": "http.disconnect"}]
@@ -169,15 +173,64 @@ async def test_a_disconnect_stops_the_stream_and_calls_its_handler() -> None:
     assert client.bodies() == [b"a"]  # no end: nobody is listening
 
 
+async def test_a_failing_disconnect_handler_is_logged_and_the_stream_still_stops() -> None:
+    client, frames = Client(), Frames([b"a"], then_wait=True)
+
+    async def on_disconnect(message: Any) -> None:
+        raise RuntimeError("the store is down")
+
+    response = stream(frames, on_disconnect=on_disconnect)
+    with capture_logs() as logs, anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(response, SCOPE, client.receive, client.send)
+            await client.written.wait()
+            client.disconnected.set()
+    assert [e["event"] for e in logs] == ["sse_disconnect_handler_failed"]
+    assert frames.closed
+
+
 async def test_the_servers_cancellation_is_not_taken_for_the_watchers() -> None:
     client, frames = Client(), Frames([b"a"], then_wait=True)
-    task = asyncio.create_task(stream(frames)({"type": "http"}, client.receive, client.send))
+    task = asyncio.create_task(stream(frames)(SCOPE, client.receive, client.send))
     with anyio.fail_after(BOUND_S):
         await client.written.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
     assert frames.closed
+
+
+@pytest.fixture
+def server_exiting() -> Iterator[None]:
+    """What sse-starlette records when it sees the server exit (a signal it caught, process
+    wide); put back after the test."""
+    AppStatus.should_exit = True
+    try:
+        yield
+    finally:
+        AppStatus.should_exit = False
+
+
+@pytest.mark.usefixtures("server_exiting")
+async def test_a_stream_runs_on_to_its_end_when_the_server_exits() -> None:
+    """sse-starlette cancels every stream as soon as it sees the server exit, unless given a
+    grace: ours get the runs' drain and a margin, so a follower still gets the terminal event
+    its run is cancelled with at the end of the drain."""
+    gate = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"a"
+        await gate.wait()  # the run's drain
+        yield b"b"
+
+    client = Client()
+    response = EventStream(frames(), ping_s=60, send_timeout_s=60, grace_s=0)
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(response, SCOPE, client.receive, client.send)
+            await client.listening.wait()  # every task of the response has started
+            gate.set()
+    assert client.bodies() == [b"a", b"b", b""]
 
 
 @pytest.mark.parametrize("httptools", [False, True], ids=["h11", "httptools"])

@@ -116,7 +116,13 @@ async def test_the_page_fits_phone_and_desktop_widths(browser: Browser, width: i
         await v.open_run(run["id"])
         await expect(page.locator("#answer-text")).to_contain_text("Done")
         await no_horizontal_scroll(page)
-        for selector in ("#run-status", "#cancel", "#timeline", "#runs-refresh", "#run-list a"):
+        for selector in (
+            "#run-status",
+            "#continue-form",
+            "#timeline",
+            "#runs-refresh",
+            "#run-list a",
+        ):
             await within_width(page, selector, width)
 
         await page.get_by_role("link", name="New run").click()

@@ -65,7 +65,7 @@ async def test_a_run_from_the_form_shows_thought_action_and_observation_before_i
         await expect(page.locator("#answer-text")).to_have_text("The answer is 42.")
         await expect(page.locator("#run-reason")).to_have_text("finished")
         await expect(page.locator("#run-status")).to_have_text("completed")
-        await expect(page.locator("#cancel")).to_be_disabled()
+        await expect(page.locator("#cancel")).to_be_hidden()  # nothing to cancel any more
         await expect(page.locator("#degraded")).to_have_count(0)
         await expect(page.locator("#usage")).to_contain_text("LLM calls2")
         await expect(page.locator("#steps-text")).to_have_text("2 of 10")
@@ -101,9 +101,28 @@ async def test_the_cancel_button_cancels_a_running_run(browser: Browser) -> None
 
         await expect(page.locator("#run-status")).to_have_text("cancelled")
         await expect(page.locator("#run-reason")).to_have_text("cancelled")
-        await expect(page.locator("#cancel")).to_be_disabled()
+        await expect(page.locator("#cancel")).to_be_hidden()
         await expect(page.locator("#timeline [data-type='run.cancelled']")).to_have_count(1)
         assert (await v.client.get(f"/runs/{run['id']}")).json()["status"] == "cancelled"
+
+
+async def test_an_ended_run_offers_no_cancel_button(browser: Browser) -> None:
+    async with (
+        FakeLLMServer([FakeReply.finish("done")]) as llm,
+        open_viewer(browser, llm_base_url=llm.base_url) as v,
+    ):
+        run = (await v.client.post("/runs", json={"task": "be quick", "tools": []})).json()
+        ended = await v.client.get(f"/runs/{run['id']}/wait", params={"timeout_s": 10})
+        assert ended.json()["status"] == "completed"
+
+        await v.open_run(run["id"])
+
+        page = v.page
+        await expect(page.locator("#run-status")).to_have_text("completed")
+        await expect(page.locator("#answer-text")).to_have_text("done")
+        await expect(page.locator("#cancel")).to_be_hidden()
+        await expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
+        await expect(page.locator("#continue-form")).to_be_visible()
 
 
 async def test_a_reload_mid_run_restores_the_whole_timeline_and_goes_on_live(

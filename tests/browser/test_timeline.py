@@ -108,7 +108,8 @@ async def test_what_each_call_and_the_run_cost_is_shown_and_a_cost_budget_ends_i
         "task": "What is 6*7?",
         "model": "gpt-4o-mini",
         "tools": ["calculator"],
-        "settings": {"max_cost_usd": 0.01},  # the first call costs $0.0156
+        # the first call costs $0.0156; a second like it would pass the budget: the final call
+        "settings": {"max_cost_usd": 0.02},
     }
     async with (
         FakeLLMServer(replies) as llm,

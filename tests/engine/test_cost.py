@@ -174,6 +174,7 @@ async def test_the_cost_survives_a_checkpoint_and_a_resume() -> None:
     first = await collect(run_react(task="t", model=model, tools=[echo_tool()], limits=limits))
     state = RunState.from_checkpoint(of_type(first, Checkpoint)[-1].state)
     assert (state.cost_usd, state.unpriced_calls) == (0.003, 0)
+    assert state.last_call_cost_usd == 0.003  # what the look-ahead expects of the next call
     resumed = ScriptedModel([echo(1, used(1000, 100)), done(used(1000, 100))], price=PRICE)
     steps = await collect(
         run_react(task="t", model=resumed, tools=[echo_tool()], state=state),
@@ -255,3 +256,56 @@ async def test_planning_calls_are_priced_and_count_in_the_runs_cost() -> None:
     steps = await collect(run_react(task="t", model=model, tools=[UpdatePlanTool()], limits=limits))
     assert [c.cost_usd for c in of_type(steps, LLMCalled)] == [0.003, 0.003]
     assert ending(steps).usage.cost_usd == 0.006
+
+
+DOLLAR_A_CALL = Price(Rates(input=1.0, output=10.0, cached_input=1.0))
+"""With `used(500_000, 50_000)`: $0.50 of prompt and $0.50 of completion, one dollar a call."""
+
+
+def dollar(reply: Reply) -> Reply:
+    return Reply(reply.content, reply.tool_calls, usage=used(500_000, 50_000))
+
+
+async def test_a_step_whose_call_would_pass_the_budget_gives_way_to_the_final_call() -> None:
+    """The look-ahead expects the next call to cost no less than the last one did ($1): with
+    $2 spent of $2.50, the third step's call would pass the budget, so the final call comes
+    instead and is the one call past it."""
+    replies = [echo(1, used(0, 0)), echo(2, used(0, 0)), says("best so far"), echo(3, used(0, 0))]
+    model = ScriptedModel([dollar(r) for r in replies], price=DOLLAR_A_CALL)
+    limits = Limits(max_cost_usd=2.5)
+    steps = await collect(run_react(task="t", model=model, tools=[echo_tool()], limits=limits))
+    end = ending(steps)
+    assert (end.reason, end.answer) == (StopReason.COST_BUDGET, "best so far")
+    assert [c.cost_usd for c in of_type(steps, LLMCalled)] == [1.0, 1.0, 1.0]
+    assert end.usage.cost_usd == 3.0
+    assert end.usage.steps == 2
+
+
+async def test_once_a_call_passed_the_budget_no_final_call_follows() -> None:
+    first = dollar(echo(1, used(0, 0)))
+    second = Reply(tool_calls=echo(2, used(0, 0)).tool_calls, usage=used(1_000_000, 100_000))
+    model = ScriptedModel([first, second, says("never asked")], price=DOLLAR_A_CALL)
+    limits = Limits(max_cost_usd=2.5)
+    steps = await collect(run_react(task="t", model=model, tools=[echo_tool()], limits=limits))
+    end = ending(steps)
+    assert (end.reason, end.answer, end.degraded) == (StopReason.COST_BUDGET, None, False)
+    assert [c.cost_usd for c in of_type(steps, LLMCalled)] == [1.0, 2.0]
+    assert len(model.calls) == 2
+    assert of_type(steps, Intervention) == []  # no limit prompt: no final call
+
+
+async def test_a_planning_step_expects_two_calls_its_planning_call_and_its_own() -> None:
+    """Planning before steps 1 and 3, $1 a call, $4.50: $3 spent after step 2; step 3 would
+    make two calls ($5), so the final call comes instead ($4); one call would have fit."""
+    plan = Reply(
+        tool_calls=(call("update_plan", {"plan": [{"step": "echo", "status": "pending"}]}),)
+    )
+    replies = [plan, echo(1, used(0, 0)), echo(2, used(0, 0)), says("best so far"), plan]
+    model = ScriptedModel([dollar(r) for r in replies], price=DOLLAR_A_CALL)
+    limits = Limits(max_cost_usd=4.5, planning_interval=2)
+    tools = [echo_tool(), UpdatePlanTool()]
+    steps = await collect(run_react(task="t", model=model, tools=tools, limits=limits))
+    end = ending(steps)
+    assert (end.reason, end.answer) == (StopReason.COST_BUDGET, "best so far")
+    assert end.usage.cost_usd == 4.0
+    assert end.usage.steps == 2

@@ -223,3 +223,32 @@ def test_planning_needs_the_update_plan_tool() -> None:
             tools=[echo_tool()],
             limits=Limits(planning_interval=1),
         )
+
+
+async def test_restating_an_unchanged_plan_at_each_planning_step_is_a_plan_not_a_loop() -> None:
+    """The third identical `update_plan` would be a repetition: at a planning step, where the
+    call is forced, the same plan again is the model's review of it, recorded as a plan (no
+    repetition hint, no planning nudge, no second planning call)."""
+    script: list[Any] = []
+    for n in range(4):
+        script += [plans(), says(None, call("echo", {"text": str(n)}))]
+    model = ScriptedModel([*script, plans(), finish("done")])
+    limits = Limits(planning_interval=1, max_steps=5)
+    steps = await collect(run_react(task="t", model=model, tools=tools(), limits=limits))
+
+    restated = [o for o in of_type(steps, Observation) if o.tool == "update_plan"]
+    assert len(restated) == 5
+    assert not any(o.repeated or o.is_error for o in restated)
+    assert [p.message for p in planning(steps)][1:] == [planning(steps)[1].message] * 4
+    assert EN.planning_nudge not in [p.message for p in planning(steps)]
+    assert [c.force_tool for c in model.calls] == ["update_plan", None] * 5
+    assert ending(steps).reason == StopReason.FINISHED
+
+
+async def test_the_same_plan_sent_again_and_again_outside_planning_is_still_a_repetition() -> None:
+    again = [says(None, call("update_plan", {"plan": TWO_STEPS})) for _ in range(3)]
+    model = ScriptedModel([*again, finish("done")])
+    steps = await collect(run_react(task="t", model=model, tools=tools()))
+
+    restated = [o for o in of_type(steps, Observation) if o.tool == "update_plan"]
+    assert [o.repeated for o in restated] == [False, False, True]

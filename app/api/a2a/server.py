@@ -33,8 +33,6 @@ from app.settings import Settings
 
 STATE_CALLER = "a2a_caller"
 """The request state attribute the route sets to the authenticated caller."""
-STREAM_GRACE_S = 10.0
-"""How long an open stream may go on past the drain on shutdown (its run ends by then)."""
 
 
 class CallerContextBuilder(DefaultServerCallContextBuilder):
@@ -66,8 +64,7 @@ class A2AAgents:
             self._dispatchers[name] = JsonRpcDispatcher(
                 request_handler=handler,
                 context_builder=builder,
-                enable_v0_3_compat=True,
-                shutdown_grace_period=settings.shutdown_grace_s + STREAM_GRACE_S,
+                enable_v0_3_compat=True,  # its streams are served by the route (app.api.sse)
             )
 
     def _known(self, name: str) -> None:

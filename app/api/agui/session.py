@@ -4,7 +4,8 @@
 - a re-POST of a turn (same key, threadId and runId) re-attaches to the run it made;
 - a turn answering the interrupts of the thread's waiting run (`resume`, and a frontend tool's
   result as a `tool` message) decides its calls (`RunManager.decide`) and streams the same run
-  on; a re-POST of such a turn re-attaches where it began;
+  on, whether its runId is new or the interrupted turn's own (CopilotKit's `useInterrupt`
+  resumes with that one); a re-POST of such a turn re-attaches where it began;
 - otherwise it is a new run: the thread's first (its earlier messages as the history), or a
   follow-up of the thread's last run (`previous_run_id`), checked like POST /runs.
 Threads are per key (the caller's owner), kept by the store (`RunStore.thread_head`): every
@@ -39,7 +40,7 @@ from app.runs.errors import (
 )
 from app.runs.follow.follower import Until
 from app.runs.manager import RunManager
-from app.runs.records import RunRecord, RunStatus
+from app.runs.records import PendingApproval, RunRecord, RunStatus
 from app.runs.spec import RunRequest
 
 
@@ -78,6 +79,19 @@ class NewRun(Protocol):
     async def __call__(self, turn: Turn, raw: bytes) -> tuple[RunRequest, str, bool]: ...
 
 
+def _pending(head: RunRecord) -> list[PendingApproval]:
+    """The calls the thread's run waits on (none unless it waits on an approval)."""
+    if head.status != RunStatus.REQUIRES_ACTION or head.approval is None:
+        return []
+    return head.approval.undecided()
+
+
+def _answers(turn: Turn, head: RunRecord) -> bool:
+    """Whether the turn answers interrupts (`resume`, or a frontend tool's result for a call the
+    run waits on): so is one that CopilotKit sends with the interrupted turn's own runId."""
+    return bool(turn.resume) or any(p.call_id in turn.results for p in _pending(head))
+
+
 class AguiThreads:
     def __init__(self, manager: RunManager, threads: ThreadIndex, new_run: NewRun) -> None:
         self.manager = manager
@@ -95,8 +109,8 @@ class AguiThreads:
                 head = await self.manager.get(head_id, owner, any_owner=anyone)
         key = turn_key(turn.thread_id, turn.run_id)
         cancel = turn.cancel_on_disconnect
-        if head is not None and head.idempotency_key == key:  # this turn made it: re-attach
-            return Opened(head.id, last_event_id or 0, cancel)
+        if head is not None and head.idempotency_key == key and not _answers(turn, head):
+            return Opened(head.id, last_event_id or 0, cancel)  # this turn made it: re-attach
         answering = await self._answer(head, turn, caller)
         if answering is not None:
             return Opened(answering.run_id, last_event_id or answering.after, cancel)
@@ -141,8 +155,7 @@ class AguiThreads:
             if named:
                 raise no_interrupts(turn, named)
             return None
-        waiting = head.status == RunStatus.REQUIRES_ACTION and head.approval is not None
-        pending = head.approval.undecided() if waiting and head.approval is not None else []
+        pending = _pending(head)
         pending_ids = {p.call_id for p in pending}
         if pending and (set(named) & pending_ids or set(turn.results) & pending_ids):
             after, _ = await self._interrupt_point(head.id, pending_ids)

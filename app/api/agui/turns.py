@@ -153,6 +153,17 @@ def read_turn(raw: bytes) -> Turn:
             raise InvalidRunError(f"messages[{len(messages) - 1}].content", "is empty")
         task += _context(data.context)
         history = messages[:-1]
+    resume = list(data.resume or [])
+    answered: dict[str, int] = {}
+    for index, entry in enumerate(resume):
+        if entry.interrupt_id in answered:
+            raise InvalidRunError(
+                f"resume[{index}].interruptId",
+                f"answers {entry.interrupt_id!r} again (resume[{answered[entry.interrupt_id]}] "
+                "answers it): answer each interrupt once",
+                interrupts=[entry.interrupt_id],
+            )
+        answered[entry.interrupt_id] = index
     tools = [
         {"name": t.name, "description": t.description, **_parameters(t.parameters, i)}
         for i, t in enumerate(data.tools or [])
@@ -165,7 +176,7 @@ def read_turn(raw: bytes) -> Turn:
         props=props,
         client_tools=tools,
         results=results,
-        resume=list(data.resume or []),
+        resume=resume,
         cancel_on_disconnect=on_disconnect == "cancel",
     )
 

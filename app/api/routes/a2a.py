@@ -6,17 +6,21 @@ needs the key.
 The endpoints are built by the lifespan (`app.api.a2a.server`, which imports the SDK) only
 when agent profiles are configured; this module imports none of it. The JSON-RPC endpoint is
 left out of the OpenAPI document: its requests and answers are the protocol's (the card and
-the A2A specification describe them).
+the A2A specification describe them). Its streams are the SDK's, served as every stream of the
+service is (`app.api.sse.EventStream`).
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
+from sse_starlette import EventSourceResponse
 
-from app.api.deps import CallerDep, SettingsDep
+from app.api.deps import CallerDep, SettingsDep, metrics_of, settings_of
 from app.api.errors import ApiError, ErrorBody
+from app.api.sse import EventStream
 
 if TYPE_CHECKING:
     from app.api.a2a.server import A2AAgents
@@ -48,9 +52,39 @@ def agents_of(request: Request, name: str | None = None) -> A2AAgents:
     return agents
 
 
+def served(sdk: EventSourceResponse, request: Request) -> EventStream:
+    """The SDK's stream (its updates, which sse-starlette encodes) served as every stream of
+    the service: FINISHLINE_SSE_PING_S's keep-alives, FINISHLINE_SSE_SEND_TIMEOUT_S (the SDK
+    sets no send timeout), the shutdown grace, and the subscriber gauge. A dropped stream
+    leaves its task alone (A2A: the client may subscribe again)."""
+    metrics, settings = metrics_of(request), settings_of(request)
+    updates = sdk.body_iterator
+
+    async def frames() -> AsyncIterator[Any]:
+        metrics.sse_subscribers.inc()
+        try:
+            async for update in updates:
+                yield update
+        finally:
+            metrics.sse_subscribers.dec()
+            aclose = getattr(updates, "aclose", None)
+            if aclose is not None:  # the SDK's generator: its own cleanup now, not at GC
+                await aclose()
+
+    return EventStream(
+        frames(),
+        ping_s=settings.sse_ping_s,
+        send_timeout_s=settings.sse_send_timeout_s,
+        grace_s=settings.shutdown_grace_s,
+    )
+
+
 @router.post("/a2a/{name}", name="a2a_rpc", include_in_schema=False)
 async def a2a_rpc(name: str, request: Request, caller: CallerDep) -> Response:
-    return await agents_of(request, name).rpc(name, request, caller)
+    answer = await agents_of(request, name).rpc(name, request, caller)
+    if isinstance(answer, EventSourceResponse):
+        return served(answer, request)
+    return answer
 
 
 @router.get(

@@ -50,8 +50,9 @@ async def get_threads(request: Request) -> ThreadHeads:
     "`threadId` is a conversation: a thread's next run continues from its last. The run's "
     "configuration is `forwardedProps.finishline`, checked like POST /runs before any event "
     "is sent. A run that waits for approval or for a frontend tool's result ends the stream "
-    "with an interrupt; the thread's next run answers it in `resume` and streams the same "
-    "run on. The same key, threadId and runId again re-attach to that run (`Last-Event-ID`: "
+    "with an interrupt; the thread's next run answers it in `resume` (with a new runId or, "
+    "as CopilotKit does, the interrupted turn's own) and streams the same run on. The same "
+    "key, threadId and runId again, with no `resume`, re-attach to that run (`Last-Event-ID`: "
     "after that seq). See the README, 'AG-UI front ends'.",
     dependencies=[Depends(require_json)],
     openapi_extra={
@@ -73,8 +74,8 @@ async def get_threads(request: Request) -> ThreadHeads:
         415: {"model": ErrorBody},
         422: {
             "model": ErrorBody,
-            "description": "Not a RunAgentInput, or a run POST /runs would refuse (the field "
-            "named where the input holds it).",
+            "description": "Not a RunAgentInput, a `resume` answering an interrupt twice, or "
+            "a run POST /runs would refuse (the field named where the input holds it).",
         },
         429: {
             "model": ErrorBody,
@@ -143,6 +144,7 @@ async def run_agent(
         frames(),
         ping_s=settings.sse_ping_s,
         send_timeout_s=settings.sse_send_timeout_s,
+        grace_s=settings.shutdown_grace_s,
         on_disconnect=on_disconnect,
         headers={"Content-Location": f"/runs/{opened.run_id}"},
     )

@@ -89,12 +89,13 @@ def event_stream(
 ) -> EventStream:
     """The SSE response following `run_id` from seq `after` to its terminal event (through
     any `run.waiting` on the way: DESIGN §19)."""
-    batches = manager.follow(run_id, caller.owner, after, any_owner=caller.any_owner)
 
     async def frames() -> AsyncIterator[bytes]:
         metrics.sse_subscribers.inc()
         try:
-            async for batch in batches:
+            async for batch in manager.follow(
+                run_id, caller.owner, after, any_owner=caller.any_owner
+            ):
                 yield sse_frames(batch)  # one write for whatever is ready
         finally:
             metrics.sse_subscribers.dec()
@@ -103,6 +104,7 @@ def event_stream(
         frames(),
         ping_s=settings.sse_ping_s,
         send_timeout_s=settings.sse_send_timeout_s,
+        grace_s=settings.shutdown_grace_s,
         headers=headers,
         on_disconnect=on_disconnect,
     )

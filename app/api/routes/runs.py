@@ -341,7 +341,12 @@ async def wait_run(
     "/{run_id}",
     status_code=204,
     summary="Delete an ended run and its events",
-    responses=conflict("run_not_ended: the run has not ended"),
+    description="A run whose task is still storing its end (a follower may have its terminal "
+    "event already) or closing is waited for, a few seconds at most.",
+    responses=conflict(
+        "run_not_ended: the run has not ended; run_closing: it has ended and its task is "
+        "still closing after a few seconds (Retry-After)"
+    ),
 )
 async def delete_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> Response:
     await manager.delete(run_id, caller.owner, any_owner=caller.any_owner)

@@ -1,4 +1,4 @@
-// One run, live: its header and Cancel button, step and time meters, usage counters, the
+// One run, live: its header and Cancel button (while it runs), step and time meters, usage counters, the
 // answer once it ends, and the timeline fed by RunStream. A live run takes messages (Send);
 // an ended one can be continued with a follow-up run (Continue).
 
@@ -98,6 +98,7 @@ export class RunView {
       id: "cancel",
       class: "danger",
       disabled: true,
+      hidden: true, // shown while the run has not ended
       on: { click: () => this.#cancel() },
     }, "Cancel run");
     this.task = el("p", { class: "task", id: "run-task" });
@@ -279,6 +280,7 @@ export class RunView {
     this.statusBadge.className = `badge status-${status}`;
     const live = ["queued", "running", "requires_action"].includes(status);
     this.cancelButton.disabled = !live;
+    this.cancelButton.hidden = !live; // nothing to cancel once it ended
     this.sendBox.form.hidden = !live;
     this.continueBox.form.hidden = !ENDED.has(status);
   }

@@ -1,19 +1,25 @@
-"""Following a run: its events from a seq to its terminal event, or to its next wait for a
-person (DESIGN §19). The one follow loop every face uses: the native SSE streams (to the end),
-AG-UI's interrupt, A2A's INPUT_REQUIRED (to the next wait). A run's wait is an event
+"""Following a run: its events from a seq to its terminal event, or to its wait for a person
+(DESIGN §19). The one follow loop every face uses: the native SSE streams (to the end),
+AG-UI's interrupt, A2A's INPUT_REQUIRED (to the wait). A run's wait is an event
 (`run.waiting`, logged with the record saved waiting), so following is reading the log: live
 while the run has not ended (here, waiting, queued, or on another replica: the store's
 subscription), stored pages otherwise. Any replica follows any run.
+
+A follower stops at a `run.waiting` only while the run is still in that wait: one the log
+shows over (the run started again after it), or whose calls are all decided by the time the
+follower reaches it, is passed (a replay from the start goes on through the waits a run has
+had; a wait decided meanwhile does not end a stream).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from enum import StrEnum
 from typing import Protocol
 
 from app.engine.events import EventType
-from app.runs.follow.log import RESUMED, last_seq, stored_pages, until_stop
+from app.runs.follow.log import RESUMED, last_seq, stored_pages
 from app.runs.live import LiveRuns
 from app.runs.records import Event, RunRecord
 from app.runs.store import RunStore
@@ -26,12 +32,12 @@ class Until(StrEnum):
     END = "end"
     """The run's terminal event (the native SSE streams: a wait is on the way)."""
     WAIT = "wait"
-    """Its terminal event, or its wait for a person: the one it is in at the seq followed
-    from (its `run.waiting` handed over again, at once), else its next (AG-UI's interrupt;
-    A2A's INPUT_REQUIRED on a message to a task)."""
+    """Its terminal event, or the wait for a person it is in: the one it is in at the seq
+    followed from (its `run.waiting` handed over again, at once), else the next it reaches
+    (AG-UI's interrupt; A2A's INPUT_REQUIRED on a message to a task)."""
     NEXT_WAIT = "next_wait"
-    """Its terminal event, or its next wait after the seq followed from (a follower that
-    joins a run waiting already follows it past that wait: A2A's SubscribeToTask)."""
+    """Its terminal event, or the next wait it is in after the seq followed from (a follower
+    that joins a run waiting already follows it past that wait: A2A's SubscribeToTask)."""
 
 
 class Visible(Protocol):
@@ -67,9 +73,40 @@ class RunFollower:
             if current is not None:
                 yield [current]
                 return
-        at_wait = until != Until.END
-        async for batch in until_stop(self._batches(run_id, after), at_wait=at_wait):
-            yield batch
+        batches = self._batches(run_id, after)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                stop = await self._stop(run_id, batch, at_wait=until != Until.END)
+                if stop is None:
+                    yield batch
+                    continue
+                yield batch[: stop + 1]
+                return
+
+    async def _stop(self, run_id: str, batch: list[Event], *, at_wait: bool) -> int | None:
+        """Where in `batch` the follower stops: its terminal event, or (`at_wait`) the first
+        `run.waiting` the run is still in; None to go on past the batch."""
+        for index, event in enumerate(batch):
+            if event.terminal:
+                return index
+            if not at_wait or event.type != EventType.RUN_WAITING:
+                continue
+            if any(later.type in RESUMED for later in batch[index + 1 :]):
+                continue  # the log shows it over
+            if await self._still_waits(run_id, event):
+                return index
+        return None
+
+    async def _still_waits(self, run_id: str, waited: Event) -> bool:
+        """Whether the run still waits on a call its `run.waiting` listed (its record is
+        stored before the event: a follower that sees the event reads the wait, or later)."""
+        record = await self.store.get(run_id)
+        if not unlogged_wait(record):
+            return False
+        assert record is not None
+        assert record.approval is not None
+        listed = {p.get("call_id") for p in waited.data.get("pending", [])}
+        return any(p.call_id in listed for p in record.approval.undecided())
 
     async def _current_wait(self, run_id: str, after: int) -> Event | None:
         """The `run.waiting` of the wait the run is in, when it was logged at or before seq
