@@ -14,7 +14,7 @@ had; a wait decided meanwhile does not end a stream).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Collection
+from collections.abc import AsyncGenerator, Collection
 from enum import StrEnum
 from typing import Protocol
 
@@ -122,7 +122,7 @@ class RunFollower:
                     current = None
         return current if current is not None and current.seq <= after else None
 
-    async def _batches(self, run_id: str, after: int) -> AsyncIterator[list[Event]]:
+    async def _batches(self, run_id: str, after: int) -> AsyncGenerator[list[Event], None]:
         """Live until the terminal event while the run has not ended; else the stored log."""
         live = run_id in self.live or await self._unended(run_id)
         if live or run_id in self.live:  # (it may have resumed during that read)
