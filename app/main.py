@@ -207,8 +207,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "metrics": metrics,
                             "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
                             "tracing": tracing,
-                            # AG-UI's threads (app.api.agui)
-                            "threads": ThreadHeads(manager.threads.index),
                             "a2a": a2a_agents,  # A2A endpoints (app.api.a2a), or None
                         }
                 finally:

@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from app.engine.errors import FinishlineError
+from app.engine.paths import field_path
 from app.runs.errors import (
     AmbiguousCallError,
     IdempotencyConflictError,
@@ -141,11 +142,10 @@ def error_response(
 
 
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [p for p in loc if p not in ("body", "query", "header", "path")]
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or ".".join(str(p) for p in loc)
+    """A problem's place as a client wrote it: its `loc` past where it was (body, query…)."""
+    if loc and loc[0] in ("body", "query", "header", "path", "cookie"):
+        return field_path(loc[1:]) or str(loc[0])
+    return field_path(loc)
 
 
 def validation_problems(exc: RequestValidationError) -> list[dict[str, Any]]:

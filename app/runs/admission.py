@@ -97,28 +97,27 @@ class Admission:
         owner: str | None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
-        digest: str | None = None,
-        sized: bool = False,
         joining: Joining | None = None,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False.
-        `traceparent`: the caller's W3C trace context, the parent of the run's trace.
-        `digest`: the request's `request_hash` when the caller has it already (computed
-        where the request was parsed); otherwise, for a run with an idempotency key, it is
-        computed in a worker thread. A run without a key keeps none: only a replay of its key
-        compares it (and A2A's, whose runs have keys).
-        `sized`: the request's sizes are checked against the caps already (`RunAssembler`).
+        `traceparent`: the caller's W3C trace context, the parent of the run's trace. A run
+        with an idempotency key keeps its `request_hash` (the request's `digest`, computed
+        where it was read, else here in a worker thread); one without keeps none: only a
+        replay of its key compares it (and A2A's and AG-UI's, whose runs have keys).
         `joining`: the run is a thread's next (`ThreadMovedError` when the thread moved)."""
         if self.live.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
+        digest: str | None = None
         if idempotency_key is not None:
-            if digest is None:
-                # in proportion to the request's size (64 KB of tool schemas: milliseconds)
-                digest = await anyio.to_thread.run_sync(request_hash, request)
+            # in proportion to the request's size (64 KB of tool schemas: milliseconds)
+            known = request.digest
+            if known is None:
+                known = await anyio.to_thread.run_sync(request_hash, request)
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
-                return self._replay(existing, digest), False
-        checked = await self.assembler.check(request, sized=sized)
+                return self._replay(existing, known), False
+            digest = known
+        checked = await self.assembler.check(request)
         request = checked.request  # with its agent profile applied, if it names one
         previous = None
         if joining is not None:  # the thread's latest, ended or not

@@ -206,8 +206,6 @@ class RunManager:
         owner: str | None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
-        digest: str | None = None,
-        sized: bool = False,
         thread_id: str | None = None,
         multitask: Multitask = Multitask.REJECT,
     ) -> tuple[RunRecord, bool]:
@@ -221,16 +219,12 @@ class RunManager:
                 multitask=multitask,
                 idempotency_key=idempotency_key,
                 traceparent=traceparent,
-                digest=digest,
-                sized=sized,
             )
         return await self.admission.create(
             request,
             owner=owner,
             idempotency_key=idempotency_key,
             traceparent=traceparent,
-            digest=digest,
-            sized=sized,
         )
 
     async def get(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:

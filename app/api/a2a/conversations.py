@@ -196,8 +196,6 @@ class Conversations:
                     request,
                     owner=caller.owner,
                     idempotency_key=key,
-                    digest=digest,
-                    sized=True,
                 )
             except InvalidRunError as exc:  # a server-side check (a cap, a tool or model name)
                 raise relocated(exc) from None
@@ -252,12 +250,13 @@ class Conversations:
             body["previous_run_id"] = previous_run_id
         raw = json.dumps(body, ensure_ascii=False).encode()
         try:
-            _, request, digest = await read_run_body(raw, self.settings)
+            _, request = await read_run_body(raw, self.settings)
         except RequestValidationError as exc:
             raise invalid_params(exc, where) from None
         except InvalidRunError as exc:
             raise a2a_error(relocated(exc)) from None
-        return request, digest
+        assert request.digest is not None  # (hashed: every A2A run has an idempotency key)
+        return request, request.digest
 
     # -- a message on a task ----------------------------------------------------------------
 

@@ -6,11 +6,13 @@
   result as a `tool` message) decides its calls (`RunManager.decide`) and streams the same run
   on, whether its runId is new or the interrupted turn's own (CopilotKit's `useInterrupt`
   resumes with that one); a re-POST of such a turn re-attaches where it began;
-- otherwise it is a new run: the thread's first (its earlier messages as the history), or a
-  follow-up of the thread's last run (`previous_run_id`), checked like POST /runs.
-Threads are per key (the caller's owner), kept by the store (`RunStore.thread_head`): every
-store, every replica. A turn's run is found again by its idempotency key, made of threadId and
-runId, so concurrent identical POSTs make one run (the store's own guarantee).
+- otherwise it is a new run of the thread (`Threads.start`, DESIGN §19; the thread
+  `ag-ui:THREAD`): its first (its earlier messages as the history), or the next, continuing
+  from the thread's latest run (`previous_run_id`), checked like POST /runs; refused while
+  that one has not ended.
+Threads are per key (the caller's owner), the runs layer's (every store, every replica). A
+turn's run is found again by its idempotency key, made of threadId and runId, so concurrent
+identical POSTs make one run (the store's own guarantee).
 
 `AguiThreads.stream` follows the run (`RunManager.follow`) to its terminal event, or to its
 next wait for a person or the client (`run.waiting`), which ends it with the interrupt. Uses
@@ -24,19 +26,21 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from app.api.agui.decisions import decisions_for, no_interrupts
 from app.api.agui.mapping import FrameMapper, frame
-from app.api.agui.turns import Turn, relocated, run_body
+from app.api.agui.turns import Turn, where
 from app.api.auth import Caller
 from app.api.errors import ApiError
+from app.api.runbody import relocated
 from app.engine.events import EventType
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
-    RunNotFoundError,
     RunNotWaitingError,
+    ThreadBusyError,
 )
 from app.runs.follow.follower import Until
 from app.runs.manager import RunManager
@@ -44,17 +48,9 @@ from app.runs.records import PendingApproval, RunRecord, RunStatus
 from app.runs.spec import RunRequest
 
 
-def store_thread(thread_id: str) -> str:
-    """The AG-UI thread's name among the store's threads (A2A's contexts are `a2a:…`)."""
-    return "ag-ui:" + thread_id
-
-
-class ThreadIndex(Protocol):
-    """Where threads are kept: the run store (`app.runs.store.RunStore`)."""
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None: ...
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None: ...
+def thread_of(turn: Turn) -> str:
+    """The AG-UI thread among the key's threads (A2A's contexts are `a2a:…`)."""
+    return "ag-ui:" + turn.thread_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +69,10 @@ def turn_key(thread_id: str, run_id: str) -> str:
 
 
 class NewRun(Protocol):
-    """Parses the POST /runs body of a turn's new run (`app.api.runbody.read_run_body`, with
-    the turn's field names): the run, its digest and whether a dropped stream cancels it."""
+    """Reads the run a turn makes of `task` (`app.api.agui.body`): the run, and whether a
+    dropped stream cancels it."""
 
-    async def __call__(self, turn: Turn, raw: bytes) -> tuple[RunRequest, str, bool]: ...
+    async def __call__(self, turn: Turn, task: str) -> tuple[RunRequest, bool]: ...
 
 
 def _pending(head: RunRecord) -> list[PendingApproval]:
@@ -92,21 +88,26 @@ def _answers(turn: Turn, head: RunRecord) -> bool:
     return bool(turn.resume) or any(p.call_id in turn.results for p in _pending(head))
 
 
+def _busy(turn: Turn, run_id: str | None, status: str | None) -> ApiError:
+    return ApiError(
+        409,
+        "run_not_ended",
+        f"thread {turn.thread_id!r} is at run {run_id}, which is {status}: wait for its end, "
+        "or re-attach to it with its runId",
+        run_id=run_id,
+    )
+
+
 class AguiThreads:
-    def __init__(self, manager: RunManager, threads: ThreadIndex, new_run: NewRun) -> None:
+    def __init__(self, manager: RunManager, new_run: NewRun) -> None:
         self.manager = manager
-        self.threads = threads
         self.new_run = new_run
 
     # -- what the turn is ---------------------------------------------------------------------
 
     async def open(self, turn: Turn, caller: Caller, last_event_id: int | None) -> Opened:
-        owner, anyone = caller.owner, caller.any_owner
-        head: RunRecord | None = None
-        head_id = await self.threads.thread_head(owner, store_thread(turn.thread_id))
-        if head_id is not None:
-            with contextlib.suppress(RunNotFoundError):  # deleted, expired: the thread is new
-                head = await self.manager.get(head_id, owner, any_owner=anyone)
+        owner = caller.owner
+        head = await self.manager.threads.latest(owner, thread_of(turn))
         key = turn_key(turn.thread_id, turn.run_id)
         cancel = turn.cancel_on_disconnect
         if head is not None and head.idempotency_key == key and not _answers(turn, head):
@@ -119,32 +120,24 @@ class AguiThreads:
                 "messages", "must end with the user's new message (the task of the run)"
             )
         if head is not None and not head.status.terminal:
-            raise ApiError(
-                409,
-                "run_not_ended",
-                f"thread {turn.thread_id!r} is at run {head.id}, which is {head.status.value}: "
-                "wait for its end, or re-attach to it with its runId",
-                run_id=head.id,
-            )
+            raise _busy(turn, head.id, head.status.value)
         task = turn.task if head is not None else turn.first_task
         assert task is not None
-        request, digest, cancel = await self.new_run(turn, run_body(turn, task))
-        if head is not None:
-            request = request.model_copy(update={"previous_run_id": head.id})
+        request, cancel = await self.new_run(turn, task)
         try:
-            record, created = await self.manager.create(
-                request, owner=owner, idempotency_key=key, digest=digest, sized=True
+            record, _ = await self.manager.threads.start(
+                request, owner=owner, thread_id=thread_of(turn), idempotency_key=key
             )
+        except ThreadBusyError as exc:  # another turn made the thread's next run meanwhile
+            raise _busy(turn, exc.details.get("run_id"), exc.details.get("status")) from None
         except InvalidRunError as exc:  # a server-side check (a cap, a tool or model name)
-            raise relocated(exc, turn) from None
+            raise relocated(exc, partial(where, turn=turn)) from None
         except IdempotencyConflictError as exc:
             raise IdempotencyConflictError(
                 f"runId {turn.run_id!r} of thread {turn.thread_id!r} ran with another input: "
                 "send a new runId for a new run",
                 run_id=exc.details.get("run_id"),
             ) from None
-        if created:
-            await self.threads.set_thread_head(owner, store_thread(turn.thread_id), record.id)
         return Opened(record.id, last_event_id or 0, cancel)
 
     async def _answer(self, head: RunRecord | None, turn: Turn, caller: Caller) -> Opened | None:

@@ -118,17 +118,13 @@ async def create_run(
         traceparent = None  # not a W3C traceparent: start a trace of the run's own
     manager, settings = manager_of(http), settings_of(http)  # not dependencies: deps.py
     raw = await http.body()  # the hash only where a replay may compare it: with a key
-    body, run_request, digest = await read_run_body(
-        raw, settings, hashed=idempotency_key is not None
-    )
+    body, run_request = await read_run_body(raw, settings, hashed=idempotency_key is not None)
     body.check_thread()
     record, created = await manager.create(
         run_request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
         traceparent=traceparent,
-        digest=digest,
-        sized=True,  # read_run_body checked the sizes
         thread_id=body.thread_id,
         multitask=body.multitask,
     )

@@ -113,8 +113,6 @@ class Threads:
         multitask: Multitask = Multitask.REJECT,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
-        digest: str | None = None,
-        sized: bool = False,
     ) -> tuple[RunRecord, bool]:
         """The thread's new run and True (made first, with the thread, for a thread the owner
         has not), or the run an idempotent replay names and False. ThreadBusyError while the
@@ -123,7 +121,7 @@ class Threads:
             made = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if made is not None:
                 return await self.admission.create(
-                    request, owner=owner, idempotency_key=idempotency_key, digest=digest
+                    request, owner=owner, idempotency_key=idempotency_key
                 )
         for _ in range(ATTEMPTS):
             entry = await self.index.thread(owner, thread_id)
@@ -141,8 +139,6 @@ class Threads:
                     owner=owner,
                     idempotency_key=idempotency_key,
                     traceparent=traceparent,
-                    digest=digest,
-                    sized=sized,
                     joining=joining,
                 )
             except ThreadMovedError:
