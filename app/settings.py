@@ -277,6 +277,12 @@ class ServerSettings(BaseSettings):
         "/.well-known/agent-card.json (every profile's is at /a2a/NAME/.well-known/"
         "agent-card.json). Must name a profile of FINISHLINE_AGENTS.",
     )
+    a2a_v03: bool = Field(
+        True,
+        description="Also speak A2A 0.3 at /a2a/NAME (0.3 clients: LangGraph, CrewAI, a2a-sdk "
+        "before 1.0): the card names a second interface at 0.3 and carries the 0.3 keys (url, "
+        "protocolVersion, preferredTransport). Off: a strict 1.0 card and 1.0 methods only.",
+    )
     max_agent_depth: int = Field(
         2,
         ge=0,
