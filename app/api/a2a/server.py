@@ -13,19 +13,17 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.utils.errors import InvalidRequestError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.a2a.cards import agent_card, card_response
 from app.api.a2a.conversations import Conversations, ThreadIndex
 from app.api.a2a.handler import CALLER, FinishlineRequestHandler
+from app.api.a2a.intake import quiet_client_mistakes, refusal
 from app.api.auth import Caller
 from app.api.errors import ApiError
-from app.api.runbody import check_value_count
 from app.assembly import RunAssembly
 from app.catalog import describe_profile
-from app.runs.errors import InvalidRunError
 from app.runs.manager import RunManager
 from app.settings import Settings
 
@@ -56,6 +54,7 @@ class A2AAgents:
         self.settings = settings
         self.assembly = assembly
         builder = CallerContextBuilder()
+        quiet_client_mistakes()
         self._dispatchers: dict[str, JsonRpcDispatcher] = {}
         for name in settings.agents:
             handler = FinishlineRequestHandler(
@@ -80,11 +79,9 @@ class A2AAgents:
     async def rpc(self, name: str, request: Request, caller: Caller) -> Response:
         """One JSON-RPC request to agent `name`, by the authenticated `caller`."""
         self._known(name)
-        try:  # the body cap held already (BodyLimit); its JSON values are bounded here
-            check_value_count(await request.body(), self.settings)
-        except InvalidRunError as exc:
-            error = InvalidRequestError(exc.message, data={"type": "validation_error"})
-            return JSONResponse(build_error_response(None, error))
+        refused = refusal(await request.body(), self.settings)  # its values, its nesting
+        if refused is not None:
+            return JSONResponse(build_error_response(*refused))
         setattr(request.state, STATE_CALLER, caller)
         return await self._dispatchers[name].handle_requests(request)
 
