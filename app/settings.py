@@ -241,7 +241,10 @@ class ServerSettings(BaseSettings):
         "*.suffix, or * (any public host). Private addresses only when listed by name or IP.",
     )
     http_tool_max_bytes: int = Field(
-        1_000_000, ge=1, description="Response size cap of HTTP tools."
+        1_000_000,
+        ge=1,
+        description="Response size cap of HTTP tools (a longer body is cut) and of a remote "
+        "A2A agent's card and answers (a longer one fails the call, unread).",
     )
     http_tool_timeout_s: float = Field(20.0, gt=0, description="Default timeout of HTTP tools.")
     http_tool_connections_per_run: int = Field(
