@@ -1,7 +1,8 @@
 """What a JSON-RPC request must be before the SDK's dispatcher reads it (`app.api.a2a.intake`):
 nested at most 48 levels (InvalidRequest naming the nesting, as POST /runs and /ag-ui refuse
-theirs); and a client's malformed request (not JSON, wrong types, an unknown method) is
-answered with its JSON-RPC error and logged without a traceback: the client's doing.
+theirs), and JSON if its Content-Type says anything (ContentTypeNotSupported otherwise); and a
+client's malformed request (not JSON, wrong types, an unknown method) is answered with its
+JSON-RPC error and logged without a traceback: the client's doing.
 
 The malformed requests are written by hand: the SDK's client cannot send them."""
 
@@ -157,3 +158,28 @@ async def test_a_malformed_request_is_answered_and_logged_without_a_traceback(
     assert not [r for r in records if r.exc_info or r.levelno >= logging.ERROR]
     assert all(r.levelno == logging.WARNING for r in records)
     assert not [e for e in logs if "exc_info" in e or e["log_level"] in ("error", "critical")]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "code"),
+    [
+        ("text/plain", -32005),
+        ("application/x-www-form-urlencoded", -32005),
+        ("application/json; charset=utf-8", -32601),
+        ("application/json-rpc", -32601),
+        (None, -32601),  # says nothing: read as JSON
+    ],
+)
+async def test_a_body_declared_as_anything_but_json_is_content_type_not_supported(
+    content_type: str | None, code: int
+) -> None:
+    body = b'{"jsonrpc": "2.0", "id": 3, "method": "Nope", "params": {}}'
+    headers = {"Content-Type": content_type} if content_type else {}
+    async with a2a_service() as service:
+        answer = await service.http.post(service.url("/a2a/calc"), content=body, headers=headers)
+    error = answer.json()["error"]
+    assert error["code"] == code  # ContentTypeNotSupported; else the method is not found
+    if code == -32005:
+        assert error["message"] == (
+            f"Content-Type {content_type}: A2A's JSON-RPC requests are application/json"
+        )

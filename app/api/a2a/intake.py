@@ -5,7 +5,9 @@ The body cap held already (`app.api.bodylimit`). Here, as `POST /runs` and `/ag-
 theirs, the request's JSON values are counted (FINISHLINE_MAX_BODY_JSON_VALUES) and its nesting
 bounded (`MAX_NESTING`), each refusal an InvalidRequest naming what was too much, before the
 dispatcher parses it (Python's parser, recursive, gave out 1,000 levels down: an InternalError
-and a traceback in the log).
+and a traceback in the log). A body whose Content-Type says it is not JSON (`text/plain`) is
+ContentTypeNotSupported (A2A §9.1: requests are `application/json`); one that says nothing is
+read as JSON.
 
 The dispatcher logs a request it cannot read (not a JSON-RPC request, params of the wrong
 types) with its traceback at ERROR, then the refusal it answers at WARNING. That is the
@@ -19,7 +21,7 @@ import json
 import logging
 from typing import Any
 
-from a2a.utils.errors import InvalidRequestError
+from a2a.utils.errors import A2AError, ContentTypeNotSupportedError, InvalidRequestError
 
 from app.api.runbody import check_value_count
 from app.runs.errors import InvalidRunError
@@ -43,9 +45,17 @@ CLIENT_MISTAKES = frozenset(
 client made wrong."""
 
 
-def refusal(raw: bytes, settings: Settings) -> tuple[Any, InvalidRequestError] | None:
+def refusal(
+    raw: bytes, content_type: str | None, settings: Settings
+) -> tuple[Any, A2AError] | None:
     """Why the request whose body is `raw` is not read: (its id, if it can be read, and the
-    InvalidRequest to answer); None when the dispatcher may read it."""
+    error to answer); None when the dispatcher may read it."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media and "json" not in media.rpartition("/")[2]:
+        return None, ContentTypeNotSupportedError(
+            f"Content-Type {media}: A2A's JSON-RPC requests are application/json",
+            data={"type": "validation_error", "field": "Content-Type"},
+        )
     try:
         check_value_count(raw, settings)
     except InvalidRunError as exc:

@@ -79,7 +79,8 @@ class A2AAgents:
     async def rpc(self, name: str, request: Request, caller: Caller) -> Response:
         """One JSON-RPC request to agent `name`, by the authenticated `caller`."""
         self._known(name)
-        refused = refusal(await request.body(), self.settings)  # its values, its nesting
+        body, content_type = await request.body(), request.headers.get("content-type")
+        refused = refusal(body, content_type, self.settings)  # its type, values, nesting
         if refused is not None:
             return JSONResponse(build_error_response(*refused))
         setattr(request.state, STATE_CALLER, caller)
