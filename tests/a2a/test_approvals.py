@@ -37,6 +37,12 @@ from tests.a2a.kit import (
 pytestmark = pytest.mark.e2e
 
 APPROVE_THEN_FINISH = scripted(calculate("2+3"), finish("5"))
+TWO_SUMS = {
+    "tool_calls": [
+        {"name": "calculator", "arguments": {"expression": "1+1"}},
+        {"name": "calculator", "arguments": {"expression": "2+2"}},
+    ]
+}
 
 
 def pending_of(stream_or_task: Any) -> list[dict[str, Any]]:
@@ -112,15 +118,11 @@ async def test_a_blocking_decisions_message_answers_with_the_task_at_its_end() -
 
 
 async def test_a_partial_decision_leaves_the_task_input_required_for_the_rest() -> None:
-    two = {
-        "tool_calls": [
-            {"name": "calculator", "arguments": {"expression": "1+1"}},
-            {"name": "calculator", "arguments": {"expression": "2+2"}},
-        ]
-    }
     async with a2a_service() as service:
         client = await service.client("ops", streaming=False)
-        waiting = await send(client, text("two sums"), finishline=scripted(two, finish("2, 4")))
+        waiting = await send(
+            client, text("two sums"), finishline=scripted(TWO_SUMS, finish("2, 4"))
+        )
         first, second = pending_of(waiting)
         partly = await send(
             client, decisions({"call_id": first["call_id"], "approve": True}, task_id=waiting.id)
@@ -156,15 +158,11 @@ async def test_a_subscriber_joining_a_waiting_task_follows_it_past_the_decision(
 
 
 async def test_text_alone_on_a_waiting_task_rejects_its_calls_the_text_being_the_reason() -> None:
-    two = {
-        "tool_calls": [
-            {"name": "calculator", "arguments": {"expression": "1+1"}},
-            {"name": "calculator", "arguments": {"expression": "2+2"}},
-        ]
-    }
     async with a2a_service() as service:
         client = await service.client("ops", streaming=False)
-        waiting = await send(client, text("two sums"), finishline=scripted(two, finish("none")))
+        waiting = await send(
+            client, text("two sums"), finishline=scripted(TWO_SUMS, finish("none"))
+        )
         ended = await send(client, text("Not these: use 3.", task_id=waiting.id))
         events = await events_of(service, waiting.id)
 
