@@ -75,6 +75,7 @@
 #     FINISHLINE_MCP_MAX_RESULT_BYTES=1000000    most of one MCP message read; more fails that call
 #     FINISHLINE_AGENTS=                         agent profiles: JSON or @/path/to/file.json (mount it)
 #     FINISHLINE_A2A_DEFAULT_AGENT=              the profile whose A2A card is at /.well-known/agent-card.json
+#     FINISHLINE_A2A_V03=true                    also speak A2A 0.3 (false: a strict 1.0 card, 1.0 only)
 #     FINISHLINE_MAX_AGENT_DEPTH=2               how deep sub-agents nest (the root is 0)
 #     FINISHLINE_MAX_AGENT_RUNS=20               child runs one tree of runs may start
 #     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval

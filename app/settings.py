@@ -241,7 +241,10 @@ class ServerSettings(BaseSettings):
         "*.suffix, or * (any public host). Private addresses only when listed by name or IP.",
     )
     http_tool_max_bytes: int = Field(
-        1_000_000, ge=1, description="Response size cap of HTTP tools."
+        1_000_000,
+        ge=1,
+        description="Response size cap of HTTP tools (a longer body is cut) and of a remote "
+        "A2A agent's card and answers (a longer one fails the call, unread).",
     )
     http_tool_timeout_s: float = Field(20.0, gt=0, description="Default timeout of HTTP tools.")
     http_tool_connections_per_run: int = Field(
@@ -276,6 +279,12 @@ class ServerSettings(BaseSettings):
         description="The agent profile also served as the host's A2A agent: its card at "
         "/.well-known/agent-card.json (every profile's is at /a2a/NAME/.well-known/"
         "agent-card.json). Must name a profile of FINISHLINE_AGENTS.",
+    )
+    a2a_v03: bool = Field(
+        True,
+        description="Also speak A2A 0.3 at /a2a/NAME (0.3 clients: LangGraph, CrewAI, a2a-sdk "
+        "before 1.0): the card names a second interface at 0.3 and carries the 0.3 keys (url, "
+        "protocolVersion, preferredTransport). Off: a strict 1.0 card and 1.0 methods only.",
     )
     max_agent_depth: int = Field(
         2,

@@ -1,7 +1,8 @@
-"""A2A (DESIGN §17): each agent profile at /a2a/NAME (JSON-RPC, A2A 1.0 and 0.3), its card at
+"""A2A (DESIGN §17): each agent profile at /a2a/NAME (JSON-RPC, A2A 1.0 and, with
+FINISHLINE_A2A_V03, 0.3; `/a2a/NAME/` answers the same), its card at
 /a2a/NAME/.well-known/agent-card.json, and FINISHLINE_A2A_DEFAULT_AGENT's card at
-/.well-known/agent-card.json. Cards are public (they declare the bearer scheme); every method
-needs the key.
+/.well-known/agent-card.json. Cards are public (they declare the bearer scheme) and cacheable
+(ETag, 304); every method needs the key.
 
 The endpoints are built by the lifespan (`app.api.a2a.server`, which imports the SDK) only
 when agent profiles are configured; this module imports none of it. The JSON-RPC endpoint is
@@ -27,12 +28,22 @@ if TYPE_CHECKING:
 
 router = APIRouter(tags=["a2a"])
 
+CACHE_HEADERS: dict[str, Any] = {
+    "ETag": {"description": "A tag of the card's bytes.", "schema": {"type": "string"}},
+    "Cache-Control": {"description": "public, max-age=300", "schema": {"type": "string"}},
+}
 CARD: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "The agent card (A2A 1.0, with the fields 0.3 clients read).",
+        "description": "The agent card (A2A 1.0, with the fields 0.3 clients read unless "
+        "FINISHLINE_A2A_V03 is off).",
         "content": {
             "application/json": {"schema": {"type": "object", "description": "An A2A AgentCard."}}
         },
+        "headers": CACHE_HEADERS,
+    },
+    304: {
+        "description": "The card is the one If-None-Match names: keep it (no body).",
+        "headers": CACHE_HEADERS,
     },
     404: {"model": ErrorBody, "description": "No such agent profile on this server."},
 }
@@ -79,7 +90,9 @@ def served(sdk: EventSourceResponse, request: Request) -> EventStream:
     )
 
 
+# `/a2a/NAME/` too: a JSON-RPC client follows no redirect (Starlette's answer to the slash)
 @router.post("/a2a/{name}", name="a2a_rpc", include_in_schema=False)
+@router.post("/a2a/{name}/", name="a2a_rpc_slash", include_in_schema=False)
 async def a2a_rpc(name: str, request: Request, caller: CallerDep) -> Response:
     answer = await agents_of(request, name).rpc(name, request, caller)
     if isinstance(answer, EventSourceResponse):
