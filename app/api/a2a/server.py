@@ -96,7 +96,7 @@ class A2AAgents:
         profile = self.settings.agents[name]
         url = str(request.url_for("a2a_rpc", name=name))
         card = agent_card(
-            describe_profile(profile, self.assembly), url, keys=bool(self.settings.api_keys)
+            describe_profile(profile, self.assembly), url, keys=self.settings.auth_enabled
         )
         body: dict[str, Any] = agent_card_to_dict(card)
         return JSONResponse(body)

@@ -1,7 +1,8 @@
 """A2A (DESIGN §17): each agent profile at /a2a/NAME (JSON-RPC, A2A 1.0 and 0.3), its card at
 /a2a/NAME/.well-known/agent-card.json, and FINISHLINE_A2A_DEFAULT_AGENT's card at
 /.well-known/agent-card.json. Cards are public (they declare the bearer scheme); every method
-needs the key.
+needs the key or token. A token held to `finishline:read` (DESIGN §23) may call the methods
+that read (`A2A_READS`) and no other.
 
 The endpoints are built by the lifespan (`app.api.a2a.server`, which imports the SDK) only
 when agent profiles are configured; this module imports none of it. The JSON-RPC endpoint is
@@ -11,12 +12,14 @@ the A2A specification describe them).
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import CallerDep, SettingsDep
+from app.api.deps import ReaderDep, SettingsDep
 from app.api.errors import ApiError, ErrorBody
+from app.identity.caller import Access
 
 if TYPE_CHECKING:
     from app.api.a2a.server import A2AAgents
@@ -48,8 +51,29 @@ def agents_of(request: Request, name: str | None = None) -> A2AAgents:
     return agents
 
 
+A2A_READS = frozenset(
+    {
+        *("GetTask", "ListTasks", "SubscribeToTask", "GetExtendedAgentCard"),
+        *("GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs"),
+        *("tasks/get", "tasks/resubscribe", "agent/getAuthenticatedExtendedCard"),
+        *("tasks/pushNotificationConfig/get", "tasks/pushNotificationConfig/list"),
+    }
+)
+"""The JSON-RPC methods (A2A 1.0 and 0.3) that only read: finishline:read is enough."""
+
+
+async def _method(request: Request) -> object:
+    try:
+        message = json.loads(await request.body())
+    except (ValueError, RecursionError):
+        return None  # the dispatcher answers a parse error (to a caller that may write)
+    return message.get("method") if isinstance(message, dict) else None
+
+
 @router.post("/a2a/{name}", name="a2a_rpc", include_in_schema=False)
-async def a2a_rpc(name: str, request: Request, caller: CallerDep) -> Response:
+async def a2a_rpc(name: str, request: Request, caller: ReaderDep) -> Response:
+    if Access.WRITE not in caller.grants and await _method(request) not in A2A_READS:
+        caller.require(Access.WRITE)
     return await agents_of(request, name).rpc(name, request, caller)
 
 
