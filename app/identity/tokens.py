@@ -49,16 +49,16 @@ MAX_OWNER_CHARS = 1024
 
 _PYJWT_PROBLEMS: tuple[tuple[type[Exception], TokenProblem, str], ...] = (
     (jwt_errors.InvalidSignatureError, TokenProblem.SIGNATURE, "its signature does not verify"),
-    (jwt_errors.ExpiredSignatureError, TokenProblem.EXPIRED, "it has expired (exp)"),
-    (jwt_errors.ImmatureSignatureError, TokenProblem.NOT_YET_VALID, "it is not valid yet"),
+    (jwt_errors.ExpiredSignatureError, TokenProblem.EXPIRED, "has expired (exp)"),
+    (jwt_errors.ImmatureSignatureError, TokenProblem.NOT_YET_VALID, "is not valid yet (nbf)"),
     (jwt_errors.InvalidAudienceError, TokenProblem.AUDIENCE, "its audience (aud) is not {aud}"),
     (jwt_errors.InvalidIssuerError, TokenProblem.ISSUER, "its issuer (iss) is not {iss}"),
-    (jwt_errors.MissingRequiredClaimError, TokenProblem.CLAIMS, "it has no {claim} claim"),
+    (jwt_errors.MissingRequiredClaimError, TokenProblem.CLAIMS, "has no {claim} claim"),
     (jwt_errors.InvalidAlgorithmError, TokenProblem.ALGORITHM, "its algorithm is not accepted"),
     (jwt_errors.InvalidKeyError, TokenProblem.SIGNATURE, "its key is too weak to trust"),
     (jwt_errors.InvalidIssuedAtError, TokenProblem.CLAIMS, "its iat claim is not a number"),
-    (jwt_errors.DecodeError, TokenProblem.MALFORMED, "it is malformed"),
-    (jwt_errors.PyJWTError, TokenProblem.MALFORMED, "it is malformed"),
+    (jwt_errors.DecodeError, TokenProblem.MALFORMED, "is malformed"),
+    (jwt_errors.PyJWTError, TokenProblem.MALFORMED, "is malformed"),
 )
 """PyJWT's exceptions, most specific first, as what the 401 says."""
 
@@ -156,7 +156,8 @@ class TokenVerifier:
             if isinstance(exc, kind):
                 claim = getattr(exc, "claim", "a required")
                 said = text.format(aud=self.audience, iss=self.issuer, claim=claim)
-                return InvalidTokenError(problem, f"the token was refused: {said}")
+                subject = "the token's" if said.startswith("its ") else "the token"
+                return InvalidTokenError(problem, f"{subject} {said.removeprefix('its ')}")
         raise AssertionError("PyJWTError is the last entry")  # pragma: no cover
 
     def _owner_value(self, claims: dict[str, Any]) -> str:
@@ -166,8 +167,8 @@ class TokenVerifier:
         if not isinstance(value, str) or not value or len(value) > MAX_OWNER_CHARS:
             raise InvalidTokenError(
                 TokenProblem.CLAIMS,
-                f"the token was refused: its {self.owner_claim} claim (FINISHLINE_OIDC_OWNER_"
-                "CLAIM) is missing, empty or not a string",
+                f"the token's {self.owner_claim} claim (FINISHLINE_OIDC_OWNER_CLAIM) is "
+                "missing, empty or not a string",
             )
         return value
 

@@ -16,9 +16,12 @@ from typing import Any
 import anyio
 import httpx
 
+from app.main import create_app
 from app.settings import Settings
+from tests.api.kit import _StateTap as StateTap
 from tests.api.kit import app_with_state, settings
 from tests.fakes.oidc_issuer import AUDIENCE, FakeIssuer
+from tests.fakes.serving import Served
 
 KEY = "key-of-the-ops-team"
 """An API key, accepted beside the issuer's tokens."""
@@ -61,3 +64,13 @@ async def oidc_app(
         if wait:
             await keys_loaded(state)
         yield client, state
+
+
+@asynccontextmanager
+async def served_oidc_app(app_settings: Settings) -> AsyncIterator[Served]:
+    """The app served by uvicorn on loopback (for the CLI and the browser), once it holds
+    the issuer's keys."""
+    tap = StateTap(create_app(app_settings))
+    async with Served(tap, lifespan="on") as server:
+        await keys_loaded(tap.state)
+        yield server
