@@ -17,11 +17,9 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from app.agents import AgentProfile, parse_agents
 from app.engine.declarations import declared
 from app.engine.policies import Limits
-from app.identity.settings import IdentitySettings
+from app.identity.settings import CommaList, IdentitySettings, comma_list
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
-
-CommaList = Annotated[list[str], NoDecode]
 
 RUN_SETTINGS = declared(Limits)
 """Every per-run setting, as the engine declares it (`app.engine.policies.Limits`)."""
@@ -296,9 +294,7 @@ class ServerSettings(IdentitySettings):
     @field_validator("http_tool_allow_hosts", "approval_tools", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return comma_list(value)
 
     @field_validator("model_prices", mode="before")
     @classmethod

@@ -21,6 +21,13 @@ LOOPBACK_NAMES = ("localhost",)
 """Hosts besides loopback IP literals that an `http://` issuer may name."""
 
 
+def comma_list(value: Any) -> Any:
+    """A comma-separated string as its stripped, non-empty parts (a list stays as it is)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
 def issuer_url_problem(url: str) -> str | None:
     """None when `url` may be an issuer's (or its JWKS's) URL, else why not: `https`, or
     `http` on a loopback address only (a development provider on this machine); no query,
@@ -117,9 +124,7 @@ class IdentitySettings(BaseSettings):
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return comma_list(value)
 
     @property
     def auth_enabled(self) -> bool:

@@ -65,6 +65,20 @@ def _instance(cls: type[RunsError]) -> RunsError:
     return cls(**{p.name: ARGUMENTS[p.name] for p in required})
 
 
+async def _answer_to(exc: Exception) -> httpx.Response:
+    """What an app with the error handlers answers when a route raises `exc`."""
+    api = FastAPI()
+    install_error_handlers(api)
+
+    @api.get("/raise")
+    async def _raise() -> None:
+        raise exc
+
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        return await client.get("/raise")
+
+
 def test_the_runs_layer_has_refusals_to_check() -> None:
     assert len(REFUSALS) >= 7
 
@@ -81,16 +95,7 @@ async def test_every_runs_error_reaches_the_client_as_its_mapped_error_body(
     cls: type[RunsError],
 ) -> None:
     exc = _instance(cls)
-    api = FastAPI()
-    install_error_handlers(api)
-
-    @api.get("/raise")
-    async def _raise() -> None:
-        raise exc
-
-    transport = httpx.ASGITransport(app=api)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        response = await client.get("/raise")
+    response = await _answer_to(exc)
 
     status, type_ = RUNS_ERRORS[cls]
     error = error_of(response, status, type_)
@@ -116,16 +121,7 @@ async def test_every_identity_error_has_its_entry_and_reaches_the_client_as_it_s
 ) -> None:
     assert cls in IDENTITY_ERRORS, f"{cls.__name__} has no entry in IDENTITY_ERRORS"
     exc = _identity_instance(cls)
-    api = FastAPI()
-    install_error_handlers(api)
-
-    @api.get("/raise")
-    async def _raise() -> None:
-        raise exc
-
-    transport = httpx.ASGITransport(app=api)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        response = await client.get("/raise")
+    response = await _answer_to(exc)
 
     status, type_ = IDENTITY_ERRORS[cls]
     error = error_of(response, status, type_)

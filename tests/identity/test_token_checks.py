@@ -91,6 +91,8 @@ async def test_every_refusal_names_what_failed_and_never_the_token() -> None:
             "no sub": (issuer.token(sub=None), "claims", "sub claim"),
             "malformed": ("abc.def.ghi", "malformed", "malformed"),
             "not base64": (f"{head}.{body}.***", "malformed", "malformed"),
+            "header not JSON": (f"{b64(b'{oops')}.{body}.{signature}", "malformed", "malformed"),
+            "too long": (f"{head}.{'a' * 20_000}.{signature}", "malformed", "longer than 16,384"),
         }
         for name, (token, problem, says) in cases.items():
             response = await client.get("/runs", headers=bearer(token))
