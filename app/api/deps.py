@@ -100,6 +100,14 @@ async def get_caller(
     return caller.require(_METHOD_ACCESS.get(request.method, Access.WRITE))
 
 
+async def get_identified(
+    request: Request, authorization: Annotated[str | None, _BEARER] = None
+) -> Caller:
+    """The caller, whatever it may do: for a route that checks the access its request needs
+    itself (A2A's JSON-RPC, whose method says whether it reads or writes)."""
+    return await authenticator_of(request).caller(authorization)
+
+
 async def get_reader(
     request: Request, authorization: Annotated[str | None, _BEARER] = None
 ) -> Caller:
@@ -136,4 +144,5 @@ async def get_event_caller(
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
 ReaderDep = Annotated[Caller, Depends(get_reader)]
+IdentifiedDep = Annotated[Caller, Depends(get_identified)]
 EventCallerDep = Annotated[Caller, Depends(get_event_caller)]

@@ -126,6 +126,26 @@ async def test_an_a2a_read_token_may_get_tasks_but_not_send() -> None:
     assert "error" in get.json()
 
 
+async def test_an_a2a_write_token_may_send_but_not_get_tasks() -> None:
+    async with FakeIssuer() as issuer:
+        from tests.a2a.kit import AGENTS
+
+        async with oidc_client(issuer, agents=AGENTS) as client:
+            writer = {**bearer(issuer.token(scope=WRITE)), "A2A-Version": "1.0"}
+            rpc = {"jsonrpc": "2.0", "id": 1}
+            send = await client.post(
+                "/a2a/calc", json={**rpc, "method": "SendMessage", "params": {}}, headers=writer
+            )
+            get = await client.post(
+                "/a2a/calc",
+                json={**rpc, "method": "GetTask", "params": {"id": "x"}},
+                headers=writer,
+            )
+
+    assert send.status_code == 200  # past auth: the JSON-RPC answer says the params are bad
+    lacks(get, READ)
+
+
 async def test_admin_keys_and_admin_claims_make_admin_callers() -> None:
     config = {"admin_keys": ["the-admin-key"], "oidc_admin_claim": "roles"}
     config["oidc_admin_value"] = "finishline-admin"

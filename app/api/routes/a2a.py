@@ -1,8 +1,8 @@
 """A2A (DESIGN §17): each agent profile at /a2a/NAME (JSON-RPC, A2A 1.0 and 0.3), its card at
 /a2a/NAME/.well-known/agent-card.json, and FINISHLINE_A2A_DEFAULT_AGENT's card at
 /.well-known/agent-card.json. Cards are public (they declare the bearer scheme); every method
-needs the key or token. A token held to `finishline:read` (DESIGN §23) may call the methods
-that read (`A2A_READS`) and no other.
+needs the key or token. A token held to its `finishline:` scopes (DESIGN §23) needs
+`finishline:read` for the methods that read (`A2A_READS`) and `finishline:write` for the rest.
 
 The endpoints are built by the lifespan (`app.api.a2a.server`, which imports the SDK) only
 when agent profiles are configured; this module imports none of it. The JSON-RPC endpoint is
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import ReaderDep, SettingsDep
+from app.api.deps import IdentifiedDep, SettingsDep
 from app.api.errors import ApiError, ErrorBody
-from app.identity.caller import Access
+from app.identity.caller import EVERY_ACCESS, Access
 
 if TYPE_CHECKING:
     from app.api.a2a.server import A2AAgents
@@ -71,9 +71,10 @@ async def _method(request: Request) -> object:
 
 
 @router.post("/a2a/{name}", name="a2a_rpc", include_in_schema=False)
-async def a2a_rpc(name: str, request: Request, caller: ReaderDep) -> Response:
-    if Access.WRITE not in caller.grants and await _method(request) not in A2A_READS:
-        caller.require(Access.WRITE)
+async def a2a_rpc(name: str, request: Request, caller: IdentifiedDep) -> Response:
+    if caller.grants != EVERY_ACCESS:  # a token held to its scopes: what does this call do?
+        reads = await _method(request) in A2A_READS
+        caller.require(Access.READ if reads else Access.WRITE)
     return await agents_of(request, name).rpc(name, request, caller)
 
 
