@@ -58,7 +58,7 @@ def usable_keys(jwks: dict[str, Any]) -> tuple[dict[str | None, PyJWK], str]:
             continue
         try:
             key = PyJWK(jwk, algorithm)
-        except PyJWTError:
+        except (PyJWTError, ValueError, TypeError):  # the provider's data: skipped, not fatal
             continue
         if algorithm == "RS256" and key.key.key_size < MIN_RSA_BITS:
             continue
