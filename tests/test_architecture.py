@@ -47,6 +47,18 @@ FORBIDDEN = {
         "app.llm",
         "opentelemetry",
     ),
+    # who is calling: credentials to a Caller, knowing no HTTP framework, store or settings
+    # module (app.settings inherits its settings from it)
+    "identity": (
+        "fastapi",
+        "starlette",
+        "app.runs",
+        "app.api",
+        "app.llm",
+        "app.settings",
+        "app.main",
+        "opentelemetry",
+    ),
     # the CLI is an HTTP client of the service (only `serve` reads app.settings, lazily)
     "cli": ("fastapi", "starlette", "app.runs", "app.api", "app.llm", "app.tools", "app.main"),
 }

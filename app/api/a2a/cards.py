@@ -80,7 +80,8 @@ def agent_card(described: dict[str, Any], url: str, *, keys: bool, v03: bool) ->
             SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(
                     scheme="bearer",
-                    description="A finishline API key; each task is visible to its key alone.",
+                    description="A finishline API key, or an access token of its identity "
+                    "provider; each task is visible to its key (or token owner) alone.",
                 )
             )
         )

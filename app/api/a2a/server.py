@@ -93,7 +93,7 @@ class A2AAgents:
         card = agent_card(
             describe_profile(profile, self.assembly),
             url,
-            keys=bool(self.settings.api_keys),
+            keys=self.settings.auth_enabled,
             v03=self.settings.a2a_v03,
         )
         return card_response(card, request.headers.get("if-none-match"))
