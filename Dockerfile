@@ -19,6 +19,15 @@
 #     FINISHLINE_MAX_RUN_ATTEMPTS=3              Redis store: takeovers before "interrupted"
 #     FINISHLINE_RETENTION_S=604800.0            Redis store: how long a terminal run is kept
 #     FINISHLINE_API_KEYS=                       comma-separated bearer keys; empty = no auth
+#     FINISHLINE_ADMIN_KEYS=                     keys that are also admins (accepted as keys too)
+#     FINISHLINE_OIDC_ISSUER=                    OIDC provider whose access tokens are accepted
+#     FINISHLINE_OIDC_AUDIENCE=                  the aud tokens must carry (required with it)
+#     FINISHLINE_OIDC_OWNER_CLAIM=sub            owner of runs: sub, or a tenant claim (org_id)
+#     FINISHLINE_OIDC_ADMIN_CLAIM=               a claim that makes admins, e.g. roles ...
+#     FINISHLINE_OIDC_ADMIN_VALUE=               ... when it holds this value
+#     FINISHLINE_OIDC_LEEWAY_S=30.0              clock skew allowed on exp, nbf, iat
+#     FINISHLINE_OIDC_KEYS_REFRESH_S=60.0        least time between key fetches for unknown kids
+#     FINISHLINE_OIDC_KEYS_MAX_AGE_S=3600.0      the issuer's keys are fetched again after this
 #     FINISHLINE_MAX_CONCURRENT_RUNS=16          runs executing at once
 #     FINISHLINE_MAX_QUEUED_RUNS=100             runs waiting for a slot; past it, 429
 #     FINISHLINE_QUOTA_CONCURRENT_RUNS=          per API key: runs queued, running or waiting
@@ -75,6 +84,7 @@
 #     FINISHLINE_MCP_MAX_RESULT_BYTES=1000000    most of one MCP message read; more fails that call
 #     FINISHLINE_AGENTS=                         agent profiles: JSON or @/path/to/file.json (mount it)
 #     FINISHLINE_A2A_DEFAULT_AGENT=              the profile whose A2A card is at /.well-known/agent-card.json
+#     FINISHLINE_A2A_V03=true                    also speak A2A 0.3 (false: a strict 1.0 card, 1.0 only)
 #     FINISHLINE_MAX_AGENT_DEPTH=2               how deep sub-agents nest (the root is 0)
 #     FINISHLINE_MAX_AGENT_RUNS=20               child runs one tree of runs may start
 #     FINISHLINE_APPROVAL_TOOLS=                 registered tools whose calls wait for approval

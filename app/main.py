@@ -23,6 +23,7 @@ from app.api.routes import a2a, agents, agui, events, health, runs, threads, too
 from app.assembly import RunAssembly
 from app.engine.prompts import load_prompts
 from app.heap import served_heap
+from app.identity.bearer import open_authenticator
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
 from app.posting import FetcherPoster
@@ -172,6 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None
         )
+        authenticator = open_authenticator(settings)  # PyJWT imported only with an issuer
         a2a_agents = None
         if settings.agents:  # the SDK is imported only by a server that has agents to serve
             from app.api.a2a.server import A2AAgents
@@ -187,13 +189,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 if mcp is not None:  # sessions open in the background; start-up does not wait
                     mcp.start()
                 manager.start(tasks)
+                authenticator.start(tasks)  # the issuer's keys load meanwhile: no wait
                 interrupted = await manager.recover()
                 undo = drain_on_sigterm(lambda: manager.begin_drain(settings.shutdown_grace_s))
                 log.info(
                     "service_started",
                     store=settings.store_url.split("://")[0],
                     default_model=models.default_model,
-                    auth=bool(settings.api_keys),
+                    auth=authenticator.enabled,
+                    oidc=settings.oidc_issuer is not None,
                     interrupted_runs=len(interrupted),
                 )
                 try:
@@ -206,13 +210,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "assembly": assembly,
                             "metrics": metrics,
                             "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
+                            "authenticator": authenticator,
                             "tracing": tracing,
                             "a2a": a2a_agents,  # A2A endpoints (app.api.a2a), or None
                         }
                 finally:
                     undo()
+                    authenticator.stop()
                     await manager.drain(settings.shutdown_grace_s)
         finally:
+            await authenticator.aclose()
             await models.aclose()
             await registry.aclose()
             if webhook_fetcher is not None:

@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import AliasChoices, Field, SecretStr, create_model, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from app.agents import AgentProfile, parse_agents
 from app.engine.declarations import declared
 from app.engine.policies import Limits
+from app.identity.settings import CommaList, IdentitySettings, comma_list
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
-
-CommaList = Annotated[list[str], NoDecode]
 
 RUN_SETTINGS = declared(Limits)
 """Every per-run setting, as the engine declares it (`app.engine.policies.Limits`)."""
@@ -30,8 +29,9 @@ CAPS: dict[str, str] = {
 """Per-run setting -> the server setting that caps it."""
 
 
-class ServerSettings(BaseSettings):
-    """The server's own settings; `Settings` adds a default and a cap per per-run setting."""
+class ServerSettings(IdentitySettings):
+    """The server's own settings; `Settings` adds a default and a cap per per-run setting.
+    Who may call (API keys, admin keys, the OIDC issuer) is declared in `IdentitySettings`."""
 
     model_config = SettingsConfigDict(
         env_prefix="FINISHLINE_", env_file=".env", extra="ignore", populate_by_name=True
@@ -56,11 +56,6 @@ class ServerSettings(BaseSettings):
     )
     max_run_attempts: int = Field(
         3, ge=1, description="Redis store: takeovers of one run before it fails (interrupted)."
-    )
-    api_keys: CommaList = Field(
-        default_factory=list,
-        description="Comma-separated bearer keys; empty = no auth. Each run is visible only "
-        "to the key that made it.",
     )
     quota_concurrent_runs: int | None = Field(
         None,
@@ -241,7 +236,10 @@ class ServerSettings(BaseSettings):
         "*.suffix, or * (any public host). Private addresses only when listed by name or IP.",
     )
     http_tool_max_bytes: int = Field(
-        1_000_000, ge=1, description="Response size cap of HTTP tools."
+        1_000_000,
+        ge=1,
+        description="Response size cap of HTTP tools (a longer body is cut) and of a remote "
+        "A2A agent's card and answers (a longer one fails the call, unread).",
     )
     http_tool_timeout_s: float = Field(20.0, gt=0, description="Default timeout of HTTP tools.")
     http_tool_connections_per_run: int = Field(
@@ -277,6 +275,12 @@ class ServerSettings(BaseSettings):
         "/.well-known/agent-card.json (every profile's is at /a2a/NAME/.well-known/"
         "agent-card.json). Must name a profile of FINISHLINE_AGENTS.",
     )
+    a2a_v03: bool = Field(
+        True,
+        description="Also speak A2A 0.3 at /a2a/NAME (0.3 clients: LangGraph, CrewAI, a2a-sdk "
+        "before 1.0): the card names a second interface at 0.3 and carries the 0.3 keys (url, "
+        "protocolVersion, preferredTransport). Off: a strict 1.0 card and 1.0 methods only.",
+    )
     max_agent_depth: int = Field(
         2,
         ge=0,
@@ -296,12 +300,10 @@ class ServerSettings(BaseSettings):
         "(POST /runs/{id}/approvals), whatever the request says.",
     )
 
-    @field_validator("api_keys", "http_tool_allow_hosts", "approval_tools", mode="before")
+    @field_validator("http_tool_allow_hosts", "approval_tools", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return comma_list(value)
 
     @field_validator("model_prices", mode="before")
     @classmethod

@@ -145,4 +145,7 @@ def remote_agents(request: RunRequest, fetcher: HttpFetcher | None) -> dict[str,
     remote = {name: a.a2a_url for name, a in (request.agents or {}).items() if a.a2a_url}
     if not remote or fetcher is None:
         return {}
-    return {name: RemoteAgent(url, fetcher.guard) for name, url in remote.items()}
+    return {
+        name: RemoteAgent(url, fetcher.guard, max_bytes=fetcher.max_bytes)
+        for name, url in remote.items()
+    }

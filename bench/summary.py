@@ -89,6 +89,13 @@ def _stream(name: str) -> Callable[[dict[str, Any]], list[float]]:
     return lambda d: [d["streams"].get("ratio", {}).get(name, math.nan)]
 
 
+def _auth(data: dict[str, Any]) -> list[float]:
+    checks = data["auth"].get("rows", {})
+    if "token" not in checks or "key" not in checks:
+        return [math.nan]
+    return [checks["token"]["instructions"] / checks["key"]["instructions"]]
+
+
 def _pair(unit: str, digits: int = 2) -> Callable[[list[float]], str]:
     return lambda v: (
         "–" if all(math.isnan(x) for x in v) else " / ".join(fmt(x, digits) for x in v) + unit
@@ -219,8 +226,17 @@ FIGURES = (
         _pair("x"),
         29,
     ),
+    Figure(
+        "instructions to check a bearer token sent again (its issuer's key cached) ÷ an API "
+        "key check",
+        "≤ 1x",
+        _auth,
+        lambda v: v <= 1.0,
+        _pair("x"),
+        40,
+    ),
 )
-NAMES = ("service", "engine", "http_client", "startup", "first_event", "streams")
+NAMES = ("service", "engine", "http_client", "startup", "first_event", "streams", "auth")
 
 
 def rows(quick: bool = False) -> list[list[str]]:
@@ -284,6 +300,7 @@ def blocks(quick: bool) -> dict[str, str]:
         "first_event": _body("first_event", quick),
         "streams": _body("streams", quick),
         "agui": _body("agui", quick),
+        "auth": _body("auth", quick),
     }
 
 

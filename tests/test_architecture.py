@@ -58,6 +58,18 @@ FORBIDDEN = {
         "redis",
         "sqlite3",
     ),
+    # who is calling: credentials to a Caller, knowing no HTTP framework, store or settings
+    # module (app.settings inherits its settings from it)
+    "identity": (
+        "fastapi",
+        "starlette",
+        "app.runs",
+        "app.api",
+        "app.llm",
+        "app.settings",
+        "app.main",
+        "opentelemetry",
+    ),
     # the CLI is an HTTP client of the service (only `serve` reads app.settings, lazily)
     "cli": ("fastapi", "starlette", "app.runs", "app.api", "app.llm", "app.tools", "app.main"),
 }

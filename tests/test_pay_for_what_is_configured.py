@@ -35,6 +35,8 @@ HEAVY_UNLESS_CONFIGURED: dict[str, str] = {
     "jsonschema": "JSON Schema checks: a run's first tool call (imported in a worker thread as "
     "the run is assembled) or a request's schemas (checked in a worker thread)",
     "a2a": "the A2A SDK: agent profiles (FINISHLINE_AGENTS), or a remote agent's first call",
+    "jwt": "PyJWT, which checks access tokens: FINISHLINE_OIDC_ISSUER (app.identity.bearer)",
+    "cryptography": "the signatures under PyJWT: FINISHLINE_OIDC_ISSUER",
 }
 
 CLI_EXTRA = ("rich", "pygments", "markdown_it", "mdurl")

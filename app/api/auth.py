@@ -1,7 +1,9 @@
-"""Who is calling: bearer API keys, and short-lived tokens scoped to one run's events.
+"""Short-lived tokens scoped to one run's events, and who is calling (`Caller`, from
+`app.identity`: API keys, admin keys and OIDC tokens, DESIGN §23).
 
 A browser's EventSource cannot send headers, so it follows a run with `?token=`: an HMAC of
-the run id and an expiry, never the API key itself.
+the run id and an expiry, never the API key or the access token itself. It stands for the
+run's owner, with read access alone.
 """
 
 from __future__ import annotations
@@ -11,22 +13,10 @@ import hashlib
 import hmac
 import secrets
 import time
-from dataclasses import dataclass
 
+from app.identity.caller import READ_ONLY, Caller, owner_of
 
-def owner_of(api_key: str) -> str:
-    """The stored owner of a run: a digest of the key, never the key."""
-    return hashlib.sha256(api_key.encode()).hexdigest()[:32]
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    owner: str | None
-    """None when auth is off: every run is visible."""
-
-    @property
-    def any_owner(self) -> bool:
-        return self.owner is None
+__all__ = ["Caller", "StreamTokens", "owner_of"]
 
 
 class StreamTokens:
@@ -70,17 +60,4 @@ class StreamTokens:
         signed_ok = hmac.compare_digest(
             signature.encode(), self._sign(run_id, tag, expires).encode()
         )
-        return Caller(owner) if tag_ok and signed_ok else None
-
-
-def key_digest(api_key: str) -> bytes:
-    """What API keys are compared by: equal-length digests, so a comparison's time says
-    nothing about how much of a key matched."""
-    return hashlib.sha256(api_key.encode()).digest()
-
-
-def key_matches(api_key: str, keys: list[str]) -> bool:
-    """Whether `api_key` is one of `keys`, compared in constant time against every one."""
-    offered = key_digest(api_key)
-    results = [hmac.compare_digest(offered, key_digest(key)) for key in keys]
-    return any(results)
+        return Caller(owner, READ_ONLY) if tag_ok and signed_ok else None

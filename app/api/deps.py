@@ -1,4 +1,5 @@
-"""Named dependencies: the manager, the settings, and who the caller is.
+"""Named dependencies: the manager, the settings, and who the caller is (and that it may do
+what the request does: read for GET and HEAD, write for the rest, DESIGN §23).
 
 Each is `async def` though none awaits: FastAPI runs a plain `def` dependency in a worker
 thread, a hop that cost more than everything these do.
@@ -17,9 +18,11 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
 
-from app.api.auth import Caller, StreamTokens, key_matches, owner_of
+from app.api.auth import Caller, StreamTokens
 from app.api.errors import ApiError
 from app.assembly import RunAssembly
+from app.identity.bearer import Authenticator
+from app.identity.caller import Access
 from app.runs.errors import RunNotFoundError
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
@@ -77,26 +80,39 @@ AssemblyDep = Annotated[RunAssembly, Depends(get_assembly)]
 TokensDep = Annotated[StreamTokens, Depends(get_tokens)]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+_METHOD_ACCESS = {"GET": Access.READ, "HEAD": Access.READ}
+"""What a request needs, by its method: reading for GET and HEAD, writing for the rest
+(routes that only read with a POST take `ReaderDep`)."""
 
 
-def bearer_caller(settings: Settings, authorization: str | None) -> Caller:
-    if not settings.api_keys:
-        return Caller(None)
-    if not authorization:
-        raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key>", _CHALLENGE)
-    scheme, _, key = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not key_matches(key.strip(), settings.api_keys):
-        raise ApiError(401, "unauthorized", "invalid API key", _CHALLENGE)
-    return Caller(owner_of(key.strip()))
+def authenticator_of(request: Request) -> Authenticator:
+    authenticator: Authenticator = request.state.authenticator  # set by the app's lifespan
+    return authenticator
+
+
+_BEARER = Header(description="Bearer <API key or access token>, when the server has auth on.")
 
 
 async def get_caller(
-    request: Request,
-    authorization: Annotated[
-        str | None, Header(description="Bearer <API key>, when the server has keys.")
-    ] = None,
+    request: Request, authorization: Annotated[str | None, _BEARER] = None
 ) -> Caller:
-    return bearer_caller(settings_of(request), authorization)
+    caller = await authenticator_of(request).caller(authorization)
+    return caller.require(_METHOD_ACCESS.get(request.method, Access.WRITE))
+
+
+async def get_identified(
+    request: Request, authorization: Annotated[str | None, _BEARER] = None
+) -> Caller:
+    """The caller, whatever it may do: for a route that checks the access its request needs
+    itself (A2A's JSON-RPC, whose method says whether it reads or writes)."""
+    return await authenticator_of(request).caller(authorization)
+
+
+async def get_reader(
+    request: Request, authorization: Annotated[str | None, _BEARER] = None
+) -> Caller:
+    """The caller of a POST that only reads (a stream token, an A2A read): read access."""
+    return (await authenticator_of(request).caller(authorization)).require(Access.READ)
 
 
 async def get_event_caller(
@@ -108,10 +124,10 @@ async def get_event_caller(
             description="A run-scoped stream token (POST /runs/{id}/stream-token), for EventSource."
         ),
     ] = None,
-    authorization: Annotated[str | None, Header(description="Bearer <API key>.")] = None,
+    authorization: Annotated[str | None, _BEARER] = None,
 ) -> Caller:
-    settings = settings_of(request)
-    if token is not None and settings.api_keys:
+    authenticator = authenticator_of(request)
+    if token is not None and authenticator.enabled:
         try:  # the run's owner, to check the token against; an unknown run is a bad token
             owner = (await manager_of(request).get(run_id, None, any_owner=True)).owner
         except RunNotFoundError:
@@ -123,8 +139,10 @@ async def get_event_caller(
                 401, "unauthorized", "invalid or expired stream token for this run", _CHALLENGE
             )
         return caller
-    return bearer_caller(settings, authorization)
+    return (await authenticator.caller(authorization)).require(Access.READ)
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
+ReaderDep = Annotated[Caller, Depends(get_reader)]
+IdentifiedDep = Annotated[Caller, Depends(get_identified)]
 EventCallerDep = Annotated[Caller, Depends(get_event_caller)]

@@ -18,6 +18,14 @@ from starlette.routing import Match
 
 from app.engine.errors import FinishlineError
 from app.engine.paths import field_path
+from app.identity.errors import (
+    IdentityError,
+    InsufficientScopeError,
+    InvalidApiKeyError,
+    InvalidTokenError,
+    IssuerUnavailableError,
+    MissingCredentialsError,
+)
 from app.runs.errors import (
     AmbiguousCallError,
     IdempotencyConflictError,
@@ -113,6 +121,15 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     StoreUnavailableError: (503, "store_unavailable"),  # Redis away: try again, Retry-After
 }
 
+IDENTITY_ERRORS: dict[type[IdentityError], tuple[int, str]] = {
+    IdentityError: (401, "unauthorized"),
+    MissingCredentialsError: (401, "unauthorized"),
+    InvalidApiKeyError: (401, "unauthorized"),
+    InvalidTokenError: (401, "invalid_token"),  # RFC 6750's codes, in the challenge too
+    InsufficientScopeError: (403, "insufficient_scope"),
+    IssuerUnavailableError: (503, "identity_provider_unavailable"),
+}
+
 STATUS_TYPES = {
     400: "bad_request",
     401: "unauthorized",
@@ -198,6 +215,40 @@ async def _runs_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(status, type_, exc.message, exc.details, headers)
 
 
+def _quoted(text: str) -> str:
+    """`text` as RFC 6750 allows an error_description: printable ASCII, no `"` nor `\\`."""
+    clean = "".join(c if " " <= c <= "~" and c not in '"\\' else "'" for c in text)
+    return f'"{clean}"'
+
+
+def identity_answer(exc: IdentityError) -> tuple[int, str, dict[str, Any], dict[str, str]]:
+    """The status, error type, details and headers of a refused credential: a Bearer
+    challenge (RFC 6750) on 401 and 403, naming what failed; Retry-After on 503."""
+    status, type_ = next(IDENTITY_ERRORS[k] for k in type(exc).__mro__ if k in IDENTITY_ERRORS)
+    challenge = "Bearer"
+    details: dict[str, Any] = {}
+    if isinstance(exc, InvalidTokenError):
+        details = {"problem": exc.problem.value}
+        challenge += f' error="invalid_token", error_description={_quoted(exc.message)}'
+    elif isinstance(exc, InsufficientScopeError):
+        details = {"scope": exc.scope}
+        challenge += f' error="insufficient_scope", scope={_quoted(exc.scope)}'
+    if isinstance(exc, IssuerUnavailableError):
+        return (
+            status,
+            type_,
+            {"retry_after_s": exc.retry_after_s},
+            {"Retry-After": str(exc.retry_after_s)},
+        )
+    return status, type_, details, {"WWW-Authenticate": challenge}
+
+
+async def _identity_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, IdentityError)
+    status, type_, details, headers = identity_answer(exc)
+    return error_response(status, type_, exc.message, details, headers)
+
+
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return error_response(exc.status, exc.type, exc.message, exc.details, exc.headers)
@@ -264,6 +315,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(RunsError, _runs_error)
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(IdentityError, _identity_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(BodyTooLargeError, _body_too_large)
     app.add_exception_handler(BodyTimeoutError, _body_timeout)

@@ -143,6 +143,7 @@ def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
             _bound(parameter["schema"], "string", "pattern", pattern)
     _json_values(components)
     agui_input(schema, components)
+    _declare_auth(schema, settings)
     too_large = {
         "description": "The body exceeds FINISHLINE_MAX_BODY_BYTES.",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
@@ -169,6 +170,53 @@ def declare_caps(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
                 for name, operation in LINKS.items()
             }
     return schema
+
+
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "An API key of this server, or (with an OIDC issuer set) an access token "
+    "of its identity provider: a JWT signed RS256 or ES256. See the README, 'Authentication'.",
+}
+AUTH_RESPONSES: dict[str, dict[str, Any]] = {
+    "401": {
+        "description": "No credential, or one refused: an unknown API key, or a token "
+        "refused (`invalid_token`; `WWW-Authenticate` and `details.problem` name what failed)."
+    },
+    "403": {
+        "description": "`insufficient_scope`: the token carries finishline: scopes, not "
+        "the one this request needs (finishline:read or finishline:write)."
+    },
+    "503": {
+        "description": "`identity_provider_unavailable`: a token cannot be checked until "
+        "the identity provider's keys are loaded (API keys still work); Retry-After."
+    },
+}
+
+
+def _declare_auth(schema: dict[str, Any], settings: Settings) -> None:
+    """The bearer scheme as a security scheme, not as a header parameter (OpenAPI ignores
+    those named Authorization): required on every operation that authenticates when this
+    server has auth on; what a refused credential gets (403 and 503 come from tokens)."""
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    answers = dict(AUTH_RESPONSES) if settings.oidc_issuer else {"401": AUTH_RESPONSES["401"]}
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            parameters = operation.get("parameters", [])
+            kept = [p for p in parameters if p.get("name", "").lower() != "authorization"]
+            if len(kept) == len(parameters):
+                continue
+            if kept:
+                operation["parameters"] = kept
+            else:
+                del operation["parameters"]
+            for status, response in answers.items():
+                answer = operation["responses"].setdefault(status, {"content": error})
+                answer["description"] = response["description"]
+            if settings.auth_enabled:
+                operation["security"] = [{"bearer": []}]
+    if settings.auth_enabled:
+        schema["components"].setdefault("securitySchemes", {})["bearer"] = BEARER_SCHEME
 
 
 def enforced_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:

@@ -311,7 +311,7 @@ class ServerInfo(BaseModel):
     models: list[str] = Field(
         description="Model names this server offers by name (an endpoint accepts others too)."
     )
-    auth: bool = Field(description="Whether requests need an API key.")
+    auth: bool = Field(description="Whether requests need an API key or an access token.")
 
 
 class Health(BaseModel):
@@ -337,7 +337,8 @@ class UsageView(BaseModel):
 
     day: str = Field(description="The UTC day the figures count, YYYY-MM-DD.")
     key_id: str = Field(
-        description="The start of the key's id (a digest of the key, never the key): the "
+        description="The start of the key's id (a digest of the key, never the key; for an "
+        "access token's owner, `oidc:` and a digest of who the token says it is): the "
         "`key` label of the per-key metrics when the server counts them; `none` with auth off."
     )
     runs: int = Field(description="Runs the key started today.")

@@ -1,9 +1,10 @@
 """`finishline`: start runs, watch them live, list, show, follow and cancel them, list the
 agents a service offers, serve.
 
-A client of the HTTP API (FINISHLINE_URL, FINISHLINE_API_KEY). This module only parses the
-command line, with the standard library, so `finishline --help` imports neither httpx, rich
-nor the service; `app.cli.commands` does the work.
+A client of the HTTP API (FINISHLINE_URL; FINISHLINE_API_KEY, or FINISHLINE_TOKEN for an
+access token). This module only parses the command line, with the standard library, so
+`finishline --help` imports neither httpx, rich nor the service; `app.cli.commands` does the
+work.
 
     main(["run", "What is 6*7?", "--tool", "calculator"])   # -> exit code
 """

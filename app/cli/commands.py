@@ -51,7 +51,14 @@ class Context:
 
     def api(self, args: argparse.Namespace) -> Api:
         url = args.url or self.environ.get("FINISHLINE_URL") or DEFAULT_URL
-        return Api(url, self.environ.get("FINISHLINE_API_KEY") or None)
+        return Api(url, self.bearer())
+
+    def bearer(self) -> str | None:
+        """FINISHLINE_TOKEN (an access token of the service's identity provider) when set,
+        else FINISHLINE_API_KEY: either is sent as `Authorization: Bearer`."""
+        return (
+            self.environ.get("FINISHLINE_TOKEN") or self.environ.get("FINISHLINE_API_KEY") or None
+        )
 
 
 Command = Callable[[argparse.Namespace, Context], int]
@@ -72,7 +79,11 @@ def report(err: Console, exc: CliError) -> None:
     # the message may hold brackets (`model_script[0]`): Text, never markup
     err.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
     if isinstance(exc, ServiceError) and exc.status == 401:
-        err.print("set FINISHLINE_API_KEY to one of the service's keys", highlight=False)
+        err.print(
+            "set FINISHLINE_API_KEY to one of the service's keys, or FINISHLINE_TOKEN to a "
+            "current access token of its identity provider",
+            highlight=False,
+        )
 
 
 # -- run --------------------------------------------------------------------------------------

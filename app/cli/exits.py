@@ -80,4 +80,6 @@ exit codes:
 environment:
   FINISHLINE_URL       the service (default http://127.0.0.1:8000)
   FINISHLINE_API_KEY   sent as Authorization: Bearer <key>
+  FINISHLINE_TOKEN     an access token of the service's identity provider (OIDC), sent
+                       as Authorization: Bearer <token> instead of the key when set
 """

@@ -20,6 +20,9 @@
     │                            to an HTTP status in `app.api.errors` (a test checks them all)
     ├── StoreError               (runs.store) storage failed or was misused; never a client's
     │                            mistake, so it reaches the client as a 500 / failed run
+    ├── IdentityError            (identity.errors) a credential refused (401, 403) or not
+    │                            checkable yet (503); mapped in `app.api.errors` too
+    ├── IssuerFetchError         (identity.discovery) the OIDC issuer's keys could not be fetched
     └── ApiError                 (api.errors) a refusal raised by routes and dependencies
 
 The CLI is a separate client program: its errors descend from `app.cli.errors.CliError`.

@@ -6,9 +6,10 @@ message) is the call's observation.
 
 Every request goes through the tools' network guard (the URL's host must be allow-listed,
 FINISHLINE_HTTP_TOOL_ALLOW_HOSTS, and every address it resolves to is checked), each call
-with an HTTP client of its own. The engine bounds the call by the run's deadline and cancel;
-when it stops waiting, `stop` sends the remote agent `CancelTask`. The SDK is imported only
-when such a call is made.
+with an HTTP client of its own, which reads no response (the card, each answer) past the HTTP
+tools' cap, FINISHLINE_HTTP_TOOL_MAX_BYTES: a longer one fails the call, naming the cap. The
+engine bounds the call by the run's deadline and cancel; when it stops waiting, `stop` sends
+the remote agent `CancelTask`. The SDK is imported only when such a call is made.
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ _stopping: set[asyncio.Task[None]] = set()
 class RemoteAgent:
     """The `ChildStarter` of one remote agent, shared by every call of a run's agent."""
 
-    def __init__(self, url: str, guard: NetworkGuard) -> None:
+    def __init__(self, url: str, guard: NetworkGuard, *, max_bytes: int) -> None:
         self.url = url
         self.guard = guard
+        self.max_bytes = max_bytes
 
     async def start(self, call: ChildCall) -> RemoteTask:
         from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -57,7 +59,9 @@ class RemoteAgent:
         from a2a.types import Message, Role, SendMessageRequest
 
         guarded_client = await guarded_clients()
-        http = guarded_client(self.guard, timeout_s=max(call.time_left_s, 1.0))
+        http = guarded_client(
+            self.guard, timeout_s=max(call.time_left_s, 1.0), max_response_bytes=self.max_bytes
+        )
         try:
             card = await A2ACardResolver(http, self.url).get_agent_card()
             config = ClientConfig(streaming=False, polling=True, httpx_client=http)

@@ -15,7 +15,10 @@ Non-public addresses (private, loopback, link-local, multicast, reserved, unspec
 shared/CGNAT, documentation ranges, and the IPv4-mapped, 6to4 and NAT64 IPv6 forms of
 these; precisely: everything `ipaddress` does not call global) are refused unless the host
 of the URL, as written (name or IP literal), is listed explicitly. A wildcard never opens
-a private address.
+a private address. An IP literal is read as the resolver and the socket read it
+(`parse_ip`: `2130706433`, `0x7f.1`, `127.1` and `0177.0.0.1` are all 127.0.0.1), and
+`localhost` and the names under it are the loopback address (RFC 6761), so every spelling
+of a refused address is refused by the pure check already, when a request is made.
 
 Two checks, at two moments:
 - `check_url_allowed` (pure, no DNS): scheme, host against the list, and IP literals
@@ -109,35 +112,96 @@ def check_url(url: str | httpx.URL, allow: AllowList) -> str | None:
 
 
 def check_host(host: str, allow: AllowList) -> str | None:
-    """The name-level check of `check_url`: the host against the list, IP literals included."""
+    """The name-level check of `check_url`: the host against the list, IP literals (in any
+    spelling, `parse_ip`) and the loopback names (`localhost`) included."""
     if allow.is_explicit(host):
         return None
     if not allow.matches(host):
         listed = "it is empty" if not allow else "ask the operator to add the host"
         return f"host {host!r} is not in the HTTP allow-list ({listed})"
+    if loopback_name(host):
+        return f"host {host!r} names the loopback address (RFC 6761); {_EXPLICIT}"
     address = parse_ip(host)
     if address is not None:
         kind = non_public_kind(address)
         if kind is not None:
-            return _private_refusal(host, address, kind)
+            return _private_refusal(host, address, kind, spelled=True)
     return None
 
 
 def normalize_host(host: str) -> str:
-    """Lower case, no trailing dot, no IPv6 brackets, IP literals in canonical form."""
-    name = host.strip().lower().rstrip(".")
-    if name.startswith("[") and name.endswith("]"):
-        name = name[1:-1]
+    """Lower case, no trailing dot, no IPv6 brackets, IP literals in canonical form (every
+    spelling of an address as that address: `0x7f.1` is `127.0.0.1`)."""
+    name = _bare(host)
     address = parse_ip(name)
     return str(address) if address is not None else name
 
 
+def _bare(host: str) -> str:
+    name = host.strip().lower().removesuffix(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    return name
+
+
 def parse_ip(text: str) -> IPAddress | None:
-    """The IP address `text` spells in standard notation, else None (a hostname)."""
+    """The IP address `text` spells, read as the resolver and the socket read a host, else
+    None (a hostname): IPv6 (brackets optional), and IPv4 in the dotted-quad form and every
+    shorthand `inet_aton` takes (`127.1`, `2130706433`, `0x7f.1`, `0177.0.0.1`: one to four
+    parts, each decimal, octal after a `0` or hex after `0x`, the last filling the bytes
+    left). Case and one trailing dot do not matter."""
+    name = _bare(text)
     try:
-        return ipaddress.ip_address(text.strip("[]"))
+        return ipaddress.ip_address(name)
     except ValueError:
+        pass
+    if not name or name.strip(_SHORTHAND):
+        return None  # a character no IPv4 shorthand has: a hostname
+    return _inet_aton(name)
+
+
+_SHORTHAND = "0123456789abcdefx."
+_DIGITS = {8: frozenset("01234567"), 10: frozenset("0123456789"), 16: frozenset(_SHORTHAND[:16])}
+
+
+def _inet_aton(text: str) -> ipaddress.IPv4Address | None:
+    """`inet_aton`'s reading of `text` (glibc's, as `getaddrinfo` does it), else None."""
+    parts = text.split(".")
+    if len(parts) > 4:
         return None
+    values = [_aton_part(part) for part in parts]
+    *head, last = values
+    if last is None or any(v is None or v > 0xFF for v in head):
+        return None
+    if last >= 1 << (8 * (4 - len(head))):
+        return None
+    number = last
+    for index, value in enumerate(head):
+        number |= (value or 0) << (8 * (3 - index))
+    return ipaddress.IPv4Address(number)
+
+
+def _aton_part(part: str) -> int | None:
+    """One part of an `inet_aton` address: decimal, octal after a `0`, hex after `0x`."""
+    if part.startswith("0x"):
+        digits, base = part[2:], 16
+    elif part.startswith("0") and len(part) > 1:
+        digits, base = part[1:], 8
+    else:
+        digits, base = part, 10
+    if not digits or not _DIGITS[base].issuperset(digits):
+        return None
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > 11:  # past 32 bits in any of the three bases
+        return None
+    value = int(significant, base)
+    return value if value <= 0xFFFFFFFF else None
+
+
+def loopback_name(host: str) -> bool:
+    """`localhost` and the names under it, which name the loopback address (RFC 6761, §6.3)."""
+    name = _bare(host)
+    return name == "localhost" or name.endswith(".localhost")
 
 
 def non_public_kind(address: IPAddress) -> str | None:
@@ -213,13 +277,19 @@ async def system_resolver(host: str) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def _private_refusal(host: str, address: IPAddress, kind: str) -> str:
-    via = "" if normalize_host(host) == str(address) else f" resolves to {address}, which"
-    return (
-        f"host {host!r}{via} is {_article(kind)} {kind} address; non-public addresses may be "
-        "reached only "
-        "when the host is listed explicitly in the HTTP allow-list"
-    )
+_EXPLICIT = (
+    "non-public addresses may be reached only when the host is listed explicitly in the HTTP "
+    "allow-list"
+)
+
+
+def _private_refusal(host: str, address: IPAddress, kind: str, *, spelled: bool = False) -> str:
+    """Why `host` may not be reached: it spells (an IP literal) or resolves to `address`."""
+    if _bare(host) == str(address):
+        via = ""
+    else:
+        via = f" {'spells' if spelled else 'resolves to'} {address}, which"
+    return f"host {host!r}{via} is {_article(kind)} {kind} address; {_EXPLICIT}"
 
 
 def _article(word: str) -> str:

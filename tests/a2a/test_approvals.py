@@ -1,6 +1,8 @@
 """Approvals over A2A (DESIGN §9, §17): a run waiting for a person is INPUT_REQUIRED with its
 pending calls in the status message; a message on that task with a data part
-`{"decisions": [...]}` decides them, checked as POST /runs/{id}/approvals checks its own."""
+`{"decisions": [...]}` decides them, checked as POST /runs/{id}/approvals checks its own; text
+alone rejects them all, the text being the reason; a stream on a task that waits already is
+the task alone."""
 
 from __future__ import annotations
 
@@ -35,6 +37,12 @@ from tests.a2a.kit import (
 pytestmark = pytest.mark.e2e
 
 APPROVE_THEN_FINISH = scripted(calculate("2+3"), finish("5"))
+TWO_SUMS = {
+    "tool_calls": [
+        {"name": "calculator", "arguments": {"expression": "1+1"}},
+        {"name": "calculator", "arguments": {"expression": "2+2"}},
+    ]
+}
 
 
 def pending_of(stream_or_task: Any) -> list[dict[str, Any]]:
@@ -110,15 +118,11 @@ async def test_a_blocking_decisions_message_answers_with_the_task_at_its_end() -
 
 
 async def test_a_partial_decision_leaves_the_task_input_required_for_the_rest() -> None:
-    two = {
-        "tool_calls": [
-            {"name": "calculator", "arguments": {"expression": "1+1"}},
-            {"name": "calculator", "arguments": {"expression": "2+2"}},
-        ]
-    }
     async with a2a_service() as service:
         client = await service.client("ops", streaming=False)
-        waiting = await send(client, text("two sums"), finishline=scripted(two, finish("2, 4")))
+        waiting = await send(
+            client, text("two sums"), finishline=scripted(TWO_SUMS, finish("2, 4"))
+        )
         first, second = pending_of(waiting)
         partly = await send(
             client, decisions({"call_id": first["call_id"], "approve": True}, task_id=waiting.id)
@@ -153,12 +157,46 @@ async def test_a_subscriber_joining_a_waiting_task_follows_it_past_the_decision(
     assert finishline_of(updates(rest)[0])["type"] == "approval.decided"
 
 
-async def test_a_text_message_on_a_waiting_task_is_held_for_the_run_and_decides_nothing() -> None:
+async def test_text_alone_on_a_waiting_task_rejects_its_calls_the_text_being_the_reason() -> None:
+    async with a2a_service() as service:
+        client = await service.client("ops", streaming=False)
+        waiting = await send(
+            client, text("two sums"), finishline=scripted(TWO_SUMS, finish("none"))
+        )
+        ended = await send(client, text("Not these: use 3.", task_id=waiting.id))
+        events = await events_of(service, waiting.id)
+
+    # the status message told the client what text would do
+    assert "text alone rejects them all" in texts(waiting.status.message.parts)[0]
+    assert state_name(ended.status.state) == "TASK_STATE_COMPLETED"
+    decided = [e for e in events if e["type"] == "approval.decided"]
+    assert [(d["approved"], d["message"]) for d in decided] == [(False, "Not these: use 3.")] * 2
+    observations = [e for e in events if e["type"] == "observation"]
+    assert [o["is_error"] for o in observations] == [True, True]
+    assert all("Not these: use 3." in o["content"] for o in observations)
+    assert not [e for e in events if e["type"] == "user.message"]  # the reason, not a message
+
+
+async def test_text_alone_streamed_on_a_waiting_task_streams_it_on_to_its_end() -> None:
+    async with a2a_service() as service:
+        client = await service.client("ops")
+        waiting = await stream(client, text("2+3?"), finishline=APPROVE_THEN_FINISH)
+        task_id = waiting[0].task.id
+        resumed = await stream(client, text("No calculator, please.", task_id=task_id))
+
+    assert states(waiting)[-1] == "TASK_STATE_INPUT_REQUIRED"
+    assert resumed[0].task.id == task_id
+    assert states(resumed)[-1] == "TASK_STATE_COMPLETED"
+    first = updates(resumed)[0]
+    assert finishline_of(first)["type"] == "approval.decided"
+    assert data_parts(first.status.message.parts)[0]["approved"] is False
+
+
+async def test_text_beside_decisions_is_a_steering_message_held_for_the_run() -> None:
     async with a2a_service() as service:
         client = await service.client("ops", streaming=False)
         waiting = await send(client, text("2+3?"), finishline=APPROVE_THEN_FINISH)
         (call,) = pending_of(waiting)
-        still = await send(client, text("Use SI units.", task_id=waiting.id))
         both = await send(
             client,
             message(
@@ -169,10 +207,39 @@ async def test_a_text_message_on_a_waiting_task_is_held_for_the_run_and_decides_
         )
         events = await events_of(service, waiting.id)
 
-    assert state_name(still.status.state) == "TASK_STATE_INPUT_REQUIRED"
     assert state_name(both.status.state) == "TASK_STATE_COMPLETED"
     said = [e["content"] for e in events if e["type"] == "user.message"]
-    assert said == ["Use SI units.", "And be brief."]
+    assert said == ["And be brief."]
+    observation = next(e for e in events if e["type"] == "observation")
+    assert observation["is_error"] is False
+
+
+async def test_text_alone_too_long_to_be_a_reason_is_refused_and_decides_nothing() -> None:
+    async with a2a_service() as service:
+        client = await service.client("ops", streaming=False)
+        waiting = await send(client, text("2+3?"), finishline=APPROVE_THEN_FINISH)
+        with pytest.raises(InvalidParamsError, match="rejects its calls") as refused:
+            await send(client, text("x" * 10_001, task_id=waiting.id))
+        still = await client.get_task(GetTaskRequest(id=waiting.id))
+
+    assert "10000 characters" in str(refused.value)
+    assert state_name(still.status.state) == "TASK_STATE_INPUT_REQUIRED"
+
+
+async def test_the_same_message_streamed_again_on_a_waiting_task_is_the_task_then_the_end() -> None:
+    """The TCK's streaming retry: one SendStreamingMessage sent twice (the same messageId, no
+    metadata), to an agent whose every calculation waits for a person (the demo model)."""
+    async with a2a_service() as service:
+        client = await service.client("ops")
+        sent = text("TCK streaming test", message_id="tck-sse-streaming-001-session")
+        first = await stream(client, sent)
+        again = await stream(client, sent)
+
+    assert states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
+    (only,) = again  # the task, waiting: the stream closes with it (A2A §3.1.2, §11.7)
+    assert only.task.id == first[0].task.id
+    assert state_name(only.task.status.state) == "TASK_STATE_INPUT_REQUIRED"
+    assert pending_of(only.task) == pending_of(first)
 
 
 async def test_decisions_are_checked_like_post_approvals_each_problem_named() -> None:

@@ -5,6 +5,7 @@ profiles to serve."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,60 @@ async def test_without_a_default_agent_the_hosts_card_and_unknown_profiles_are_4
     assert host.value.status_code == 404
     assert unknown.value.status_code == 404
     assert answer.json()["error"]["details"]["available"] == ["calc", "ops"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/a2a/calc/.well-known/agent-card.json", "/.well-known/agent-card.json"]
+)
+async def test_a_card_is_cacheable_and_a_request_naming_its_etag_is_answered_304(path: str) -> None:
+    async with a2a_service(a2a_settings(a2a_default_agent="calc")) as service:
+        first = await service.http.get(service.url(path))
+        etag = first.headers["etag"]
+        same = await service.http.get(service.url(path), headers={"If-None-Match": etag})
+        listed = await service.http.get(
+            service.url(path), headers={"If-None-Match": f'"other", W/{etag}'}
+        )
+        anything = await service.http.get(service.url(path), headers={"If-None-Match": "*"})
+        other = await service.http.get(service.url(path), headers={"If-None-Match": '"other"'})
+        again = await service.http.get(service.url(path))
+
+    assert first.status_code == 200
+    assert first.headers["cache-control"] == "public, max-age=300"
+    assert etag == f'"{hashlib.sha256(first.content).hexdigest()[:32]}"'  # the card's bytes
+    for not_modified in (same, listed, anything):
+        assert not_modified.status_code == 304
+        assert not_modified.content == b""
+        assert not_modified.headers["etag"] == etag
+        assert not_modified.headers["cache-control"] == "public, max-age=300"
+    assert other.status_code == 200
+    assert other.content == first.content
+    assert again.headers["etag"] == etag  # the same card, the same tag
+
+
+async def test_cards_that_differ_have_different_etags() -> None:
+    async with a2a_service() as service:
+        calc = await service.http.get(service.url("/a2a/calc/.well-known/agent-card.json"))
+        ops = await service.http.get(service.url("/a2a/ops/.well-known/agent-card.json"))
+    async with a2a_service(a2a_settings(api_keys=[KEY_A])) as service:
+        keyed = await service.http.get(service.url("/a2a/calc/.well-known/agent-card.json"))
+    assert len({calc.headers["etag"], ops.headers["etag"], keyed.headers["etag"]}) == 3
+
+
+async def test_with_0_3_compatibility_off_the_card_is_a_strict_1_0_card() -> None:
+    async with a2a_service(a2a_settings(a2a_v03=False, api_keys=[KEY_A])) as service:
+        card = await service.card("calc")
+        raw = (await service.http.get(service.url("/a2a/calc/.well-known/agent-card.json"))).json()
+
+    interfaces = [(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces]
+    assert interfaces == [("JSONRPC", "1.0")]
+    # none of the 0.3 layout's keys, which a strict 1.0 card check refuses
+    assert not {"url", "protocolVersion", "preferredTransport", "security"} & set(raw)
+    assert raw["securitySchemes"]["bearer"] == {
+        "httpAuthSecurityScheme": {
+            "scheme": "bearer",
+            "description": "A finishline API key; each task is visible to its key alone.",
+        }
+    }
 
 
 def test_start_up_refuses_a_default_agent_that_names_no_profile() -> None:

@@ -9,13 +9,15 @@ import json
 import anyio
 import pytest
 from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
-from a2a.types import AgentCard, CancelTaskRequest, GetTaskRequest
+from a2a.types import AgentCard, AgentInterface, CancelTaskRequest, GetTaskRequest
+from a2a.utils.errors import MethodNotFoundError
 
 from tests.a2a.kit import (
     HANGING,
     TIMEOUT_S,
     A2AService,
     a2a_service,
+    a2a_settings,
     calculate,
     data_parts,
     decisions,
@@ -96,3 +98,22 @@ async def test_a_0_3_client_gets_any_typed_answer(output: object) -> None:
     (artifact,) = done.artifacts
     assert texts(artifact.parts) == [json.dumps(output)]
     assert data_parts(artifact.parts) == [json.loads(json.dumps(output), parse_int=float)]
+
+
+async def test_with_0_3_compatibility_off_a_0_3_client_finds_no_method() -> None:
+    async with a2a_service(a2a_settings(a2a_v03=False)) as service:
+        modern = await service.client("calc", streaming=False)
+        done = await send(modern, text("2+3?"), finishline=scripted(finish("5")))
+        card = AgentCard()
+        card.CopyFrom(await service.card("calc"))
+        del card.supported_interfaces[:]
+        card.supported_interfaces.append(
+            AgentInterface(
+                url=service.url("/a2a/calc"), protocol_binding="JSONRPC", protocol_version="0.3"
+            )
+        )
+        legacy = await service.client("calc", streaming=False, card=card)
+        assert isinstance(legacy._transport, CompatJsonRpcTransport)
+        with pytest.raises(MethodNotFoundError):
+            await send(legacy, text("2+3?"), finishline=scripted(finish("5")))
+    assert state_name(done.status.state) == "TASK_STATE_COMPLETED"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from a2a.types import (
+    AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -43,6 +44,25 @@ from tests.fakes.llm_server import FakeLLMServer, FakeReply
 pytestmark = pytest.mark.e2e
 
 COMPUTING = scripted(calculate("2+3", content="I will compute it."), finish("5"))
+
+
+async def test_the_endpoint_with_a_trailing_slash_answers_as_the_endpoint() -> None:
+    """A client joining a path to the card's URL (`/a2a/calc` + `/`) meets no redirect, which
+    a JSON-RPC client cannot follow."""
+    async with a2a_service() as service:
+        card = AgentCard()
+        card.CopyFrom(await service.card("calc"))
+        for interface in card.supported_interfaces:
+            interface.url += "/"
+        blocking = await service.client("calc", streaming=False, card=card)
+        streaming = await service.client("calc", card=card)
+        done = await send(blocking, text("2+3?"), finishline=COMPUTING)
+        streamed = await stream(streaming, text("2+3?"), finishline=COMPUTING)
+        got = await blocking.get_task(GetTaskRequest(id=done.id))
+
+    assert state_name(done.status.state) == "TASK_STATE_COMPLETED"
+    assert states(streamed)[-1] == "TASK_STATE_COMPLETED"
+    assert got.id == done.id
 
 
 async def test_send_message_blocks_until_the_task_ends_and_answers_as_an_artifact() -> None:

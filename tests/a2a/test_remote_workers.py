@@ -1,16 +1,25 @@
 """Remote workers (DESIGN §15, §17): a sub-agent with `a2a_url` calls a remote A2A agent with
 the official `a2a-sdk` client: the remote task's answer is the call's observation; its host
-must be allow-listed, as an HTTP tool's; the run's deadline bounds the call and cancelling
-the run sends `CancelTask`. The remote agent here is finishline's own A2A endpoint, served on
-loopback by uvicorn (another app: the caller's runs are not the remote's)."""
+must be allow-listed, as an HTTP tool's, and no response of it is read past the HTTP tools'
+cap; the run's deadline bounds the call and cancelling the run sends `CancelTask`. The remote
+agent here is finishline's own A2A endpoint, served on loopback by uvicorn (another app: the
+caller's runs are not the remote's), or a server that answers too much."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
 import httpx
+import pytest
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface
+from google.protobuf.json_format import MessageToDict
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from app.main import create_app
 from tests.a2a.kit import a2a_settings
@@ -127,3 +136,85 @@ async def test_cancelling_the_parent_cancels_the_remote_task() -> None:
         await wait_for_status(remote_http, runs[0]["id"], "running")
         assert (await cancel(client, parent["id"]))["status"] == "cancelled"
         await wait_for_status(remote_http, runs[0]["id"], "cancelled")
+
+
+# -- what is read of a remote agent ---------------------------------------------------------
+
+CAP = 50_000
+"""FINISHLINE_HTTP_TOOL_MAX_BYTES in these tests: what a call reads of one response at most."""
+HUGE = 1024 * 65_536
+"""64 MiB, in whole chunks: more than the sockets' buffers on loopback can take unread (the
+kernel's receive window grows to 32 MiB at most here), so a server that is not read cannot
+send it all."""
+
+
+class Oversized:
+    """A remote "agent" that answers more than anyone should read: a card of 64 MiB streamed
+    (`/endless`), one that says its length first (`/declared`), and a good card whose endpoint
+    answers a message with 64 MiB (`/chatty`). It counts what it sent."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.app = Starlette(
+            routes=[
+                Route("/endless/.well-known/agent-card.json", self._endless),
+                Route("/declared/.well-known/agent-card.json", self._declared),
+                Route("/chatty/.well-known/agent-card.json", self._card),
+                Route("/chatty", self._endless, methods=["POST"]),
+            ]
+        )
+
+    async def _chunks(self, request: Request) -> AsyncIterator[bytes]:
+        """HUGE bytes, until the client goes away (a chunk waits for the client to take the
+        last, past what the sockets' buffers hold)."""
+        chunk = b" " * 65_536
+        while self.sent < HUGE and not await request.is_disconnected():
+            self.sent += len(chunk)
+            yield chunk
+
+    async def _endless(self, request: Request) -> Response:
+        return StreamingResponse(self._chunks(request), media_type="application/json")
+
+    async def _declared(self, request: Request) -> Response:
+        headers = {"Content-Length": str(HUGE)}
+        return StreamingResponse(
+            self._chunks(request), media_type="application/json", headers=headers
+        )
+
+    async def _card(self, request: Request) -> Response:
+        url = str(request.url).removesuffix("/.well-known/agent-card.json")
+        card = AgentCard(
+            name="chatty",
+            description="Says too much.",
+            version="1",
+            supported_interfaces=[
+                AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+            ],
+            capabilities=AgentCapabilities(streaming=False),
+            default_input_modes=["text/plain"],
+            default_output_modes=["text/plain"],
+        )
+        return JSONResponse(MessageToDict(card))
+
+
+@pytest.mark.parametrize("path", ["/endless", "/declared", "/chatty"])
+async def test_a_remote_agent_answering_past_the_http_tools_cap_fails_the_call_unread(
+    path: str,
+) -> None:
+    oversized = Oversized()
+    async with AsyncExitStack() as stack:
+        served = await stack.enter_async_context(Served(oversized.app))
+        body = scripted(
+            call("big", "2+3"), finish("too big"), agents={"big": remote(served.url(path))}
+        )
+        client = await stack.enter_async_context(
+            api_client(settings(http_tool_allow_hosts=["127.0.0.1"], http_tool_max_bytes=CAP))
+        )
+        with anyio.fail_after(30):
+            parent = await run_to_end(client, body)
+        assert parent["status"] == "completed", parent
+        (seen,) = of_type(await events(client, parent["id"]), "observation")
+
+    assert seen["is_error"]
+    assert f"longer than the {CAP:,} bytes read" in seen["content"]
+    assert oversized.sent < HUGE  # the client went away: the rest was never asked for

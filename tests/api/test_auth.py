@@ -4,6 +4,8 @@ and each run visible only to the key that made it."""
 from __future__ import annotations
 
 import hmac
+import json
+from typing import Any
 
 import httpx
 import pytest
@@ -11,6 +13,7 @@ from asgi_lifespan import LifespanManager
 from starlette.routing import Route
 
 from app.api import auth
+from app.api.openapi import BEARER_SCHEME
 from app.main import create_app
 from app.settings import Settings
 from tests.api.kit import (
@@ -135,9 +138,20 @@ async def test_every_other_operation_needs_a_key() -> None:
     assert {path for _, path in operations} >= set(OPEN) - {"/"}
 
 
+def without_security(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` less what says that auth is on: the bearer scheme and each operation's
+    requirement of it."""
+    schema["components"].pop("securitySchemes", None)
+    for item in schema["paths"].values():
+        for operation in item.values():
+            operation.pop("security", None)
+    return schema
+
+
 async def test_the_open_api_schema_is_the_same_with_keys_and_carries_no_secret() -> None:
     """Kept open with keys set, as FastAPI and LangGraph's server do: it describes the API
-    and this server's caps, never a key, a secret, a host or a model this server is set with."""
+    and this server's caps, never a key, a secret, a host or a model this server is set with.
+    With keys it says only that, besides: the bearer scheme, required where a key is."""
     secrets = ["key-9b1e", "token-secret-77c4", "sk-llm-a1b2", "hosts.internal.test"]
     secrets += ["llm.internal.test", "model-internal-x"]
     deployment = {
@@ -152,8 +166,36 @@ async def test_the_open_api_schema_is_the_same_with_keys_and_carries_no_secret()
     async with api_client(settings(**deployment)) as client:
         open_schema = (await client.get("/openapi.json")).text
 
-    assert keyed_schema == open_schema
+    keyed, unkeyed = json.loads(keyed_schema), json.loads(open_schema)
+    assert keyed["components"]["securitySchemes"] == {"bearer": BEARER_SCHEME}
+    secured = {
+        (method, path)
+        for path, item in keyed["paths"].items()
+        for method, operation in item.items()
+        if operation.get("security") == [{"bearer": []}]
+    }
+    assert ("post", "/runs") in secured
+    assert ("get", "/usage") in secured
+    assert ("get", "/healthz") not in secured
+    assert "securitySchemes" not in unkeyed["components"]
+    assert "security" not in json.dumps(unkeyed["paths"])
+    assert without_security(keyed) == unkeyed
     assert [s for s in secrets if s in keyed_schema] == []
+
+
+async def test_the_schema_declares_the_bearer_scheme_not_an_authorization_parameter() -> None:
+    """OpenAPI ignores a header parameter named Authorization: the scheme says it instead."""
+    schema = create_app(keyed()).openapi()
+    parameters = [
+        p["name"].lower()
+        for item in schema["paths"].values()
+        for operation in item.values()
+        for p in operation.get("parameters", [])
+    ]
+    assert "authorization" not in parameters
+    secured = [op for item in schema["paths"].values() for op in item.values() if "security" in op]
+    assert secured
+    assert all("401" in op["responses"] for op in secured)
 
 
 async def test_a_run_is_invisible_to_another_key() -> None:

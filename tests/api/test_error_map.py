@@ -13,8 +13,14 @@ import pytest
 from fastapi import FastAPI
 
 import app
-from app.api.errors import RUNS_ERRORS, install_error_handlers, runs_error_status
+from app.api.errors import (
+    IDENTITY_ERRORS,
+    RUNS_ERRORS,
+    install_error_handlers,
+    runs_error_status,
+)
 from app.engine.errors import FinishlineError
+from app.identity.errors import IdentityError, TokenProblem
 from app.runs.errors import QueueFullError, QuotaExceededError, RunsError
 from tests.api.kit import error_of
 
@@ -27,6 +33,9 @@ ARGUMENTS: dict[str, Any] = {
     "quota": "concurrent_runs",
     "limit": 3,
     "used": 3,
+    "problem_of_token": TokenProblem.EXPIRED,
+    "scope": "finishline:write",
+    "why": "the issuer is down",
 }
 
 
@@ -47,12 +56,27 @@ def _subclasses(root: type[Exception]) -> list[type[Exception]]:
 
 _every_module()
 REFUSALS = _subclasses(RunsError)
+IDENTITY_REFUSALS = _subclasses(IdentityError)
 
 
 def _instance(cls: type[RunsError]) -> RunsError:
     parameters = inspect.signature(cls).parameters.values()
     required = [p for p in parameters if p.default is p.empty and p.kind is not p.VAR_KEYWORD]
     return cls(**{p.name: ARGUMENTS[p.name] for p in required})
+
+
+async def _answer_to(exc: Exception) -> httpx.Response:
+    """What an app with the error handlers answers when a route raises `exc`."""
+    api = FastAPI()
+    install_error_handlers(api)
+
+    @api.get("/raise")
+    async def _raise() -> None:
+        raise exc
+
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        return await client.get("/raise")
 
 
 def test_the_runs_layer_has_refusals_to_check() -> None:
@@ -71,21 +95,40 @@ async def test_every_runs_error_reaches_the_client_as_its_mapped_error_body(
     cls: type[RunsError],
 ) -> None:
     exc = _instance(cls)
-    api = FastAPI()
-    install_error_handlers(api)
-
-    @api.get("/raise")
-    async def _raise() -> None:
-        raise exc
-
-    transport = httpx.ASGITransport(app=api)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        response = await client.get("/raise")
+    response = await _answer_to(exc)
 
     status, type_ = RUNS_ERRORS[cls]
     error = error_of(response, status, type_)
     assert error["message"] == exc.message
     if isinstance(exc, QueueFullError | QuotaExceededError):
+        assert response.headers["retry-after"] == "3"
+
+
+def _identity_instance(cls: type[IdentityError]) -> IdentityError:
+    parameters = inspect.signature(cls).parameters.values()
+    required = [p for p in parameters if p.default is p.empty]
+    names = {"problem": "problem_of_token", "message": "message"}
+    return cls(**{p.name: ARGUMENTS[names.get(p.name, p.name)] for p in required})
+
+
+def test_identity_has_refusals_to_check() -> None:
+    assert len(IDENTITY_REFUSALS) >= 5
+
+
+@pytest.mark.parametrize("cls", IDENTITY_REFUSALS, ids=lambda c: c.__name__)
+async def test_every_identity_error_has_its_entry_and_reaches_the_client_as_it_says(
+    cls: type[IdentityError],
+) -> None:
+    assert cls in IDENTITY_ERRORS, f"{cls.__name__} has no entry in IDENTITY_ERRORS"
+    exc = _identity_instance(cls)
+    response = await _answer_to(exc)
+
+    status, type_ = IDENTITY_ERRORS[cls]
+    error = error_of(response, status, type_)
+    assert error["message"] == exc.message
+    if status in (401, 403):
+        assert response.headers["www-authenticate"].startswith("Bearer")
+    else:
         assert response.headers["retry-after"] == "3"
 
 

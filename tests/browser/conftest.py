@@ -25,7 +25,10 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, Request, async_playwright, expect
 
-from tests.fakes.service import served_app, service_settings
+from app.main import create_app
+from tests.api.kit import _StateTap
+from tests.fakes.service import service_settings
+from tests.fakes.serving import Served
 
 CHROMIUM = Path("/usr/bin/chromium")
 HAVE_CHROMIUM = CHROMIUM.exists()
@@ -63,6 +66,8 @@ class Viewer:
     page: Page
     client: httpx.AsyncClient
     origin: str
+    state: Any = None
+    """The app's lifespan state (its authenticator, manager, ...)."""
     requests: list[Request] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -104,9 +109,12 @@ async def open_viewer(
     client_headers: dict[str, str] | None = None,
     **settings: Any,
 ) -> AsyncIterator[Viewer]:
-    async with served_app(
-        service_settings(shutdown_grace_s=0, **settings), headers=client_headers or {}
-    ) as (server, client):
+    app = _StateTap(create_app(service_settings(shutdown_grace_s=0, **settings)))
+    headers = client_headers or {}
+    async with (
+        Served(app, lifespan="on") as server,
+        httpx.AsyncClient(base_url=server.url(), timeout=10, headers=headers) as client,
+    ):
         origin = server.url()
         context = await browser.new_context(
             base_url=origin, viewport={"width": viewport[0], "height": viewport[1]}
@@ -114,7 +122,7 @@ async def open_viewer(
         if init_script:
             await context.add_init_script(init_script)
         page = await context.new_page()
-        viewer = Viewer(page=page, client=client, origin=origin)
+        viewer = Viewer(page=page, client=client, origin=origin, state=app.state)
         page.on("request", lambda request: viewer.requests.append(request))
         page.on("pageerror", lambda error: viewer.errors.append(str(error)))
         try:

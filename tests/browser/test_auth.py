@@ -3,11 +3,15 @@ call, and follows the run's events with a run-scoped token, never the key in a U
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from playwright.async_api import Browser, expect
 
 from tests.browser.conftest import open_viewer
 from tests.fakes.llm_server import FakeLLMServer, FakeReply, FakeToolCall
+from tests.fakes.oidc_issuer import AUDIENCE, FakeIssuer
+from tests.identity.kit import keys_loaded
 
 pytestmark = pytest.mark.browser
 
@@ -70,3 +74,49 @@ async def test_the_key_entered_once_opens_the_api_and_the_stream_uses_a_run_toke
         assert sent[2:] == [f"Bearer {KEY}"] * (len(calls) - 2)
         paths = {r.url.split("?")[0].removeprefix(v.origin) for r in calls[2:]}
         assert {"/settings", "/tools", "/runs"} <= paths
+
+
+async def test_the_key_field_takes_an_access_token_and_says_why_one_was_refused(
+    browser: Browser,
+) -> None:
+    """With FINISHLINE_OIDC_ISSUER set, the same dialog takes the provider's access token: an
+    expired one is refused saying so, a current one opens the API, and the run's stream still
+    goes with a run token, never the access token in a URL."""
+    async with (
+        FakeIssuer() as issuer,
+        FakeLLMServer([FakeReply.finish("42")]) as llm,
+        open_viewer(
+            browser,
+            llm_base_url=llm.base_url,
+            oidc_issuer=issuer.issuer,
+            oidc_audience=AUDIENCE,
+        ) as v,
+    ):
+        await keys_loaded(v.state)
+        expired = issuer.token(sub="alice", exp=int(time.time()) - 600)
+        current = issuer.token(sub="alice", alg="ES256")
+        page = v.page
+        await page.goto("/")
+        dialog = page.locator("#key-dialog")
+        await expect(dialog).to_contain_text("An access token of its identity provider works")
+        await dialog.get_by_label("API key or access token").fill(expired)
+        await dialog.get_by_label("API key or access token").press("Enter")
+        await expect(dialog).to_contain_text("That access token was refused: the token has expired")
+        await dialog.get_by_label("API key or access token").fill(current)
+        await dialog.get_by_role("button", name="Use this key").click()
+        await expect(dialog).to_be_hidden()
+        await v.ready()
+
+        await page.get_by_label("Task", exact=True).fill("What is 6*7?")
+        await page.get_by_role("button", name="Start run").click()
+        await expect(page.locator("#answer-text")).to_have_text("42")
+        mine = (await v.client.get("/runs", headers={"Authorization": f"Bearer {current}"})).json()
+
+    assert len(mine["runs"]) == 1  # the run is the token's owner's
+    urls = [request.url for request in v.requests]
+    assert not [url for url in urls if current.split(".")[1] in url or expired in url]
+    streams = [r for r in v.requests if "/events" in r.url]
+    assert streams
+    assert all("token=" in r.url for r in streams)
+    calls = [r for r in v.requests if r.resource_type == "fetch"]
+    assert calls[-1].headers.get("authorization") == f"Bearer {current}"

@@ -11,10 +11,10 @@ from starlette.routing import Route
 
 from app.tools.base import ToolError
 from app.tools.netguard import BlockedHostError, NetworkGuard
-from app.tools.transport import guarded_client
+from app.tools.transport import ResponseTooLargeError, guarded_client
 from tests.fakes.serving import Served
 from tests.tools.conftest import FakeDNS
-from tests.tools.local_server import LocalServer
+from tests.tools.local_server import BIG_BODY_BYTES, LocalServer
 
 
 async def test_connections_go_to_the_address_the_guard_resolved(
@@ -78,3 +78,15 @@ async def _sets_a_cookie(request: Request) -> Response:
     response = PlainTextResponse(request.headers.get("cookie", ""))
     response.set_cookie("session", "abc")
     return response
+
+
+async def test_a_client_with_a_response_cap_reads_no_body_past_it(server: LocalServer) -> None:
+    """`/big` is 10,000 bytes: refused by a 9,999-byte cap (its Content-Length says so before
+    any of it is read), read whole by a 10,000-byte one."""
+    guard = NetworkGuard(["127.0.0.1"])
+    async with guarded_client(guard, max_response_bytes=BIG_BODY_BYTES - 1) as capped:
+        with pytest.raises(ResponseTooLargeError, match="longer than the 9,999 bytes read"):
+            await capped.get(server.url("/big"))
+    async with guarded_client(guard, max_response_bytes=BIG_BODY_BYTES) as enough:
+        response = await enough.get(server.url("/big"))
+    assert len(response.content) == BIG_BODY_BYTES

@@ -11,8 +11,11 @@ from its last one (`previous_run_id`). A message the server has seen (the same m
 finds the run it made (its idempotency key), on any replica, and streams it from where it is.
 
 A message with a taskId is for that run: a data part `{"decisions": [...]}` decides the calls
-it waits on (`RunManager.decide`); text is a steering message (`RunManager.post_message`,
-delivered before its next LLM call, or when a waiting run resumes).
+it waits on (`RunManager.decide`); text beside it, or on a task that waits on no call, is a
+steering message (`RunManager.post_message`, delivered before its next LLM call, or when a
+waiting run resumes). Text alone on a task waiting for approval rejects every call it waits
+on, the text being the reason (`_rejections`): the run goes on, and the client is never left
+waiting on a person it cannot see.
 """
 
 from __future__ import annotations
@@ -34,16 +37,18 @@ from a2a.utils.errors import (
 )
 from fastapi.exceptions import RequestValidationError
 from google.protobuf.json_format import MessageToDict
+from pydantic import ValidationError
 
 from app.api.a2a.errors import a2a_error, invalid_params, translated
 from app.api.a2a.parts import read_message, whole_numbers
-from app.api.a2a.tasks import A2A_KEY, context_of, state_name
+from app.api.a2a.tasks import A2A_KEY, context_of, state_name, waiting_on
 from app.api.auth import Caller
 from app.api.runbody import read_run_body
+from app.api.schemas import DecisionIn
 from app.runs.errors import IdempotencyConflictError, InvalidRunError, RunNotFoundError
 from app.runs.follow.follower import Until
 from app.runs.manager import RunManager
-from app.runs.records import RunRecord
+from app.runs.records import ApprovalDecision, RunRecord
 from app.runs.spec import RunRequest
 from app.settings import Settings
 
@@ -181,7 +186,7 @@ class Conversations:
             # first: no event falls in between; a wait it joins is behind it
             after = await self.manager.follower.last_seq(head.id)
             again = await self.manager.get(head.id, caller.owner, any_owner=caller.any_owner)
-            return Opened(again, after, Until.NEXT_WAIT)
+            return Opened(again, after)
         if head is not None and not head.status.terminal:
             raise UnsupportedOperationError(
                 f"context {context_id!r} is at task {head.id}, which has not ended "
@@ -278,21 +283,42 @@ class Conversations:
                 f"message in its context ({context_id!r}) without a taskId",
                 data={"type": "run_already_ended", "run_id": record.id},
             )
+        decisions, text = said.decisions, said.text
+        if text and not decisions and waiting_on(record):
+            decisions, text = _rejections(record, text), ""
         after = await self.manager.follower.last_seq(record.id)
         owner, anyone = caller.owner, caller.any_owner
         with translated():
-            if said.decisions:
+            if decisions:
                 try:
                     record = await self.manager.decide(
-                        record.id, owner, said.decisions, any_owner=anyone
+                        record.id, owner, decisions, any_owner=anyone
                     )
                 except InvalidRunError as exc:  # edited arguments against the tool's schema
                     message_at = f"{said.decisions_at}.data.{exc.field}"
                     raise InvalidRunError(
                         message_at, exc.message.removeprefix(f"{exc.field}: ")
                     ) from None
-            if said.text:
-                record = await self.manager.post_message(
-                    record.id, owner, said.text, any_owner=anyone
-                )
+            if text:
+                record = await self.manager.post_message(record.id, owner, text, any_owner=anyone)
         return Opened(record, after)
+
+
+def _rejections(record: RunRecord, text: str) -> list[ApprovalDecision]:
+    """What text alone says to a task waiting for approvals: no to every call it waits on, the
+    text the reason the model reads (as a person's rejection with a message). A generic A2A
+    client answers INPUT_REQUIRED with text; taken as a steering message it decided nothing
+    and left that client waiting on a person it cannot see. Rejecting cannot run anything."""
+    try:
+        DecisionIn(call_id="-", approve=False, message=text)
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]["msg"]
+        raise InvalidParamsError(
+            f"message.parts: text alone on a task waiting for approval rejects its calls, the "
+            f"text being the reason: {problem}"
+        ) from None
+    assert record.approval is not None
+    return [
+        ApprovalDecision(call_id=p.call_id, approved=False, message=text, run_id=p.run_id)
+        for p in record.approval.undecided()
+    ]

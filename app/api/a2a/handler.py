@@ -10,8 +10,10 @@ the Redis store and no second copy of a run's state exists.
   configuration says `returnImmediately`, up to FINISHLINE_MAX_WAIT_S (then the task as it
   stands). A blocking call returns once the task has ended or waits for input.
 - SendStreamingMessage, SubscribeToTask: the Task first, then its updates (`updates`) until it
-  has ended or waits for input. SubscribeToTask joins a task that waits already and follows it
-  to its next wait or its end; an ended task has nothing to subscribe to.
+  has ended or waits for input. A SendStreamingMessage whose task waits for input already (the
+  same message sent again, decisions that leave calls undecided) is the Task alone.
+  SubscribeToTask joins a task that waits already and follows it to its next wait or its end;
+  an ended task has nothing to subscribe to.
 - GetTask, ListTasks (`listing`), CancelTask. Push notifications are not offered.
 """
 
@@ -42,6 +44,7 @@ from a2a.types import (
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
+    TaskState,
 )
 from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
@@ -59,6 +62,8 @@ from app.api.auth import Caller
 from app.engine.events import EventType
 from app.runs.follow.follower import Until
 
+INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+"""States a stream ends at without the task having ended (A2A §3.1.2, §11.7)."""
 CALLER = "finishline.caller"
 """The key of `ServerCallContext.state` that holds who is calling (`app.api.a2a.server`)."""
 
@@ -116,7 +121,10 @@ class FinishlineRequestHandler(RequestHandler):
         validate_history_length(params.configuration)
         caller = caller_of(context)
         opened = await self.conversations.open(params, caller)
-        yield apply_history_length(task_of(opened.record), params.configuration)
+        task = task_of(opened.record)
+        yield apply_history_length(task, params.configuration)
+        if task.status.state in INTERRUPTED:  # it waits for input already (a message sent
+            return  # again, decisions that leave calls undecided): the stream ends with it
         async for update in self._updates(opened, caller):
             yield update
 

@@ -1,5 +1,5 @@
 """The A2A endpoints of a deployment (DESIGN §17): one per agent profile, `/a2a/NAME`, each
-the SDK's JSON-RPC dispatcher (with its 0.3 compatibility layer on) over a
+the SDK's JSON-RPC dispatcher (with its 0.3 compatibility layer, FINISHLINE_A2A_V03) over a
 `FinishlineRequestHandler`, and its card at `/a2a/NAME/.well-known/agent-card.json`.
 
 Built by the app's lifespan when FINISHLINE_AGENTS names profiles (so a server without them
@@ -9,25 +9,21 @@ dispatcher's call context carries it to the handler.
 
 from __future__ import annotations
 
-from typing import Any
-
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
+from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.utils.errors import InvalidRequestError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.api.a2a.cards import agent_card
+from app.api.a2a.cards import agent_card, card_response
 from app.api.a2a.conversations import Conversations, ThreadIndex
 from app.api.a2a.handler import CALLER, FinishlineRequestHandler
+from app.api.a2a.intake import quiet_client_mistakes, refusal
 from app.api.auth import Caller
 from app.api.errors import ApiError
-from app.api.runbody import check_value_count
 from app.assembly import RunAssembly
 from app.catalog import describe_profile
-from app.runs.errors import InvalidRunError
 from app.runs.manager import RunManager
 from app.settings import Settings
 
@@ -56,6 +52,7 @@ class A2AAgents:
         self.settings = settings
         self.assembly = assembly
         builder = CallerContextBuilder()
+        quiet_client_mistakes()
         self._dispatchers: dict[str, JsonRpcDispatcher] = {}
         for name in settings.agents:
             handler = FinishlineRequestHandler(
@@ -64,7 +61,8 @@ class A2AAgents:
             self._dispatchers[name] = JsonRpcDispatcher(
                 request_handler=handler,
                 context_builder=builder,
-                enable_v0_3_compat=True,  # its streams are served by the route (app.api.sse)
+                # its streams are served by the route (app.api.sse)
+                enable_v0_3_compat=settings.a2a_v03,
             )
 
     def _known(self, name: str) -> None:
@@ -79,21 +77,23 @@ class A2AAgents:
     async def rpc(self, name: str, request: Request, caller: Caller) -> Response:
         """One JSON-RPC request to agent `name`, by the authenticated `caller`."""
         self._known(name)
-        try:  # the body cap held already (BodyLimit); its JSON values are bounded here
-            check_value_count(await request.body(), self.settings)
-        except InvalidRunError as exc:
-            error = InvalidRequestError(exc.message, data={"type": "validation_error"})
-            return JSONResponse(build_error_response(None, error))
+        body, content_type = await request.body(), request.headers.get("content-type")
+        refused = refusal(body, content_type, self.settings)  # its type, values, nesting
+        if refused is not None:
+            return JSONResponse(build_error_response(*refused))
         setattr(request.state, STATE_CALLER, caller)
         return await self._dispatchers[name].handle_requests(request)
 
     def card(self, name: str, request: Request) -> Response:
-        """Agent `name`'s card, as the SDK encodes it (with its 0.3 fields)."""
+        """Agent `name`'s card (`app.api.a2a.cards`): 304 when the request's If-None-Match
+        names the card it would get."""
         self._known(name)
         profile = self.settings.agents[name]
         url = str(request.url_for("a2a_rpc", name=name))
         card = agent_card(
-            describe_profile(profile, self.assembly), url, keys=bool(self.settings.api_keys)
+            describe_profile(profile, self.assembly),
+            url,
+            keys=self.settings.auth_enabled,
+            v03=self.settings.a2a_v03,
         )
-        body: dict[str, Any] = agent_card_to_dict(card)
-        return JSONResponse(body)
+        return card_response(card, request.headers.get("if-none-match"))

@@ -28,7 +28,8 @@ ANSWER = "answer"
 """The id and name of the artifact that holds a run's answer."""
 DECISIONS_HELP = (
     'reply on this task with a data part {"decisions": [{"call_id": ..., "approve": true or '
-    'false, "message"?: ..., "arguments"?: {...}}]}'
+    'false, "message"?: ..., "arguments"?: {...}}]}; a reply of text alone rejects them all, '
+    "the text being the reason"
 )
 
 TERMINAL_STATES = frozenset(

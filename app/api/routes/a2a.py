@@ -1,7 +1,10 @@
-"""A2A (DESIGN §17): each agent profile at /a2a/NAME (JSON-RPC, A2A 1.0 and 0.3), its card at
+"""A2A (DESIGN §17): each agent profile at /a2a/NAME (JSON-RPC, A2A 1.0 and, with
+FINISHLINE_A2A_V03, 0.3; `/a2a/NAME/` answers the same), its card at
 /a2a/NAME/.well-known/agent-card.json, and FINISHLINE_A2A_DEFAULT_AGENT's card at
-/.well-known/agent-card.json. Cards are public (they declare the bearer scheme); every method
-needs the key.
+/.well-known/agent-card.json. Cards are public (they declare the bearer scheme) and cacheable
+(ETag, 304); every method needs the key or token. A token held to its `finishline:` scopes
+(DESIGN §23) needs `finishline:read` for the methods that read (`A2A_READS`) and
+`finishline:write` for the rest.
 
 The endpoints are built by the lifespan (`app.api.a2a.server`, which imports the SDK) only
 when agent profiles are configured; this module imports none of it. The JSON-RPC endpoint is
@@ -12,27 +15,39 @@ service is (`app.api.sse.EventStream`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
 from sse_starlette import EventSourceResponse
 
-from app.api.deps import CallerDep, SettingsDep, metrics_of, settings_of
+from app.api.deps import IdentifiedDep, SettingsDep, metrics_of, settings_of
 from app.api.errors import ApiError, ErrorBody
 from app.api.sse import EventStream
+from app.identity.caller import EVERY_ACCESS, Access
 
 if TYPE_CHECKING:
     from app.api.a2a.server import A2AAgents
 
 router = APIRouter(tags=["a2a"])
 
+CACHE_HEADERS: dict[str, Any] = {
+    "ETag": {"description": "A tag of the card's bytes.", "schema": {"type": "string"}},
+    "Cache-Control": {"description": "public, max-age=300", "schema": {"type": "string"}},
+}
 CARD: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "The agent card (A2A 1.0, with the fields 0.3 clients read).",
+        "description": "The agent card (A2A 1.0, with the fields 0.3 clients read unless "
+        "FINISHLINE_A2A_V03 is off).",
         "content": {
             "application/json": {"schema": {"type": "object", "description": "An A2A AgentCard."}}
         },
+        "headers": CACHE_HEADERS,
+    },
+    304: {
+        "description": "The card is the one If-None-Match names: keep it (no body).",
+        "headers": CACHE_HEADERS,
     },
     404: {"model": ErrorBody, "description": "No such agent profile on this server."},
 }
@@ -79,8 +94,32 @@ def served(sdk: EventSourceResponse, request: Request) -> EventStream:
     )
 
 
+A2A_READS = frozenset(
+    {
+        *("GetTask", "ListTasks", "SubscribeToTask", "GetExtendedAgentCard"),
+        *("GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs"),
+        *("tasks/get", "tasks/resubscribe", "agent/getAuthenticatedExtendedCard"),
+        *("tasks/pushNotificationConfig/get", "tasks/pushNotificationConfig/list"),
+    }
+)
+"""The JSON-RPC methods (A2A 1.0 and 0.3) that only read: finishline:read is enough."""
+
+
+async def _method(request: Request) -> object:
+    try:
+        message = json.loads(await request.body())
+    except (ValueError, RecursionError):
+        return None  # the dispatcher answers a parse error (to a caller that may write)
+    return message.get("method") if isinstance(message, dict) else None
+
+
+# `/a2a/NAME/` too: a JSON-RPC client follows no redirect (Starlette's answer to the slash)
 @router.post("/a2a/{name}", name="a2a_rpc", include_in_schema=False)
-async def a2a_rpc(name: str, request: Request, caller: CallerDep) -> Response:
+@router.post("/a2a/{name}/", name="a2a_rpc_slash", include_in_schema=False)
+async def a2a_rpc(name: str, request: Request, caller: IdentifiedDep) -> Response:
+    if caller.grants != EVERY_ACCESS:  # a token held to its scopes: what does this call do?
+        reads = await _method(request) in A2A_READS
+        caller.require(Access.READ if reads else Access.WRITE)
     answer = await agents_of(request, name).rpc(name, request, caller)
     if isinstance(answer, EventSourceResponse):
         return served(answer, request)

@@ -12,6 +12,7 @@ from pydantic import Field
 from app.api.deps import (
     CallerDep,
     ManagerDep,
+    ReaderDep,
     SettingsDep,
     TokensDep,
     manager_of,
@@ -357,7 +358,7 @@ async def delete_run(run_id: str, manager: ManagerDep, caller: CallerDep) -> Res
     responses=ERRORS,
 )
 async def stream_token(
-    run_id: str, manager: ManagerDep, tokens: TokensDep, caller: CallerDep
+    run_id: str, manager: ManagerDep, tokens: TokensDep, caller: ReaderDep
 ) -> StreamToken:
     await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
     token, expires = tokens.issue(run_id, caller.owner)

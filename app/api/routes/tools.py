@@ -70,5 +70,5 @@ async def server_info(request: Request, settings: SettingsDep, caller: CallerDep
         settings=info,
         default_model=models.default_model,
         models=list(dict.fromkeys(offered)),
-        auth=bool(settings.api_keys),
+        auth=settings.auth_enabled,
     )

@@ -32,17 +32,23 @@ export async function request(method, path, body) {
       init.body = JSON.stringify(body);
     }
     const response = await fetch(path, init);
+    const data = response.status === 204 ? null : await response.json().catch(() => null);
     if (response.status === 401) {
       auth.required = true;
-      const why = key
-        ? "That API key was refused. Enter a valid one."
-        : "This server needs an API key.";
-      if (await askForKey(why)) continue;
+      if (await askForKey(refusal(key, data?.error))) continue;
     }
-    const data = response.status === 204 ? null : await response.json().catch(() => null);
     if (!response.ok) throw new ApiError(response.status, data);
     return data;
   }
+}
+
+/** Why the dialog asks again: an access token refused says what failed (expired, ...). */
+function refusal(key, error) {
+  if (!key) return "This server needs an API key. An access token of its identity provider works too.";
+  if (error?.type === "invalid_token") {
+    return `That access token was refused: ${error.message}. Enter a current one.`;
+  }
+  return "That API key was refused. Enter a valid one.";
 }
 
 export const get = (path) => request("GET", path);

@@ -68,7 +68,7 @@ function route({ initial = false } = {}) {
 async function boot() {
   $("#key-button").addEventListener("click", async () => {
     // a new key takes over (runs are visible only to the key that made them): start afresh
-    if (await askForKey("Enter the API key to use from now on.")) location.reload();
+    if (await askForKey("Enter the API key or access token to use from now on.")) location.reload();
   });
   let info;
   let tools;
@@ -81,7 +81,7 @@ async function boot() {
   } catch (error) {
     banner.textContent =
       error.status === 401
-        ? "This server needs an API key. Reload the page to enter one."
+        ? "This server needs an API key or an access token. Reload the page to enter one."
         : `The server did not answer: ${error.message}. Reload to try again.`;
     banner.hidden = false;
     return;

@@ -1,4 +1,5 @@
-// The API key: asked for once, kept in sessionStorage (this tab only), never put in a URL.
+// The API key or access token (a JWT of the server's identity provider; the server tells
+// them apart): asked for once, kept in sessionStorage (this tab only), never put in a URL.
 
 const STORAGE = "finishline.apiKey";
 

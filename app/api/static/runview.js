@@ -70,7 +70,7 @@ export class RunView {
     } catch (error) {
       if (opening !== this.opening) return;
       this.#showError(error instanceof ApiError && error.status === 404
-        ? `No run ${id} here (it may have been deleted, or belong to another API key).`
+        ? `No run ${id} here (it may have been deleted, or belong to another API key or tenant).`
         : `Could not load the run: ${error.message}`);
       this.#setStatus("unknown");
       return;
