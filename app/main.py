@@ -32,7 +32,6 @@ from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.runs.quotas.seam import QuotaLimits
 from app.runs.replicas.cluster import replica_name
-from app.runs.threads.threads import ThreadHeads
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.bounds import ConnectionBounds
@@ -182,7 +181,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 manager=manager,
                 settings=settings,
                 assembly=assembly,
-                threads=ThreadHeads(manager.threads.index),
             )
         try:
             async with asyncio.TaskGroup() as tasks:

@@ -127,3 +127,24 @@ async def test_an_agui_head_redis_kept_before_is_continued(redis_url: str) -> No
 
     assert run["previous_run_id"] == old.id
     assert run["thread_id"] == "ag-ui:thread-1"
+
+
+async def test_an_a2a_context_is_a_thread_listed_with_its_tasks() -> None:
+    from tests.a2a.kit import a2a_service, send, text
+    from tests.a2a.kit import finish as a2a_finish
+    from tests.a2a.kit import scripted as a2a_scripted
+
+    async with a2a_service() as service:
+        client = await service.client("calc", streaming=False)
+        first = await send(
+            client, text("one", context_id="ctx-9"), finishline=a2a_scripted(a2a_finish("1"))
+        )
+        second = await send(
+            client, text("two", context_id="ctx-9"), finishline=a2a_scripted(a2a_finish("2"))
+        )
+        listed = (await service.http.get(service.url("/threads"))).json()["threads"]
+        runs = (await service.http.get(service.url("/threads/a2a:calc:ctx-9/runs"))).json()
+
+    assert [t["id"] for t in listed] == ["a2a:calc:ctx-9"]
+    assert [r["id"] for r in runs["runs"]] == [first.id, second.id]
+    assert runs["runs"][1]["previous_run_id"] == first.id

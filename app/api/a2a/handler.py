@@ -144,11 +144,13 @@ class FinishlineRequestHandler(RequestHandler):
         after = await self.manager.follower.last_seq(record.id)
         record = await self.conversations.task(params.id, caller)
         yield task_of(record)
-        async for update in self._updates(Opened(record, after, Until.NEXT_WAIT), caller):
+        async for update in self._updates(Opened(record, after), caller, Until.NEXT_WAIT):
             yield update
 
-    async def _updates(self, opened: Opened, caller: Caller) -> AsyncGenerator[A2AEvent]:
-        """The task's updates after `opened.after`, to its end or its next wait."""
+    async def _updates(
+        self, opened: Opened, caller: Caller, until: Until = Until.WAIT
+    ) -> AsyncGenerator[A2AEvent]:
+        """The task's updates after `opened.after`, to its end or its wait (`until`)."""
         record = opened.record
         mapper = UpdateMapper(record.id, context_of(record))
         with translated():
@@ -157,7 +159,7 @@ class FinishlineRequestHandler(RequestHandler):
                 caller.owner,
                 opened.after,
                 any_owner=caller.any_owner,
-                until=opened.until,
+                until=until,
             )
             async with contextlib.aclosing(batches):
                 async for batch in batches:

@@ -113,10 +113,12 @@ class Threads:
         multitask: Multitask = Multitask.REJECT,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
+        origin: RunRecord | None = None,
     ) -> tuple[RunRecord, bool]:
         """The thread's new run and True (made first, with the thread, for a thread the owner
         has not), or the run an idempotent replay names and False. ThreadBusyError while the
-        thread's latest run has not ended, with `multitask: reject`."""
+        thread's latest run has not ended, with `multitask: reject`. `origin`: what a thread
+        with no run continues from (A2A: a run POST /runs made is a context of its own)."""
         if idempotency_key is not None:  # a replay: the run the key made, wherever it is
             made = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if made is not None:
@@ -125,7 +127,7 @@ class Threads:
                 )
         for _ in range(ATTEMPTS):
             entry = await self.index.thread(owner, thread_id)
-            latest = await self._latest(owner, entry)
+            latest = await self._latest(owner, entry) or origin
             behind = None
             if latest is not None and not latest.status.terminal:
                 if multitask == Multitask.REJECT:
@@ -319,25 +321,3 @@ def _position(cursor: str | None) -> int:
     if not cursor.isdigit() or len(cursor) > 12:
         raise InvalidRunError("cursor", "is not a next_cursor of GET /threads/{id}/runs")
     return int(cursor)
-
-
-class ThreadHeads:
-    """A thread's head by name (`thread_head`, `set_thread_head`) over the thread index, for
-    the faces that kept their own thread logic (AG-UI, A2A) until they start runs through
-    `Threads` themselves."""
-
-    def __init__(self, index: ThreadIndex, clock: Callable[[], float] = time.time) -> None:
-        self.index = index
-        self.clock = clock
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
-        entry = await self.index.thread(owner, thread_id)
-        return entry.head if entry is not None else None
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
-        for _ in range(ATTEMPTS):
-            head = await self.thread_head(owner, thread_id)
-            if head == run_id or await self.index.advance(
-                owner, thread_id, expected=head, run_id=run_id, at=self.clock()
-            ):
-                return
