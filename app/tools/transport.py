@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from app.engine.errors import FinishlineError
 from app.http_transport import AiohttpTransport
 from app.propagation import propagate
 from app.tools.netguard import BlockedHostError, NetworkGuard, check_host
@@ -64,8 +65,9 @@ class GuardedResolver(AbstractResolver):
         return None
 
 
-class ResponseTooLargeError(httpx.TransportError):
-    """A response body longer than the client reads (`guarded_client(max_response_bytes=)`)."""
+class ResponseTooLargeError(httpx.TransportError, FinishlineError):
+    """A response body longer than the client reads (`guarded_client(max_response_bytes=)`):
+    an httpx transport error to the code that calls the client, and one of ours."""
 
 
 class _CappedStream(httpx.AsyncByteStream):

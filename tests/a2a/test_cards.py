@@ -133,7 +133,8 @@ async def test_with_0_3_compatibility_off_the_card_is_a_strict_1_0_card() -> Non
     assert raw["securitySchemes"]["bearer"] == {
         "httpAuthSecurityScheme": {
             "scheme": "bearer",
-            "description": "A finishline API key; each task is visible to its key alone.",
+            "description": "A finishline API key, or an access token of its identity "
+            "provider; each task is visible to its key (or token owner) alone.",
         }
     }
 
