@@ -9,8 +9,8 @@ from pydantic_core import PydanticCustomError
 
 from app.engine.events import EventType
 from app.runs.errors import InvalidRunError
-from app.runs.jsonsafe import json_problem
-from app.runs.spec import MAX_JSON_DEPTH, RunRequest, json_depth
+from app.runs.jsonsafe import json_problem, shallow
+from app.runs.spec import RunRequest
 from app.runs.threads.threads import Multitask
 from app.runs.threads.view import ThreadView
 from app.runs.view import RunView
@@ -139,12 +139,7 @@ class DecisionIn(BaseModel):
         "refused (422) on any other call.",
     )
 
-    @field_validator("arguments", mode="before")
-    @classmethod
-    def _not_too_deep(cls, value: Any) -> Any:
-        if json_depth(value) > MAX_JSON_DEPTH:
-            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
-        return value
+    _shallow_arguments = field_validator("arguments", mode="before")(shallow)
 
 
 class ApprovalsIn(_Representable):
@@ -385,9 +380,4 @@ class ThreadPatch(_Representable):
     )
     metadata: dict[str, Any] = Field(description="Replaces the thread's metadata whole.")
 
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _not_too_deep(cls, value: Any) -> Any:
-        if json_depth(value) > MAX_JSON_DEPTH:
-            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
-        return value
+    _shallow_metadata = field_validator("metadata", mode="before")(shallow)

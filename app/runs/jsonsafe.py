@@ -123,3 +123,11 @@ def json_depth(value: Any) -> int:
         depth += 1
         level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
     return depth
+
+
+def shallow(value: Any) -> Any:
+    """`value`, if it nests no deeper than MAX_JSON_DEPTH (ValueError otherwise): a pydantic
+    before-validator of free-form JSON fields."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
+    return value

@@ -247,3 +247,25 @@ async def test_redis_heads_kept_before_become_threads(redis_url: str) -> None:
         assert later.head == run.id
     finally:
         await store.close()
+
+
+async def test_redis_lists_past_threads_that_expired(redis_url: str) -> None:
+    """A thread Redis expired (its hash gone, its id still in the owner's listing) is left
+    out, and the listing goes on past it, page after page."""
+    store = RedisRunStore(redis_url)
+    await store.open()
+    try:
+        for n in range(5):
+            assert await store.threads.advance(
+                "alice", f"t{n}", expected=None, run_id=f"run_{n}", at=float(n)
+            )
+        for n in (4, 2):  # as if expired
+            await store.redis.delete(f"{store.prefix}th:o5:alice:t{n}")
+        first = await store.threads.threads("alice", limit=2)
+        rest = await store.threads.threads(
+            "alice", limit=5, before=(first[-1].updated_at, first[-1].thread_id)
+        )
+    finally:
+        await store.close()
+    assert [t.thread_id for t in first] == ["t3", "t1"]
+    assert [t.thread_id for t in rest] == ["t0"]

@@ -4,7 +4,7 @@
 
 import { ApiError, get, post, runPath } from "./api.js";
 import { ApprovalPanel } from "./approvals.js";
-import { clear, count, el, seconds, usd } from "./dom.js";
+import { clear, count, el, messageBox, seconds, usd } from "./dom.js";
 import { jsonView } from "./jsonview.js";
 import { RunStream, TERMINAL } from "./stream.js";
 import { continuable, threadHref } from "./threads.js";
@@ -122,14 +122,14 @@ export class RunView {
       onChildEvent: (runId, event) => this.#onChildEvent(runId, event),
     });
     this.approvals = new ApprovalPanel();
-    this.sendBox = this.#messageBox({
+    this.sendBox = messageBox({
       id: "send",
       label: "Message the agent",
       hint: "Joins the conversation before the agent's next model call.",
       button: "Send",
       submit: (text) => this.#send(text),
     });
-    this.continueBox = this.#messageBox({
+    this.continueBox = messageBox({
       id: "continue",
       label: "Continue the conversation",
       hint: "Starts a follow-up run from this run's conversation, with the same model and tools.",
@@ -283,46 +283,6 @@ export class RunView {
     this.cancelButton.hidden = !live; // nothing to cancel once it ended
     this.sendBox.form.hidden = !live;
     this.continueBox.form.hidden = !ENDED.has(status);
-  }
-
-  /** A labelled textarea and a button; Enter submits, Shift+Enter adds a line. */
-  #messageBox({ id, label, hint, button, submit }) {
-    const text = el("textarea", { id: `${id}-text`, rows: 2, "aria-describedby": `${id}-hint` });
-    const error = el("p", { class: "error", role: "alert", id: `${id}-error` });
-    const go = el("button", { type: "submit", id: `${id}-button` }, button);
-    const form = el("form", { class: "message-box", id: `${id}-form`, hidden: true },
-      el("label", { for: `${id}-text` }, label),
-      text,
-      el("small", { class: "hint", id: `${id}-hint` }, hint),
-      el("div", { class: "actions" }, go, error));
-    const send = async () => {
-      const content = text.value.trim();
-      if (!content) {
-        error.textContent = "Write something first.";
-        return;
-      }
-      go.disabled = true;
-      error.textContent = "";
-      try {
-        await submit(content);
-        text.value = "";
-      } catch (problem) {
-        error.textContent = problem.message;
-      } finally {
-        go.disabled = false;
-      }
-    };
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      send();
-    });
-    text.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && !event.shiftKey) {
-        event.preventDefault();
-        send();
-      }
-    });
-    return { form, error };
   }
 
   async #send(content) {

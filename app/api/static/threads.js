@@ -4,9 +4,8 @@
 // too; they are continued through their protocol, so they have no composer.
 
 import { ApiError, get, post } from "./api.js";
-import { clear, clockTime, el } from "./dom.js";
-
-const PAGE = 20;
+import { clear, clockTime, el, messageBox } from "./dom.js";
+import { PagedList } from "./runs.js";
 const FACES = ["ag-ui:", "a2a:"];
 
 export function threadPath(id) {
@@ -22,46 +21,19 @@ export function continuable(id) {
   return !FACES.some((prefix) => id.startsWith(prefix));
 }
 
-export class ThreadList {
+export class ThreadList extends PagedList {
   constructor(nav) {
-    this.list = nav.querySelector("#thread-list");
-    this.status = nav.querySelector("#threads-status");
-    this.more = nav.querySelector("#threads-more");
-    this.current = null;
-    this.cursor = null;
-    nav.querySelector("#threads-refresh").addEventListener("click", () => this.refresh());
-    this.more.addEventListener("click", () => this.#load(this.cursor));
-  }
-
-  async refresh() {
-    await this.#load(null);
-  }
-
-  select(id) {
-    this.current = id;
-    for (const link of this.list.querySelectorAll("a")) {
-      if (link.dataset.thread === id) link.setAttribute("aria-current", "page");
-      else link.removeAttribute("aria-current");
-    }
-  }
-
-  async #load(cursor) {
-    this.status.textContent = "Loading…";
-    let page;
-    try {
-      const query = new URLSearchParams({ limit: String(PAGE) });
-      if (cursor) query.set("cursor", cursor);
-      page = await get(`threads?${query}`);
-    } catch (error) {
-      this.status.textContent = `Could not list threads: ${error.message}`;
-      return;
-    }
-    if (!cursor) clear(this.list);
-    for (const thread of page.threads) this.list.append(threadItem(thread));
-    this.cursor = page.next_cursor;
-    this.more.hidden = !this.cursor;
-    this.status.textContent = this.list.children.length ? "" : "No threads yet.";
-    this.select(this.current);
+    super(nav, {
+      list: "#thread-list",
+      status: "#threads-status",
+      more: "#threads-more",
+      refresh: "#threads-refresh",
+      path: "threads",
+      key: "threads",
+      item: threadItem,
+      attr: "thread",
+      noun: "threads",
+    });
   }
 }
 
@@ -96,7 +68,7 @@ export class ThreadView {
     this.id = id;
     clear(this.section);
     const title = el("h1", { id: "thread-title", tabindex: "-1" }, "Thread ", el("code", { text: id }));
-    this.alert = el("p", { class: "error", role: "alert", id: "thread-error" });
+    this.alert = el("p", { class: "error", role: "alert", id: "thread-alert" });
     this.section.append(title, this.alert);
     let thread;
     let runs;
@@ -133,51 +105,29 @@ export class ThreadView {
 
   /** The composer: a new run of the thread, with the model and tools of its latest run. */
   #composer(latest) {
-    const text = el("textarea", { id: "thread-text", rows: 2, "aria-describedby": "thread-hint" });
-    const error = el("p", { class: "error", role: "alert", id: "thread-composer-error" });
-    const go = el("button", { type: "submit", id: "thread-button" }, "Continue thread");
-    const form = el("form", { class: "message-box", id: "thread-form" },
-      el("label", { for: "thread-text" }, "Continue the thread"),
-      text,
-      el("small", { class: "hint", id: "thread-hint" },
-        "Starts the thread's next run from its latest run's conversation."),
-      el("div", { class: "actions" }, go, error));
-    const send = async () => {
-      const task = text.value.trim();
-      if (!task) {
-        error.textContent = "Write something first.";
-        return;
-      }
-      const body = { task, thread_id: this.id };
-      if (latest) {
-        body.model = latest.model;
-        body.tools = latest.tools;
-        if (latest.agent) body.agent = latest.agent;
-      }
-      go.disabled = true;
-      error.textContent = "";
-      try {
-        const created = await post("runs", body);
-        text.value = "";
+    const { form } = messageBox({
+      id: "thread",
+      label: "Continue the thread",
+      hint: "Starts the thread's next run from its latest run's conversation.",
+      button: "Continue thread",
+      submit: async (task) => {
+        const body = { task, thread_id: this.id };
+        if (latest) {
+          body.model = latest.model;
+          body.tools = latest.tools;
+          if (latest.agent) body.agent = latest.agent;
+        }
+        let created;
+        try {
+          created = await post("runs", body);
+        } catch (problem) {
+          if (problem.status !== 409) throw problem;
+          throw new Error("The thread's latest run has not ended yet: wait for it, or cancel it.");
+        }
         this.onCreated?.(created);
-      } catch (problem) {
-        error.textContent = problem.status === 409
-          ? "The thread's latest run has not ended yet: wait for it, or cancel it."
-          : problem.message;
-      } finally {
-        go.disabled = false;
-      }
-    };
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      send();
+      },
     });
-    text.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && !event.shiftKey) {
-        event.preventDefault();
-        send();
-      }
-    });
+    form.hidden = false;
     return form;
   }
 }

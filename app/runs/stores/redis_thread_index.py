@@ -136,7 +136,6 @@ class RedisThreadIndex:
             )
             if not page:
                 break
-            offset += len(page)
             ids = [
                 str(member)
                 for member, score in page
@@ -147,8 +146,9 @@ class RedisThreadIndex:
                     pipe.hgetall(self._keys(owner, thread_id)[0])
                 rows: list[dict[str, Any]] = await pipe.execute()
             gone = [thread_id for thread_id, row in zip(ids, rows, strict=True) if not row]
-            if gone:  # expired: out of the listing
+            if gone:  # expired: out of the listing (the next page moves up by as many)
                 await self.redis.zrem(index, *gone)
+            offset += len(page) - len(gone)
             entries = [
                 _entry(owner, thread_id, row)
                 for thread_id, row in zip(ids, rows, strict=True)
