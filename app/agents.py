@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from app.engine.paths import field_path
 from app.jsonsource import json_setting
 from app.runs.spec import RunRequest, RunSettingsIn
 
@@ -141,16 +142,9 @@ def _profile(name: str, spec: Any) -> tuple[list[str], AgentProfile | None]:
     try:
         defaults = RunRequest.model_validate({"task": _TASK, **fields})
     except ValidationError as exc:
-        problems += [f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
+        found = exc.errors(include_url=False)
+        problems += [f"{field_path(e['loc']) or 'value'}: {e['msg']}" for e in found]
         return problems, None
     if problems:
         return problems, None
     return [], AgentProfile(name=name, description=str(description), defaults=defaults)
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    """`("http_tools", 0, "name")` as `http_tools[0].name`."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "value"

@@ -53,7 +53,8 @@ class RunAssembly:
 
     # -- at creation ------------------------------------------------------------------------
 
-    async def check(self, request: RunRequest, *, sized: bool = False) -> CheckedRequest:
+    async def check(self, request: RunRequest) -> CheckedRequest:
+        sized = request.within_caps  # (before a profile makes another request of it)
         if request.agent is not None:
             # a profile's own sizes were checked at start-up, the request's when it was read:
             # only HTTP tools beside the other's tools can add up past a cap, checked below

@@ -19,7 +19,7 @@ from app.api.auth import StreamTokens
 from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
-from app.api.routes import a2a, agents, agui, events, health, runs, tools, ui, usage
+from app.api.routes import a2a, agents, agui, events, health, runs, threads, tools, ui, usage
 from app.assembly import RunAssembly
 from app.engine.prompts import load_prompts
 from app.heap import served_heap
@@ -178,7 +178,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from app.api.a2a.server import A2AAgents
 
             a2a_agents = A2AAgents(
-                manager=manager, settings=settings, assembly=assembly, threads=store
+                manager=manager,
+                settings=settings,
+                assembly=assembly,
             )
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -208,7 +210,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "tokens": StreamTokens(secret, ttl_s=settings.stream_token_ttl_s),
                             "authenticator": authenticator,
                             "tracing": tracing,
-                            "threads": store,  # AG-UI's threads (app.api.agui), in the store
                             "a2a": a2a_agents,  # A2A endpoints (app.api.a2a), or None
                         }
                 finally:
@@ -241,7 +242,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, events, tools, agents, agui, a2a, usage):
+    for module in (runs, threads, events, tools, agents, agui, a2a, usage):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

@@ -47,6 +47,17 @@ FORBIDDEN = {
         "app.llm",
         "opentelemetry",
     ),
+    # HTTP only: the API reaches runs through `RunManager`, never a store (nor the thread index
+    # a store keeps, which `Threads` reads for it), a backend or Redis itself
+    "api": (
+        "app.runs.store",
+        "app.runs.stores",
+        "app.runs.backends",
+        "app.runs.replicas",
+        "app.runs.threads.index",
+        "redis",
+        "sqlite3",
+    ),
     # who is calling: credentials to a Caller, knowing no HTTP framework, store or settings
     # module (app.settings inherits its settings from it)
     "identity": (

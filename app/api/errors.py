@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from app.engine.errors import FinishlineError
+from app.engine.paths import field_path
 from app.identity.errors import (
     IdentityError,
     InsufficientScopeError,
@@ -40,6 +41,8 @@ from app.runs.errors import (
     RunUnreadableError,
     ShuttingDownError,
     StoreUnavailableError,
+    ThreadBusyError,
+    ThreadNotFoundError,
     TooManyMessagesError,
 )
 
@@ -106,6 +109,8 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunClosingError: (409, "run_closing"),  # ended; its task still closing: retry (Retry-After)
     RunAlreadyEndedError: (409, "run_already_ended"),
     RunNotWaitingError: (409, "run_not_waiting"),
+    ThreadBusyError: (409, "thread_busy"),  # its latest run has not ended (DESIGN §19)
+    ThreadNotFoundError: (404, "not_found"),
     AmbiguousCallError: (409, "ambiguous_call"),  # a call id several runs of a tree wait on
     RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),
@@ -154,11 +159,10 @@ def error_response(
 
 
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [p for p in loc if p not in ("body", "query", "header", "path")]
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or ".".join(str(p) for p in loc)
+    """A problem's place as a client wrote it: its `loc` past where it was (body, query…)."""
+    if loc and loc[0] in ("body", "query", "header", "path", "cookie"):
+        return field_path(loc[1:]) or str(loc[0])
+    return field_path(loc)
 
 
 def validation_problems(exc: RequestValidationError) -> list[dict[str, Any]]:

@@ -8,9 +8,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from app.engine.events import EventType
-from app.runs.jsonsafe import json_problem
-from app.runs.spec import MAX_JSON_DEPTH, RunRequest, json_depth
+from app.runs.errors import InvalidRunError
+from app.runs.jsonsafe import json_problem, shallow
+from app.runs.spec import RunRequest
+from app.runs.threads.threads import Multitask
+from app.runs.threads.view import ThreadView
 from app.runs.view import RunView
+
+THREAD_ID = r"^[A-Za-z0-9._:-]{1,128}$"
+FACE_THREADS = ("ag-ui:", "a2a:")
+"""The ids of the threads AG-UI's threadIds and A2A's contexts are kept as."""
 
 
 class RunCreate(RunRequest):
@@ -27,6 +34,40 @@ class RunCreate(RunRequest):
     on_disconnect: Literal["continue", "cancel"] = Field(
         "continue", description="With stream: what a dropped stream does to the run."
     )
+    thread_id: str | None = Field(
+        None,
+        pattern=THREAD_ID,
+        description="The thread (conversation, DESIGN §19) this run joins: its first run makes "
+        "it (yours: per API key), a later one continues from its latest run (as "
+        "previous_run_id does). Not with previous_run_id; `ag-ui:` and `a2a:` ids are "
+        "AG-UI's and A2A's threads (continue them there).",
+    )
+    multitask: Multitask = Field(
+        Multitask.REJECT,
+        strict=False,  # its value, as JSON sends it
+        description="With thread_id, while the thread's latest run has not ended: `reject` (409 "
+        "thread_busy naming it), `enqueue` (this run is queued to start when it ends) or "
+        "`interrupt` (this run is queued, and the thread's runs that have not ended are "
+        "cancelled).",
+    )
+
+    def check_thread(self) -> None:
+        """What the schema cannot say of `thread_id` and `multitask` (InvalidRunError, 422
+        naming the field): not with previous_run_id; not an AG-UI or A2A thread's id;
+        multitask only with a thread."""
+        if self.thread_id is not None and self.previous_run_id is not None:
+            raise InvalidRunError(
+                "thread_id",
+                "not with previous_run_id: a thread's run continues from the thread's latest",
+            )
+        if self.thread_id is not None and self.thread_id.startswith(FACE_THREADS):
+            raise InvalidRunError(
+                "thread_id",
+                "ag-ui: and a2a: ids are AG-UI's threads and A2A's contexts: continue them "
+                "there (GET /threads lists them)",
+            )
+        if self.thread_id is None and "multitask" in self.model_fields_set:
+            raise InvalidRunError("multitask", "only with thread_id")
 
     def run_request(self) -> RunRequest:
         """The run itself, without how to answer: the validated values, not validated again."""
@@ -98,12 +139,7 @@ class DecisionIn(BaseModel):
         "refused (422) on any other call.",
     )
 
-    @field_validator("arguments", mode="before")
-    @classmethod
-    def _not_too_deep(cls, value: Any) -> Any:
-        if json_depth(value) > MAX_JSON_DEPTH:
-            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
-        return value
+    _shallow_arguments = field_validator("arguments", mode="before")(shallow)
 
 
 class ApprovalsIn(_Representable):
@@ -314,3 +350,34 @@ class UsageView(BaseModel):
         description="Each quota the server sets, by name (concurrent_runs, runs_per_minute, "
         "tokens_per_day, cost_usd_per_day); empty when it sets none."
     )
+
+
+class ThreadList(BaseModel):
+    """A page of threads, most recently changed first."""
+
+    threads: list[ThreadView] = Field(description="The threads of this page.")
+    next_cursor: str | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
+
+
+class ThreadRunList(BaseModel):
+    """A page of a thread's runs, oldest first."""
+
+    runs: list[RunView] = Field(description="The runs of this page (those still stored).")
+    next_cursor: str | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
+
+
+class ThreadPatch(_Representable):
+    """PATCH /threads/{id}: what changes."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"examples": [{"metadata": {"topic": "tax"}}]},
+    )
+    metadata: dict[str, Any] = Field(description="Replaces the thread's metadata whole.")
+
+    _shallow_metadata = field_validator("metadata", mode="before")(shallow)

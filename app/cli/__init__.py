@@ -130,6 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a follow-up: start from that ended run's conversation (and its system prompt)",
     )
     run.add_argument(
+        "--thread",
+        metavar="ID",
+        help="the thread (conversation) this run joins: its first run makes it, a later one "
+        "continues from its latest run (finishline threads lists them)",
+    )
+    run.add_argument(
+        "--multitask",
+        choices=["reject", "enqueue", "interrupt"],
+        help="with --thread, while its latest run has not ended: reject (the service's "
+        "default: an error), enqueue (start when it ends) or interrupt (cancel it)",
+    )
+    run.add_argument(
         "--metadata",
         action="append",
         type=parse_pair,
@@ -167,6 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
     runs.add_argument("--cursor", help="the next_cursor of the previous page")
     runs.add_argument("--json", action="store_true", help="the raw JSON")
+
+    threads = commands.add_parser(
+        "threads",
+        help="list your threads, or show one and its runs in order",
+        description="Your threads (conversations), most recently active first: id, status, "
+        "runs, latest run; with ID, that thread and each of its runs, oldest first. Continue "
+        "one with finishline run --thread ID.",
+    )
+    threads.add_argument("thread_id", metavar="ID", nargs="?", help="one thread, with its runs")
+    threads.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
+    threads.add_argument("--cursor", help="the next_cursor of the previous page")
+    threads.add_argument("--json", action="store_true", help="the raw JSON")
 
     agents = commands.add_parser(
         "agents",

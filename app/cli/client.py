@@ -104,6 +104,19 @@ class Api:
             params["cursor"] = cursor
         return self._json("GET", "/runs", params=params)
 
+    def list_threads(self, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self._json("GET", "/threads", params=params)
+
+    def get_thread(self, thread_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/threads/{quote(thread_id, safe='')}")
+
+    def thread_runs(
+        self, thread_id: str, *, limit: int = 200, cursor: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self._json("GET", f"/threads/{quote(thread_id, safe='')}/runs", params=params)
+
     def list_agents(self) -> dict[str, Any]:
         return self._json("GET", "/agents")
 

@@ -19,7 +19,15 @@ from app.cli.exits import ExitCode
 from app.cli.follow import Confirm, ask_on, follow_run
 from app.cli.lines import JsonRenderer, LineRenderer, print_raw
 from app.cli.render import RunRenderer
-from app.cli.tables import agent_detail, agents_table, print_run, print_whole, runs_table
+from app.cli.tables import (
+    agent_detail,
+    agents_table,
+    print_run,
+    print_thread,
+    print_whole,
+    runs_table,
+    threads_table,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,10 @@ def run_body(args: argparse.Namespace) -> dict[str, Any]:
         body["system_prompt"] = args.system
     if args.previous is not None:
         body["previous_run_id"] = args.previous
+    if args.thread is not None:
+        body["thread_id"] = args.thread
+    if args.multitask is not None:
+        body["multitask"] = args.multitask
     if args.agent is not None:
         body["agent"] = args.agent
     model = args.model or ("scripted" if args.script is not None else None)
@@ -167,6 +179,38 @@ def list_runs(args: argparse.Namespace, context: Context) -> int:
         print_whole(context.console, runs_table(page["runs"]))
     if page.get("next_cursor"):
         context.err.print(f"more: finishline runs --cursor {page['next_cursor']}", highlight=False)
+    return ExitCode.OK
+
+
+def threads(args: argparse.Namespace, context: Context) -> int:
+    """Your threads, most recently active first; with ID, that thread and its runs in order."""
+    with context.api(args) as api:
+        if args.thread_id is None:
+            page = api.list_threads(limit=args.limit, cursor=args.cursor)
+        else:
+            page = api.get_thread(args.thread_id)
+            runs: list[dict[str, Any]] = []
+            cursor = None
+            while True:  # every run of it, oldest first
+                found = api.thread_runs(args.thread_id, cursor=cursor)
+                runs += found["runs"]
+                cursor = found.get("next_cursor")
+                if not cursor:
+                    break
+            page["runs_in_order"] = runs
+    if args.json:
+        print_raw(context.console, json.dumps(page, indent=2, ensure_ascii=False))
+        return ExitCode.OK
+    if args.thread_id is not None:
+        print_thread(context.console, page)
+        return ExitCode.OK
+    if not page["threads"]:
+        context.console.print("no threads")
+    else:
+        print_whole(context.console, threads_table(page["threads"]))
+    if page.get("next_cursor"):
+        more = f"more: finishline threads --cursor {page['next_cursor']}"
+        context.err.print(more, highlight=False, markup=False)
     return ExitCode.OK
 
 
@@ -285,6 +329,7 @@ def serve(args: argparse.Namespace, context: Context) -> int:
 COMMANDS: dict[str, Command] = {
     "run": run,
     "runs": list_runs,
+    "threads": threads,
     "agents": agents,
     "show": show,
     "events": events,

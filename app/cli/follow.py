@@ -1,7 +1,8 @@
 """Following a run to its end, and what Ctrl-C does meanwhile.
 
-When `decide` is given (a terminal to answer on), a run that asks for a person's approval
-(DESIGN §9) is asked about: each pending call, approve y/N, then the run goes on.
+When `decide` is given (a terminal to answer on), a run that waits for a person's approval
+(DESIGN §9; its `run.waiting` event, §19) is asked about: each call it waits on, approve y/N,
+then the run goes on.
 
 Ctrl-C asks whether to cancel the run. Yes: POST its cancel, then keep following to show the
 end (exit code of that end, normally 7). No (or a second Ctrl-C, or no terminal to answer
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 
@@ -67,10 +69,9 @@ def follow_run(
     calls the run waits on (approve or not). `depth` > 0: a child run followed for its
     parent (a Ctrl-C is the parent's)."""
     last, ended = after, None
-    asked: set[str] = set()
     followed: set[str] = set()
     while True:
-        asking = False
+        waiting: list[dict[str, object]] | None = None
         child: str | None = None
         try:
             with (
@@ -88,13 +89,9 @@ def follow_run(
                         on_event(event)
                     if ended is not None:
                         return ended
-                    if (
-                        decide is not None
-                        and event.get("type") == "approval.requested"
-                        and event.get("call_id") not in asked
-                    ):
-                        asking = True  # leave the live display to ask
-                        break
+                    if decide is not None and event.get("type") == "run.waiting":
+                        waiting = list(event.get("pending") or [])
+                        break  # leave the live display to ask
                     child = _child_of(event, renderer, followed)
                     if child is not None:  # follow it first, then this run on
                         break
@@ -111,12 +108,13 @@ def follow_run(
                     depth=depth + 1,
                 )
                 continue
-            if not asking:
+            if waiting is None:
                 raise AssertionError(
                     "follow_events ended without a terminal event"
                 )  # pragma: no cover
             assert decide is not None
-            _ask_approvals(api, run_id, decide, err, asked)
+            unasked = [p for p in waiting if p.get("run_id") not in followed]
+            _ask_approvals(api, run_id, unasked, decide, err)
         except KeyboardInterrupt:
             if depth > 0:  # a child followed for its parent: the parent's Ctrl-C
                 raise
@@ -146,20 +144,22 @@ def _child_of(event: Event, renderer: Renderer, followed: set[str]) -> str | Non
     return str(child)
 
 
-def _ask_approvals(api: Api, run_id: str, decide: Confirm, err: Console, asked: set[str]) -> None:
-    """Once the run waits (it may still be running its step's other calls), ask about each
-    pending call and send the decisions."""
-    run = api.wait_run(run_id)
-    while run.get("status") in ("queued", "running"):  # its step's other calls still run
-        run = api.wait_run(run_id)
-    if run.get("status") != "requires_action":
-        return  # it ended (decided elsewhere, or cancelled): following shows how
+def _ask_approvals(
+    api: Api, run_id: str, pending: list[dict[str, Any]], decide: Confirm, err: Console
+) -> None:
+    """The run waited on `pending` (its `run.waiting`; a replay may show a wait that is
+    over): ask about each call it still waits on and send the decisions (a call of a
+    sub-agent's child run is decided through this run)."""
+    still = {(p.get("run_id"), p["call_id"]) for p in api.get_run(run_id)["pending_approvals"]}
     decisions = []
-    for call in run.get("pending_approvals", []):
-        asked.add(call["call_id"])
+    for call in pending:
+        if (call.get("run_id"), call["call_id"]) not in still:
+            continue
         arguments = json.dumps(call["arguments"], ensure_ascii=False)
         approve = decide(f"Approve {call['tool']} {arguments} (call {call['call_id']})?")
-        decision = {"call_id": call["call_id"], "approve": approve}
+        decision: dict[str, Any] = {"call_id": call["call_id"], "approve": approve}
+        if call.get("run_id"):
+            decision["run_id"] = call["run_id"]
         if not approve:
             decision["message"] = "rejected at the terminal"
         decisions.append(decision)

@@ -1,5 +1,6 @@
-"""Runs as a table (`finishline runs`) and one run in full (`finishline show`); the agents a
-service offers (`finishline agents`), and one in full."""
+"""Runs as a table (`finishline runs`) and one run in full (`finishline show`); threads as a
+table (`finishline threads`) and one with its runs in order; the agents a service offers
+(`finishline agents`), and one in full."""
 
 from __future__ import annotations
 
@@ -45,6 +46,52 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
             local_time(run.get("created_at")),
         )
     return table
+
+
+def threads_table(threads: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    table.add_column("thread", no_wrap=True, style="cyan")
+    table.add_column("status", no_wrap=True)
+    table.add_column("runs", justify="right", no_wrap=True)
+    table.add_column("latest run", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    for thread in threads:
+        table.add_row(
+            Text(str(thread.get("id"))),
+            _status(str(thread.get("status"))),
+            str(thread.get("runs", 0)),
+            str(thread.get("latest_run_id") or "–"),
+            local_time(thread.get("updated_at")),
+        )
+    return table
+
+
+def print_thread(console: Console, thread: dict[str, Any]) -> None:
+    """A thread: its facts, then each of its runs, oldest first, with its task and answer."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold", min_width=LABEL_WIDTH)
+    facts.add_column()
+    facts.add_row("thread", Text(str(thread["id"])))
+    facts.add_row("status", _status(str(thread["status"])))
+    facts.add_row("runs", str(thread["runs"]))
+    facts.add_row("updated", local_time(thread.get("updated_at")))
+    if thread.get("metadata"):
+        facts.add_row("metadata", Text(json.dumps(thread["metadata"], ensure_ascii=False)))
+    console.print(facts)
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    table.add_column("id", no_wrap=True, style="cyan")
+    table.add_column("status", no_wrap=True)
+    table.add_column("task", ratio=1)
+    table.add_column("answer", ratio=1)
+    for run in thread.get("runs_in_order", []):
+        answer = (run.get("result") or {}).get("answer")
+        table.add_row(
+            str(run["id"]),
+            _status(str(run["status"])),
+            Text(str(run.get("task", ""))),
+            Text(str(answer) if answer is not None else "–"),
+        )
+    print_whole(console, table)
 
 
 def agents_table(agents: list[dict[str, Any]]) -> Table:

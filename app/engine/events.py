@@ -23,6 +23,9 @@ class EventType(StrEnum):
     INTERVENTION = "intervention"
     USER_MESSAGE = "user.message"
     APPROVAL_REQUESTED = "approval.requested"
+    RUN_WAITING = "run.waiting"
+    """The run waits for a person or a client (DESIGN §19): `{pending}`, the calls it waits
+    on; appended with (after) its record saved `requires_action`."""
     APPROVAL_DECIDED = "approval.decided"
     RUN_RECOVERED = "run.recovered"
     RUN_COMPLETED = "run.completed"

@@ -7,16 +7,24 @@ one step with the check for it (`Placement.reserve`: in this process, the queue'
 the runs being stored, with no await between check and take; with replicas, the cluster's
 atomic reservation). The run is then stored with its `run.queued` event in one write and
 queued.
+
+A thread's next run (DESIGN §19, `Joining`: the `Threads` part says what it continues and
+what it waits for) is bound to its thread once stored and before it is queued: the thread's
+index moves to it by compare-and-set, and a run that lost that race (the thread moved since
+it was read) is deleted before anyone was given its id (`ThreadMovedError`: the part looks
+again). Then it is queued, or held until the run it waits for has ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
 
+from app.engine.errors import FinishlineError
 from app.engine.events import EventType
 from app.engine.policies import Limits
 from app.runs.errors import (
@@ -40,6 +48,24 @@ log = structlog.get_logger("finishline.runs")
 
 Finder = Callable[[str, str | None], Awaitable[RunRecord]]
 """A run visible to an owner (`RunManager.get`): `RunNotFoundError` otherwise."""
+
+
+class ThreadMovedError(FinishlineError):
+    """The thread moved on between the read that planned its next run and the run's
+    binding to it: the run is not made (`Joining.bind` said so)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """A run that joins a thread (DESIGN §19), as `Threads` plans it."""
+
+    thread_id: str
+    previous: RunRecord | None
+    """The run it continues (its `previous_run_id`): the thread's latest, ended or not."""
+    behind: str | None
+    """Hold it until this run has ended (`multitask` enqueue or interrupt); None: queue it."""
+    bind: Callable[[RunRecord], Awaitable[bool]]
+    """Move the thread to the stored run (compare-and-set): False when the thread moved."""
 
 
 class Admission:
@@ -71,38 +97,46 @@ class Admission:
         owner: str | None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
-        digest: str | None = None,
-        sized: bool = False,
+        joining: Joining | None = None,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False.
-        `traceparent`: the caller's W3C trace context, the parent of the run's trace.
-        `digest`: the request's `request_hash` when the caller has it already (computed
-        where the request was parsed); otherwise, for a run with an idempotency key, it is
-        computed in a worker thread. A run without a key keeps none: only a replay of its key
-        compares it (and A2A's, whose runs have keys).
-        `sized`: the request's sizes are checked against the caps already (`RunAssembler`)."""
+        `traceparent`: the caller's W3C trace context, the parent of the run's trace. A run
+        with an idempotency key keeps its `request_hash` (the request's `digest`, computed
+        where it was read, else here in a worker thread); one without keeps none: only a
+        replay of its key compares it (and A2A's and AG-UI's, whose runs have keys).
+        `joining`: the run is a thread's next (`ThreadMovedError` when the thread moved)."""
         if self.live.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
+        digest: str | None = None
         if idempotency_key is not None:
-            if digest is None:
-                # in proportion to the request's size (64 KB of tool schemas: milliseconds)
-                digest = await anyio.to_thread.run_sync(request_hash, request)
+            # in proportion to the request's size (64 KB of tool schemas: milliseconds)
+            known = request.digest
+            if known is None:
+                known = await anyio.to_thread.run_sync(request_hash, request)
             existing = await self.store.find_by_idempotency_key(owner, idempotency_key)
             if existing is not None:
-                return self._replay(existing, digest), False
-        checked = await self.assembler.check(request, sized=sized)
+                return self._replay(existing, known), False
+            digest = known
+        checked = await self.assembler.check(request)
         request = checked.request  # with its agent profile applied, if it names one
         previous = None
-        if request.previous_run_id is not None:
+        if joining is not None:  # the thread's latest, ended or not
+            previous = joining.previous
+            continued = previous.id if previous is not None else None
+            request = request.model_copy(update={"previous_run_id": continued})
+        elif request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
         run_id = new_run_id()
         async with self.quotas.admit(owner, run_id) as share, self.placement.reserve():
             record = self._new_record(request, checked, previous, owner, idempotency_key, digest)
             record.id = run_id
-            replayed = await self._store(record, checked, traceparent)
+            record.thread_id = joining.thread_id if joining is not None else None
+            replayed = await self._store(record, checked, traceparent, joining=joining)
             if replayed is not None:  # no run made: the key's share is given back
                 return replayed, False
             share.made()
+            if joining is not None and joining.behind is not None:
+                return await self.placement.hold(record, joining.behind), True
             return await self.placement.enqueue(record), True
 
     async def create_child(
@@ -179,10 +213,12 @@ class Admission:
         traceparent: str | None,
         *,
         replay: bool = True,
+        joining: Joining | None = None,
     ) -> RunRecord | None:
         """Store the run with its `run.queued` event; None, or the run a concurrent request
         with the same Idempotency-Key stored first (`replay`: checked to be the same
-        request; a child's key names its call, whatever its request)."""
+        request; a child's key names its call, whatever its request). A thread's run is
+        bound to its thread then (`joining`), or deleted (`ThreadMovedError`)."""
         trace = self.traces.open(record, traceparent)
         if trace is not None:
             record.trace_id = trace.trace_id
@@ -192,6 +228,7 @@ class Admission:
             "tools": checked.tool_names,
             "settings": settings_dict(record.settings),
             **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
+            **({"thread_id": record.thread_id} if record.thread_id else {}),
             **({"agent": record.request.agent} if record.request.agent else {}),
             **(
                 {"parent_run_id": record.parent_run_id, "parent_call_id": record.parent_call_id}
@@ -211,6 +248,9 @@ class Admission:
             if not replay:
                 return self._live(existing)
             return self._replay(existing, record.request_hash or "")
+        if joining is not None and not await joining.bind(record):
+            await self.store.delete(record.id)  # nobody was given its id
+            raise ThreadMovedError(f"thread {joining.thread_id!r} moved on")
         if trace is not None:
             self.traces.keep(record.id, trace)
         self.metrics.run_queued(record.owner)

@@ -37,7 +37,7 @@ from app.runs.records import (
 )
 from app.runs.store import RunStore
 from app.runs.trees.approvals import pending_of, split, upward
-from app.runs.waiting import NewEvent, WaitChange, WaitingRuns
+from app.runs.waiting import NewEvent, WaitChange, WaitingRuns, waiting_event
 
 log = structlog.get_logger("finishline.runs")
 
@@ -117,7 +117,8 @@ class ApprovalDesk:
             waiting_since=now,
             elapsed_s=await self._elapsed(record.id),
         )
-        await self.waiting.suspend(record, take_held())
+        # the record waiting, then the wait's event (DESIGN §19), in one write
+        await self.waiting.suspend(record, take_held(), waiting_event(record, suspended.step))
         log.info("run_waiting", run_id=record.id, pending=len(suspended.pending))
         for call in suspended.pending:  # a child that went on meanwhile: this run goes on too
             child = await self.store.get(call.child_run_id) if call.child_run_id else None

@@ -74,6 +74,15 @@ class StoreUnavailableError(RunsError):
         self.retry_after_s = retry_after_s
 
 
+class ThreadBusyError(RunsError):
+    """The thread's latest run has not ended, and the request would not wait for it
+    (`multitask: reject`, DESIGN §19): its id is `run_id`."""
+
+
+class ThreadNotFoundError(RunNotFoundError):
+    """No such thread, or not this caller's (DESIGN §19)."""
+
+
 class RunNotWaitingError(RunsError):
     """The run is not waiting for a decision on that call (DESIGN §9)."""
 

@@ -19,6 +19,8 @@ from typing import Any
 from pydantic import ConfigDict
 from pydantic_core import PydanticCustomError
 
+from app.engine.paths import field_path
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Unknown fields refused; values taken as JSON types only, as the schema says (no `true`
@@ -26,12 +28,6 @@ for 1, no "30" for 30)."""
 MAX_JSON_DEPTH = 32
 """How deeply free-form JSON (metadata, tool schemas, scripted arguments) may nest: far past
 any real use, well short of what serializing it again can handle."""
-
-
-def _path(parent: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{parent}[{key}]"
-    return f"{parent}.{key}" if parent else key
 
 
 def _text_problem(text: str) -> str | None:
@@ -101,9 +97,11 @@ def _first_problem(value: Any, root: str) -> tuple[str, str] | None:
             for key, child in reversed(children):
                 if isinstance(key, str) and (problem := _text_problem(key)):
                     return path or "body", f"has a key that {problem}"
-                stack.append((_path(path, str(key)), child))
+                stack.append((field_path((str(key),), path), child))
         elif isinstance(item, list):
-            stack.extend((_path(path, i), child) for i, child in reversed(list(enumerate(item))))
+            stack.extend(
+                (field_path((i,), path), child) for i, child in reversed(list(enumerate(item)))
+            )
     return None
 
 
@@ -125,3 +123,11 @@ def json_depth(value: Any) -> int:
         depth += 1
         level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
     return depth
+
+
+def shallow(value: Any) -> Any:
+    """`value`, if it nests no deeper than MAX_JSON_DEPTH (ValueError otherwise): a pydantic
+    before-validator of free-form JSON fields."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
+    return value

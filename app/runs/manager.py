@@ -8,7 +8,10 @@ own one concern and receive what they need in their constructor:
   wait and execute (`Placement`), where steering messages are kept (`Inbox`), where waiting
   runs are (`WaitingRuns`), each API key's quotas (`Quotas`); one process or the replicas
   of a shared store, never asked;
-- `LiveRuns` (`live.py`): the runs this process holds, which every part reads.
+- `LiveRuns` (`live.py`): the runs this process holds, which every part reads;
+- `RunFollower` (`follow/follower.py`): following a run to its end or its wait;
+- `Threads` (`threads/threads.py`): conversations as a resource, over the store's thread
+  index (DESIGN §19).
 
 A run's record is made terminal before its terminal event is appended, so a client that saw
 the event and then reads the run sees it ended.
@@ -17,7 +20,7 @@ the event and then reads the run sees it ended.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 import structlog
 
@@ -33,6 +36,7 @@ from app.runs.errors import (
     RunUnreadableError,
 )
 from app.runs.execution import Execution
+from app.runs.follow.follower import RunFollower, Until
 from app.runs.live import CANCEL_SETTLE_S
 from app.runs.metrics import RunMetrics
 from app.runs.observer import RunObserver, RunTraces
@@ -41,12 +45,12 @@ from app.runs.quotas.seam import KeyUsage
 from app.runs.recorder import RunRecorder
 from app.runs.records import ApprovalDecision, Event, RunRecord, RunStatus
 from app.runs.spec import RunRequest
+from app.runs.threads.threads import Multitask, Threads
 from app.runs.trees.children import RunTree
 from app.runs.webhooks import WebhookSender
 
 log = structlog.get_logger("finishline.runs")
 
-EVENT_PAGE = 1000
 CANCEL_ROUNDS = 4
 """Times a cancel looks again at a run that moved while it was being cancelled."""
 
@@ -128,6 +132,14 @@ class RunManager:
             traces=traces,
             tree=self.tree,
         )
+        self.follower = RunFollower(store=self.store, live=self.live, visible=self.get)
+        self.threads = Threads(
+            index=self.store.threads,
+            store=self.store,
+            live=self.live,
+            admission=self.admission,
+            cancel=lambda run_id: self.cancel(run_id, None, any_owner=True),
+        )
         self._tasks: asyncio.TaskGroup | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._timers: list[asyncio.Task[None]] = []
@@ -194,18 +206,25 @@ class RunManager:
         owner: str | None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
-        digest: str | None = None,
-        sized: bool = False,
+        thread_id: str | None = None,
+        multitask: Multitask = Multitask.REJECT,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False
-        (`Admission.create`)."""
+        (`Admission.create`); with `thread_id`, that thread's next run (`Threads.start`)."""
+        if thread_id is not None:
+            return await self.threads.start(
+                request,
+                owner=owner,
+                thread_id=thread_id,
+                multitask=multitask,
+                idempotency_key=idempotency_key,
+                traceparent=traceparent,
+            )
         return await self.admission.create(
             request,
             owner=owner,
             idempotency_key=idempotency_key,
             traceparent=traceparent,
-            digest=digest,
-            sized=sized,
         )
 
     async def get(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
@@ -356,29 +375,18 @@ class RunManager:
                 )
         await self.store.delete(run_id)
 
-    async def event_batches(self, run_id: str, after: int = 0) -> AsyncIterator[list[Event]]:
-        """The run's events after seq `after`, live until its terminal event while the run
-        has not ended (live here, waiting for a person, queued, or running on another
-        replica). Otherwise the run has every event stored already: replay and stop. In
-        batches of what is ready at once (`RunStore.subscribe_batches`)."""
-        live = run_id in self.live or await self._unended(run_id)
-        if live or run_id in self.live:  # (it may have resumed during that read)
-            async for batch in self.store.subscribe_batches(run_id, after=after):
-                yield batch
-            return
-        while True:
-            batch = await self.store.read(run_id, after=after, limit=EVENT_PAGE)
-            if batch:
-                yield batch
-                after = batch[-1].seq
-            if len(batch) < EVENT_PAGE:
-                return
-
-    async def _unended(self, run_id: str) -> bool:
-        """Whether the run has not ended though no task here runs it: it waits for a person,
-        was just decided and is being queued again, or another replica holds it."""
-        record = await self.store.get(run_id)
-        return record is not None and not record.status.terminal
+    def follow(
+        self,
+        run_id: str,
+        owner: str | None,
+        after: int = 0,
+        *,
+        any_owner: bool = False,
+        until: Until = Until.END,
+    ) -> AsyncGenerator[list[Event], None]:
+        """The run's events after seq `after`, live, through its terminal event or its wait
+        for a person (`until`; `RunFollower.follow`)."""
+        return self.follower.follow(run_id, owner, after, any_owner=any_owner, until=until)
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)

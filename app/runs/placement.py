@@ -68,6 +68,11 @@ class Placement(Protocol):
     async def enqueue(self, record: RunRecord) -> RunRecord:
         """Queue a stored run to execute; the live record."""
 
+    async def hold(self, record: RunRecord, behind: str) -> RunRecord:
+        """Queue a stored run to execute once run `behind` has ended (at once if it has):
+        a thread's run enqueued behind the thread's latest (DESIGN §19). It counts as queued
+        until then; a cancel ends it where it waits. The live record."""
+
     async def cancel_waiting(self, active: ActiveRun) -> bool:
         """Cancel a live run still waiting here for a slot; False when it is executing."""
 
@@ -88,7 +93,8 @@ class Placement(Protocol):
         the next run."""
 
     def ended(self, record: RunRecord) -> None:
-        """The run ended here: what it is owed after (one process: its webhook, now)."""
+        """The run ended here: what it is owed after (one process: its webhook, now), and
+        the run held behind it, if any, queued."""
 
     async def recover(self) -> list[str]:
         """At start-up: end the runs a crash of this process interrupted; their ids."""
@@ -113,6 +119,7 @@ class LocalPlacement:
         self.metrics = metrics
         self.max_queued = max_queued
         self._queue: deque[str] = deque()
+        self._held: dict[str, str] = {}  # a run -> the run held to start once it has ended
         self._admitting = 0  # runs past the queue check, being stored
         self._runner: Runner | None = None
 
@@ -135,7 +142,7 @@ class LocalPlacement:
     async def _reserve(self) -> AsyncIterator[None]:
         # check for room and take it in one step (no await between): a run being stored
         # holds its place, so concurrent requests cannot all pass the check
-        queued = len(self._queue) + self._admitting
+        queued = len(self._queue) + len(self._held) + self._admitting
         if self.live.running + queued >= self.live.slots + self.max_queued:
             raise QueueFullError(
                 f"{self.live.running} runs are running here and {queued} are queued; "
@@ -154,6 +161,24 @@ class LocalPlacement:
         self._queue.append(record.id)
         self._start_next()
         return active.record
+
+    async def hold(self, record: RunRecord, behind: str) -> RunRecord:
+        active = ActiveRun(record)
+        self.live.hold(active)
+        self._held[behind] = record.id
+        before = self.live.get(behind)
+        found = before.record if before is not None else await self.store.get(behind)
+        if found is None or found.status.terminal:  # it ended before the hold: no wait
+            self._release(behind)
+        return active.record
+
+    def _release(self, behind: str) -> None:
+        """Queue the run held behind `behind` (which ended), if any is."""
+        run_id = self._held.pop(behind, None)
+        if run_id is not None and run_id in self.live:
+            self._queue.append(run_id)
+            log.info("run_released", run_id=run_id, behind=behind)
+            self._start_next()
 
     async def requeue(self, record: RunRecord, held: list[str]) -> None:
         """Every pending call of a waiting run is decided (`LocalWaitingRuns`): queue it to
@@ -180,9 +205,14 @@ class LocalPlacement:
         self.metrics.set_load(running=self.live.running, queued=len(self._queue))
 
     async def cancel_waiting(self, active: ActiveRun) -> bool:
-        if active.record.id not in self._queue:
+        run_id = active.record.id
+        behind = next((b for b, held in self._held.items() if held == run_id), None)
+        if behind is not None:
+            del self._held[behind]
+        elif run_id in self._queue:
+            self._queue.remove(run_id)
+        else:
             return False
-        self._queue.remove(active.record.id)
         self.live.drop(active)
         try:
             await self.runner.end_cancelled(active)
@@ -204,6 +234,7 @@ class LocalPlacement:
         self._start_next()
 
     def ended(self, record: RunRecord) -> None:
+        self._release(record.id)
         self.runner.notify(record, "ended")
 
     async def recover(self) -> list[str]:
@@ -240,8 +271,9 @@ class LocalPlacement:
                 log.warning("run_interrupted", run_id=record.id)
 
     async def drain(self) -> None:
-        while self._queue:
-            active = self.live.get(self._queue[0])
+        while self._queue or self._held:
+            waiting = self._queue[0] if self._queue else next(iter(self._held.values()))
+            active = self.live.get(waiting)
             assert active is not None
             await self.cancel_waiting(active)
 

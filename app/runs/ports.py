@@ -31,11 +31,11 @@ class RunAssembler(Protocol):
     """Turns requests into runs: server-dependent checks at creation, the engine's inputs at
     start."""
 
-    async def check(self, request: RunRequest, *, sized: bool = False) -> CheckedRequest:
+    async def check(self, request: RunRequest) -> CheckedRequest:
         """Raise `InvalidRunError` naming the field when the server refuses the request. Work
-        in proportion to the request's size (tool schemas) is done off the event loop.
-        `sized`: the caller has checked the request's sizes against the caps already
-        (`app.caps.check_sizes`), so a request without HTTP tools has nothing costly left."""
+        in proportion to the request's size (tool schemas) is done off the event loop. A
+        request read whole where it came in (`RunRequest.within_caps`: its sizes checked
+        against the caps) without HTTP tools has nothing costly left."""
         ...
 
     async def inputs(self, record: RunRecord) -> RunInputs:

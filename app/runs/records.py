@@ -324,6 +324,9 @@ class RunRecord(BaseModel):
     """That run's call (a call of the sub-agent's tool)."""
     tree: TreeLink | None = None
     """A child run's place in its tree of runs; None for a run started by a request."""
+    thread_id: str | None = None
+    """The thread (DESIGN §19) whose run it is: POST /runs' `thread_id`, `ag-ui:THREAD` for
+    an AG-UI turn's, `a2a:AGENT:CONTEXT` for an A2A task's; None for a run of no thread."""
 
     @property
     def system_prompt(self) -> str | None:

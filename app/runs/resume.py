@@ -8,9 +8,8 @@ from __future__ import annotations
 from app.engine.events import EventType
 from app.engine.state import RunState
 from app.engine.toolcalls import CallResult
+from app.runs.follow.log import stored_pages
 from app.runs.store import RunStore
-
-PAGE = 1000
 
 
 async def recorded_results(store: RunStore, run_id: str, state: RunState) -> dict[str, CallResult]:
@@ -21,11 +20,8 @@ async def recorded_results(store: RunStore, run_id: str, state: RunState) -> dic
         return {}
     in_flight = {c["id"]: c["function"]["name"] for c in state.messages[-1].get("tool_calls") or ()}
     found: dict[str, CallResult] = {}
-    after = 0
-    while True:
-        batch = await store.read(run_id, after=after, limit=PAGE)
-        for event in batch:
-            after = event.seq
+    async for page in stored_pages(store, run_id):
+        for event in page:
             data = event.data
             if event.type != EventType.OBSERVATION or event.step != state.step:
                 continue
@@ -41,5 +37,4 @@ async def recorded_results(store: RunStore, run_id: str, state: RunState) -> dic
                 int(data.get("duration_ms", 0)),
                 timed_out=bool(data.get("timed_out")),
             )
-        if len(batch) < PAGE:
-            return found
+    return found

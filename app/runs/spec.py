@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     StringConstraints,
     field_validator,
@@ -206,6 +207,10 @@ class AgentIn(BaseModel):
         return RunRequest.model_construct({"task", *given}, **values)
 
 
+DEEP_FIELDS = ("metadata", "http_tools", "client_tools", "model_script", "output_schema", "agents")
+"""The free-form JSON fields of a request, held to MAX_JSON_DEPTH."""
+
+
 class RunRequest(BaseModel):
     """The part of POST /runs that describes the run itself (kept on the run as `request`)."""
 
@@ -329,6 +334,23 @@ class RunRequest(BaseModel):
         "this request gives one; tools, model and settings come from this request.",
     )
 
+    _checked: bool = PrivateAttr(False)
+    _digest: str | None = PrivateAttr(None)
+
+    def checked(self, digest: str | None) -> Self:
+        """Read whole where it came in (`app.api.runbody`): within the caps, its schemas
+        compiled (`within_caps`), `digest` its `request_hash` (None: not needed)."""
+        self._checked, self._digest = True, digest
+        return self
+
+    @property
+    def within_caps(self) -> bool:
+        return self._checked
+
+    @property
+    def digest(self) -> str | None:
+        return self._digest
+
     @model_validator(mode="before")
     @classmethod
     def _representable(cls, value: Any) -> Any:
@@ -350,15 +372,7 @@ class RunRequest(BaseModel):
             )
         return value
 
-    @field_validator(
-        "metadata",
-        "http_tools",
-        "client_tools",
-        "model_script",
-        "output_schema",
-        "agents",
-        mode="before",
-    )
+    @field_validator(*DEEP_FIELDS, mode="before")
     @classmethod
     def _not_too_deep(cls, value: Any) -> Any:
         if json_depth(value) > MAX_JSON_DEPTH:

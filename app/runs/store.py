@@ -27,6 +27,7 @@ from app.engine.events import EventType
 from app.engine.state import RunState
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.threads.index import ThreadIndex
 
 log = structlog.get_logger("finishline.runs")
 
@@ -172,6 +173,10 @@ class RunStore(Protocol):
     def counters(self) -> UsageCounters:
         """What each API key used (by UTC day), and its recent admissions: quotas' counts."""
 
+    @property
+    def threads(self) -> ThreadIndex:
+        """Each owner's threads (DESIGN §19): the thread index, beside the runs."""
+
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -254,16 +259,6 @@ class RunStore(Protocol):
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         """Replace the run's checkpoint (in `CHECKPOINT_FORMAT`)."""
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
-        """The run `owner`'s conversation thread `thread_id` is at (AG-UI's threadId, DESIGN
-        §16), or None for a thread this store does not know. Threads are per owner: another
-        owner's thread of the same id is a thread of its own."""
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
-        """Point `owner`'s thread `thread_id` at `run_id` (that owner's run), the thread's
-        newest. A store may forget the thread with its run (deleted, expired): the thread is
-        then unknown again."""
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         """The run's last checkpoint, whatever format it was stored in; None for none."""

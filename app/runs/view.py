@@ -82,6 +82,11 @@ class RunView(BaseModel):
     previous_run_id: str | None = Field(
         None, description="The run this one continues (a follow-up), or null."
     )
+    thread_id: str | None = Field(
+        None,
+        description="The thread (conversation, DESIGN §19) whose run it is (GET "
+        "/threads/{id}), or null.",
+    )
     agents: list[str] = Field(
         default_factory=list,
         description="Its sub-agents (tools NAME(task) of its model, DESIGN §15), by name.",
@@ -153,6 +158,7 @@ def to_view(record: RunRecord) -> RunView:
         usage=record.usage,
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
+        thread_id=record.thread_id,
         agents=list(request.agents or ()),
         parent_run_id=record.parent_run_id,
         parent_call_id=record.parent_call_id,

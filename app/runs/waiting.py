@@ -10,6 +10,11 @@ changes never overwrite each other, and watches the approval deadlines:
 - `RedisWaitingRuns` (`app/runs/replicas/redis_waiting.py`, replicas) as a compare-and-set on the
   stored record, with the deadlines in a sorted set every replica polls, and the cluster's
   queue for the decided run.
+
+A run's wait is an event (DESIGN §19): `suspend` stores the record waiting and appends its
+`run.waiting {pending}` in one write, the record first (as a run's end), so whoever sees the
+event reads the run waiting. `rearm` logs the wait of a run a version before that stored
+waiting without one, so every follower can stop at the event.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import structlog
 
 from app.engine.events import EventType
 from app.runs.errors import TooManyMessagesError
+from app.runs.follow.log import wait_logged
 from app.runs.records import RunRecord, RunStatus
 from app.runs.store import RunStore
 
@@ -53,6 +59,24 @@ class WaitChange:
     """Every pending call is decided: the run is queued again to resume."""
 
 
+def waiting_event(record: RunRecord, step: int) -> NewEvent:
+    """The `run.waiting` event of a run that begins to wait: the calls it waits on (as its
+    `pending_approvals` lists them)."""
+    assert record.approval is not None
+    pending = [p.model_dump(mode="json", exclude_none=True) for p in record.approval.undecided()]
+    return NewEvent(EventType.RUN_WAITING, step, {"pending": pending})
+
+
+def unlogged_wait(record: RunRecord | None) -> bool:
+    """Whether the run waits on calls still undecided (so its wait must be in its log)."""
+    return (
+        record is not None
+        and record.status == RunStatus.REQUIRES_ACTION
+        and record.approval is not None
+        and bool(record.approval.undecided())
+    )
+
+
 Changer = Callable[[RunRecord | None, list[str]], WaitChange | None]
 """Given the stored record (None: gone) and the steering messages it holds, the change to
 write, or None for none; it may raise to refuse the request. Called again when the record
@@ -60,10 +84,10 @@ changed before the write (so: no side effects)."""
 
 
 class WaitingRuns(Protocol):
-    async def suspend(self, record: RunRecord, held: list[str]) -> None:
+    async def suspend(self, record: RunRecord, held: list[str], waited: NewEvent) -> None:
         """Store the (live, executing) run waiting, with the messages sent to it it has not
-        seen (`held`), and watch its approval deadline; on a shared store, give its lease up
-        in the same write."""
+        seen (`held`), then its `run.waiting` event (`waited`), in one write; watch its
+        approval deadline; on a shared store, give its lease up in the same write."""
 
     async def change(self, run_id: str, changer: Changer) -> WaitChange | None:
         """Apply `changer` to the run as stored and write its change: exactly one of
@@ -73,7 +97,8 @@ class WaitingRuns(Protocol):
         """Block until runs may be past their approval deadline; their ids."""
 
     async def rearm(self) -> int:
-        """At start-up: watch the deadlines of the runs the store holds waiting."""
+        """At start-up: watch the deadlines of the runs the store holds waiting, and log the
+        wait of each that has none in its log (stored waiting before waits were events)."""
 
 
 def deadline_of(record: RunRecord) -> float:
@@ -99,11 +124,11 @@ class LocalWaitingRuns:
         self._timeouts: list[tuple[float, str]] = []
         self._wake = asyncio.Event()
 
-    async def suspend(self, record: RunRecord, held: list[str]) -> None:
+    async def suspend(self, record: RunRecord, held: list[str], waited: NewEvent) -> None:
         assert record.approval is not None
         async with self._lock:
             record.approval.held_messages = held
-            await self.store.save(record)
+            await self.store.append(record.id, waited.type, waited.step, waited.data, record=record)
         self.arm(record)
 
     async def change(self, run_id: str, changer: Changer) -> WaitChange | None:
@@ -152,6 +177,19 @@ class LocalWaitingRuns:
         log.info("user_message_held", run_id=run_id, chars=len(content))
         return change.record
 
+    async def log_wait(self, run_id: str) -> bool:
+        """Append the `run.waiting` of a run stored waiting without it in its log; whether it
+        was appended (a run that waits on no undecided call, or logged it, is left)."""
+        async with self._lock:
+            record = await self.store.get(run_id)
+            if not unlogged_wait(record) or await wait_logged(self.store, run_id):
+                return False
+            assert record is not None
+            waited = waiting_event(record, record.usage.steps)
+            await self.store.append(run_id, waited.type, waited.step, waited.data)
+            log.info("run_wait_logged", run_id=run_id)
+            return True
+
     def arm(self, record: RunRecord) -> None:
         """Watch the run's approval deadline; a run with every call decided already (a
         shutdown came before it could resume) is due at once."""
@@ -188,6 +226,7 @@ class LocalWaitingRuns:
             )
             for record in page:
                 if record.approval is not None:
+                    await self.log_wait(record.id)
                     self.arm(record)
                     count += 1
             if len(page) < 200:

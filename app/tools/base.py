@@ -22,11 +22,12 @@ import sys
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import ToolError
+from app.engine.paths import field_path
 from app.engine.ports import ToolContext
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def _compile(schema: dict[str, Any]) -> CompiledSchema:
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        where = _format_path(exc.absolute_path)
+        where = field_path(exc.absolute_path)
         problem = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
         return CompiledSchema(schema, problem, None)
     return CompiledSchema(schema, None, Draft202012Validator(schema))
@@ -190,20 +191,9 @@ class SchemaTool(ABC):
 
 def describe_validation_error(error: ValidationError) -> str:
     """`at 'plan[1].status': 'done' is not one of [...]`, or the bare message at the root."""
-    where = _format_path(error.absolute_path)
+    where = field_path(error.absolute_path)
     message = _shorten(error.message)
     return f"at '{where}': {message}" if where else message
-
-
-def _format_path(path: Sequence[str | int]) -> str:
-    """Render a JSON path as `a.b[2].c`."""
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
 
 
 def _shorten(message: str) -> str:

@@ -325,3 +325,79 @@ async def test_approve_decides_every_pending_call_or_the_one_named(tmp_path: Pat
         if e["type"] == "approval.decided"
     ]
     assert decided == [("b", False, "no"), ("a", True, None)]
+
+
+async def test_run_thread_continues_a_thread_and_threads_shows_it(tmp_path: Path) -> None:
+    """`run --thread ID` makes, then continues, a thread; `threads` lists it, `threads ID`
+    shows it with its runs in order; a busy thread's refusal is printed (exit 9)."""
+    async with served_app(cli_settings()) as (server, client):
+        one = await cli(
+            server, "run", "first", "--script", script(tmp_path, finish("one")), "--thread", "t-1"
+        )
+        two = await cli(
+            server,
+            "run",
+            "second",
+            "--script",
+            script(tmp_path, finish("two")),
+            "--thread",
+            "t-1",
+            "--no-follow",
+        )
+        await _ended(client, two.out.strip())
+        hang = await cli(
+            server,
+            "run",
+            "third",
+            "--script",
+            script(tmp_path, *hanging()),
+            "--thread",
+            "t-1",
+            "--no-follow",
+        )
+        busy = await cli(
+            server,
+            "run",
+            "fourth",
+            "--script",
+            script(tmp_path, finish("4")),
+            "--thread",
+            "t-1",
+            "--no-follow",
+        )
+        queued = await cli(
+            server,
+            "run",
+            "fifth",
+            "--script",
+            script(tmp_path, finish("5")),
+            "--thread",
+            "t-1",
+            "--multitask",
+            "enqueue",
+            "--no-follow",
+            "--json",
+        )
+        listed = await cli(server, "threads")
+        shown = await cli(server, "threads", "t-1")
+        raw = await cli(server, "threads", "t-1", "--json")
+        await client.post(f"/runs/{hang.out.strip()}/cancel")
+        missing = await cli(server, "threads", "nope")
+
+    assert one.code == ExitCode.OK
+    assert "one" in one.out
+    assert busy.code == ExitCode.API_ERROR
+    assert "409 thread_busy" in busy.err
+    fifth = json.loads(queued.out)
+    assert (fifth["thread_id"], fifth["previous_run_id"]) == ("t-1", hang.out.strip())
+    header = next(line for line in listed.out.splitlines() if "thread" in line)
+    assert header.split() == ["thread", "status", "runs", "latest", "run", "updated"]
+    row = next(line.split() for line in listed.out.splitlines() if line.startswith("t-1"))
+    assert row[1:4] == ["busy", "4", fifth["id"]]
+    ids = [line.split()[0] for line in shown.out.splitlines() if line.startswith("run_")]
+    body = json.loads(raw.out)
+    assert ids == [r["id"] for r in body["runs_in_order"]]
+    assert ids[1:] == [two.out.strip(), hang.out.strip(), fifth["id"]]
+    assert "two" in shown.out
+    assert missing.code == ExitCode.API_ERROR
+    assert "404 not_found" in missing.err

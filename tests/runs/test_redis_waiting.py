@@ -22,7 +22,7 @@ from app.runs.records import (
 )
 from app.runs.replicas.redis_waiting import RedisWaitingRuns
 from app.runs.stores.redis_store import RedisRunStore
-from app.runs.waiting import Changer, WaitChange
+from app.runs.waiting import Changer, WaitChange, waiting_event
 from tests.fakes.redis_server import RedisServer
 
 
@@ -77,7 +77,7 @@ async def suspended(store: RedisRunStore, waiting: RedisWaitingRuns, *calls: str
     await store.redis.set(store.prefix + "owner:" + record.id, "token-a")
     store.hold(record.id, "token-a")
     record.status = RunStatus.REQUIRES_ACTION
-    await waiting.suspend(record, ["held one", "held two"])
+    await waiting.suspend(record, ["held one", "held two"], waiting_event(record, 1))
     return record
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from app.engine.events import EventType
 from app.engine.policies import StopReason
 from app.engine.steps import RunError
 from app.runs.backends import Backend, Capacity, ReplicaOptions, open_backend
@@ -34,7 +35,7 @@ from app.runs.records import (
 )
 from app.runs.stores.memory import MemoryRunStore
 from app.runs.stores.redis_store import RedisRunStore
-from app.runs.waiting import WaitChange
+from app.runs.waiting import WaitChange, waiting_event
 
 BOUND_S = 10  # a failure bound, not a wait
 
@@ -167,7 +168,7 @@ async def suspended(side: Side, run: RunRecord, held: list[str]) -> None:
     """Stored, then stored waiting for a person (as `ApprovalDesk.suspend` does it)."""
     await side.store.create(run)
     run.status = RunStatus.REQUIRES_ACTION
-    await side.backend.waiting.suspend(run, held)
+    await side.backend.waiting.suspend(run, held, waiting_event(run, 3))
 
 
 # -- placement ----------------------------------------------------------------------------
@@ -342,3 +343,134 @@ async def test_a_run_past_its_approval_deadline_is_due_and_counted_at_start_up(
     with anyio.fail_after(BOUND_S):
         assert await side.backend.waiting.due() == [run.id]
     assert await side.backend.waiting.rearm() == 1
+
+
+# -- a wait is an event (DESIGN §19) --------------------------------------------------------
+
+
+async def test_a_suspended_run_logs_its_wait_after_its_record_is_stored_waiting(
+    side: Side,
+) -> None:
+    run = waiting("call-1", "call-2")
+    await side.store.create(run)
+    seen: list[RunStatus | None] = []
+
+    async def watch() -> None:  # the record as a follower reads it once it sees the event
+        async for event in side.store.subscribe(run.id):
+            if event.type == EventType.RUN_WAITING:
+                stored = await side.store.get(run.id)
+                seen.append(stored.status if stored is not None else None)
+                return
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            run.status = RunStatus.REQUIRES_ACTION
+            await side.backend.waiting.suspend(run, [], waiting_event(run, 3))
+    (event,) = await side.store.read(run.id)
+    assert event.type == EventType.RUN_WAITING
+    assert event.step == 3
+    assert [p["call_id"] for p in event.data["pending"]] == ["call-1", "call-2"]
+    assert {"tool", "arguments", "requested_at"} <= set(event.data["pending"][0])
+    assert seen == [RunStatus.REQUIRES_ACTION]
+
+
+async def test_a_run_stored_waiting_without_its_wait_in_its_log_has_it_logged_once(
+    side: Side,
+) -> None:
+    """A run a version before issue #35 stored waiting: start-up logs its wait, once, however
+    many processes start together; a run whose wait is logged is left alone."""
+    legacy = waiting("call-1")
+    legacy.status = RunStatus.REQUIRES_ACTION
+    await side.store.create(legacy)
+    await side.store.append(legacy.id, EventType.RUN_STARTED, 0, {})
+    await side.store.append(legacy.id, EventType.APPROVAL_REQUESTED, 1, {"call_id": "call-1"})
+    logged = waiting("call-2")
+    await suspended(side, logged, [])
+    await asyncio.gather(side.backend.waiting.rearm(), side.backend.waiting.rearm())
+    types = [e.type for e in await side.store.read(legacy.id)]
+    assert types == [
+        EventType.RUN_STARTED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.RUN_WAITING,
+    ]
+    (waited,) = [e for e in await side.store.read(legacy.id) if e.type == EventType.RUN_WAITING]
+    assert [p["call_id"] for p in waited.data["pending"]] == ["call-1"]
+    assert [e.type for e in await side.store.read(logged.id)] == [EventType.RUN_WAITING]
+
+
+# -- runs held behind another (a thread's enqueued run, DESIGN §19) ---------------------------
+
+
+async def elsewhere(side: Side) -> RunRecord:
+    """A run stored running that no slot here holds: what a held run waits for."""
+    run = record(status=RunStatus.RUNNING)
+    await side.store.create(run)
+    return run
+
+
+async def ended(side: Side, run: RunRecord) -> None:
+    """The run ends (as the recorder ends one): stored terminal, then the placement told."""
+    run.status = RunStatus.COMPLETED
+    await side.store.save(run)
+    side.backend.placement.ended(run)
+
+
+async def held_behind(side: Side, behind: RunRecord) -> RunRecord:
+    async with side.backend.placement.reserve():
+        run = record()
+        await side.store.create(run)
+        return await side.backend.placement.hold(run, behind.id)
+
+
+async def test_a_held_run_starts_once_the_run_it_waits_for_has_ended(side: Side) -> None:
+    first = await elsewhere(side)
+    held = await held_behind(side, first)
+    probe = await side.admitted()  # queued after it: it starts, the held run does not
+    await side.runner.until_started(probe.id)
+    assert held.id not in side.runner.started
+    side.runner.finish(probe.id)
+    await ended(side, first)
+    await side.runner.until_started(held.id)
+    assert side.runner.started.count(held.id) == 1
+
+
+async def test_a_run_held_behind_a_run_that_ended_starts_at_once(side: Side) -> None:
+    first = await elsewhere(side)
+    first.status = RunStatus.COMPLETED
+    await side.store.save(first)
+    held = await held_behind(side, first)
+    await side.runner.until_started(held.id)
+
+
+async def test_a_held_run_is_cancelled_where_it_waits_and_never_starts(side: Side) -> None:
+    first = await elsewhere(side)
+    held = await held_behind(side, first)
+    active = side.backend.live.get(held.id)
+    if active is not None:  # held in this process
+        assert await side.backend.placement.cancel_waiting(active)
+    else:  # held in the cluster
+        assert await side.backend.placement.cancel_elsewhere(held) is not None
+    stored = await side.store.get(held.id)
+    assert stored is not None
+    assert stored.status == RunStatus.CANCELLED
+    await ended(side, first)
+    probe = await side.admitted()
+    await side.runner.until_started(probe.id)
+    assert held.id not in side.runner.started
+
+
+async def test_held_runs_count_as_queued(side: Side) -> None:
+    """One slot and a queue of two: held runs (each behind a run elsewhere) fill it as queued
+    ones do (one process: slots and queue; the cluster's queue: the queue)."""
+    made = 0
+    refused: QueueFullError | None = None
+    for _ in range(4):
+        try:
+            await held_behind(side, await elsewhere(side))
+        except QueueFullError as exc:
+            refused = exc
+            break
+        made += 1
+    assert refused is not None
+    assert made in (2, 3)

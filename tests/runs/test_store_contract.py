@@ -800,31 +800,6 @@ async def test_list_runs_leaves_an_unreadable_run_out_names_it_and_lists_on_past
     assert len(unreadable) == 1  # not named to another owner
 
 
-# -- conversation threads (AG-UI's threadId, DESIGN §16) ------------------------------------
-
-
-async def test_a_thread_points_at_its_newest_run_per_owner(store: Store) -> None:
-    first = await created(store, owner="alice")
-    second = await created(store, owner="alice")
-    bobs = await created(store, owner="bob")
-    assert await store.thread_head("alice", "t-1") is None
-    await store.set_thread_head("alice", "t-1", first.id)
-    await store.set_thread_head("alice", "t-1", second.id)
-    await store.set_thread_head("bob", "t-1", bobs.id)  # the same id: bob's own thread
-    assert await store.thread_head("alice", "t-1") == second.id
-    assert await store.thread_head("bob", "t-1") == bobs.id
-    assert await store.thread_head(None, "t-1") is None
-    assert await store.thread_head("alice", "t-2") is None
-
-
-async def test_a_thread_without_an_owner_is_apart_from_every_owners(store: Store) -> None:
-    anonymous = await created(store)
-    await store.set_thread_head(None, "t", anonymous.id)
-    assert await store.thread_head(None, "t") == anonymous.id
-    assert await store.thread_head("", "t") in (None, anonymous.id)  # '' is no real owner
-    assert await store.thread_head("alice", "t") is None
-
-
 # -- usage counters (quotas per API key, DESIGN §13) ----------------------------------------
 
 DAY = "2026-03-14"

@@ -2,13 +2,14 @@
 
 A message without a taskId starts a run of the endpoint's agent profile: its text is the task;
 the request's `metadata.finishline` may carry any other `POST /runs` body field (settings,
-tools, model, …; not `task`, `agent`, `previous_run_id`, `stream`, `on_disconnect`), and the
-body is read and checked exactly as `POST /runs` reads and checks its own
-(`app.api.runbody.read_run_body`, then `RunManager.create`), each refusal naming where the
-A2A request holds the field. Its `contextId` is a conversation: kept per API key and agent by
-the run store (`RunStore.thread_head`, AG-UI's threads too), a context's new task continues
-from its last one (`previous_run_id`). A message the server has seen (the same messageId)
-finds the run it made (its idempotency key), on any replica, and streams it from where it is.
+tools, model, …; not `task`, `agent`, `previous_run_id`, `stream`, `on_disconnect`,
+`thread_id`, `multitask`), and the body is read and checked by POST /runs' own function on
+the parsed value (`app.api.runbody.run_body`), each refusal naming where the A2A request holds
+the field. Its `contextId` is a conversation: a thread of the runs layer (`Threads`, DESIGN
+§19: `a2a:AGENT:CONTEXT`, per API key), a context's new task continues from its last one
+(`previous_run_id`), refused while that one has not ended. A message the server has seen (the
+same messageId) finds the run it made (its idempotency key), on any replica, and streams it
+from where it is.
 
 A message with a taskId is for that run: a data part `{"decisions": [...]}` decides the calls
 it waits on (`RunManager.decide`); text beside it, or on a task that waits on no call, is a
@@ -22,11 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from a2a.types import SendMessageRequest
 from a2a.utils.errors import (
@@ -40,13 +40,17 @@ from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
 
 from app.api.a2a.errors import a2a_error, invalid_params, translated
-from app.api.a2a.parts import read_message, whole_numbers
-from app.api.a2a.tasks import A2A_KEY, context_of, state_name
+from app.api.a2a.parts import Said, read_message, whole_numbers
+from app.api.a2a.tasks import A2A_KEY, context_of, state_name, waiting_on
 from app.api.auth import Caller
-from app.api.follow import last_seq, waiting_on
-from app.api.runbody import read_run_body
+from app.api.runbody import relocated, run_body
 from app.api.schemas import DecisionIn
-from app.runs.errors import IdempotencyConflictError, InvalidRunError, RunNotFoundError
+from app.runs.errors import (
+    IdempotencyConflictError,
+    InvalidRunError,
+    RunNotFoundError,
+    ThreadBusyError,
+)
 from app.runs.manager import RunManager
 from app.runs.records import ApprovalDecision, RunRecord
 from app.runs.spec import RunRequest
@@ -59,18 +63,12 @@ NOT_IN_PROPS = {
     "previous_run_id": "a task continues its context (contextId)",
     "stream": "SendStreamingMessage streams",
     "on_disconnect": "a dropped stream leaves the task going (CancelTask cancels it)",
+    "thread_id": "the task's thread is its context (contextId)",
+    "multitask": "a context's new task is refused while its last has not ended",
 }
 MAX_ID_CHARS = 256
 """The longest messageId and contextId taken (clients send UUIDs, 36 characters)."""
 RUN_ID = re.compile(r"^run_[0-9A-Z]{26}$")
-
-
-class ThreadIndex(Protocol):
-    """Where conversations are kept: the run store (`app.runs.store.RunStore`)."""
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None: ...
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +77,6 @@ class Opened:
 
     record: RunRecord
     after: int
-    joined_wait: frozenset[str] = field(default_factory=frozenset)
 
 
 def message_key(agent: str, message_id: str) -> str:
@@ -96,10 +93,12 @@ def where(field_name: str) -> str:
     return f"{PROPS}.{field_name}"
 
 
-def relocated(exc: InvalidRunError) -> InvalidRunError:
-    message = exc.message.removeprefix(f"{exc.field}: ")
-    details = {k: v for k, v in exc.details.items() if k != "field"}
-    return InvalidRunError(where(exc.field), message, **details)
+def _busy(context_id: str, run_id: Any, state: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"context {context_id!r} is at task {run_id}, which has not ended ({state}): send this "
+        "message with its taskId, or once it has ended",
+        data={"type": "run_not_ended", "run_id": run_id},
+    )
 
 
 def _reused(message_id: str, run_id: Any) -> InvalidParamsError:
@@ -119,11 +118,8 @@ def _checked_id(value: str, name: str) -> str:
 class Conversations:
     """The runs of one agent profile's A2A endpoint."""
 
-    def __init__(
-        self, manager: RunManager, threads: ThreadIndex, settings: Settings, agent: str
-    ) -> None:
+    def __init__(self, manager: RunManager, settings: Settings, agent: str) -> None:
         self.manager = manager
-        self.threads = threads
         self.settings = settings
         self.agent = agent
 
@@ -176,67 +172,67 @@ class Conversations:
         )
         key = message_key(self.agent, message_id)
         head = await self.head(context_id, caller)
+        size = params.ByteSize()
         if head is not None and head.idempotency_key == key:  # this message made it: again
-            _, digest = await self._request(
-                props, said.text, message_id, context_id, head.previous_run_id
-            )
-            if digest != head.request_hash:
+            previous = head.previous_run_id
+            read = await self._request(props, said, message_id, context_id, previous, size)
+            if read.digest != head.request_hash:
                 raise _reused(message_id, head.id)
-            after = await last_seq(self.manager, head.id)  # first: no event falls in between
+            # first: no event falls in between; a wait it joins is behind it
+            after = await self.manager.follower.last_seq(head.id)
             again = await self.manager.get(head.id, caller.owner, any_owner=caller.any_owner)
             return Opened(again, after)
         if head is not None and not head.status.terminal:
-            raise UnsupportedOperationError(
-                f"context {context_id!r} is at task {head.id}, which has not ended "
-                f"({state_name(head)}): send this message with its taskId, or once it has ended",
-                data={"type": "run_not_ended", "run_id": head.id},
-            )
+            raise _busy(context_id, head.id, state_name(head))
         previous = head.id if head is not None else None
-        request, digest = await self._request(props, said.text, message_id, context_id, previous)
+        request = await self._request(props, said, message_id, context_id, previous, size)
         with translated():
             try:
-                record, created = await self.manager.create(
+                record, _ = await self.manager.threads.start(
                     request,
                     owner=caller.owner,
+                    thread_id=self.thread(context_id),
                     idempotency_key=key,
-                    digest=digest,
-                    sized=True,
+                    origin=head,
                 )
+            except ThreadBusyError as exc:  # another message made its next task meanwhile
+                raise _busy(context_id, exc.details.get("run_id"), "it") from None
             except InvalidRunError as exc:  # a server-side check (a cap, a tool or model name)
-                raise relocated(exc) from None
+                raise relocated(exc, where) from None
             except IdempotencyConflictError as exc:
                 raise _reused(message_id, exc.details.get("run_id")) from None
-        if created or head is None:  # (a message made before its context was kept: keep it)
-            await self.threads.set_thread_head(caller.owner, self.thread(context_id), record.id)
         return Opened(record, 0)
 
     def thread(self, context_id: str) -> str:
-        """The context's thread in the run store: per agent (and, as every thread, per key)."""
+        """The context's thread: per agent (and, as every thread, per key)."""
         return f"a2a:{self.agent}:{context_id}"
 
     async def head(self, context_id: str, caller: Caller) -> RunRecord | None:
-        """The last run of the context; None for a context the server has not seen. A run
-        made by POST /runs is a context of its own, named by its id."""
-        head_id = await self.threads.thread_head(caller.owner, self.thread(context_id))
-        if head_id is None and RUN_ID.fullmatch(context_id):
-            head_id = context_id
-        if head_id is None:
-            return None
-        with contextlib.suppress(RunNotFoundError):  # deleted, expired: the context is new
-            record = await self.manager.get(head_id, caller.owner, any_owner=caller.any_owner)
-            if record.request.agent == self.agent and context_of(record) == context_id:
-                return record
+        """The last run of the context still stored; None for a context the server has not
+        seen (or none of whose runs is left). A run made by POST /runs is a context of its
+        own, named by its id."""
+        record = await self.manager.threads.latest(caller.owner, self.thread(context_id))
+        if record is None and RUN_ID.fullmatch(context_id):
+            with contextlib.suppress(RunNotFoundError):
+                record = await self.manager.get(
+                    context_id, caller.owner, any_owner=caller.any_owner
+                )
+        if record is not None and record.request.agent == self.agent:
+            return record if context_of(record) == context_id else None
         return None
 
     async def _request(
         self,
         props: Any,
-        text: str,
+        said: Said,
         message_id: str,
         context_id: str,
         previous_run_id: str | None,
-    ) -> tuple[RunRequest, str]:
-        """The new run's request and its digest, read as POST /runs reads its body."""
+        size: int,
+    ) -> RunRequest:
+        """The new run's request (its `digest` kept on it), read by POST /runs' own function
+        (`size`: the bytes of the A2A request). Its body names the context's last run (a
+        re-sent message's: the one it continued), as its digest always has."""
         props = whole_numbers(props) if props is not None else {}
         if not isinstance(props, dict):
             raise InvalidParamsError(f"{PROPS}: must be an object of POST /runs body fields")
@@ -250,17 +246,21 @@ class Conversations:
                     f"{PROPS}.metadata.{A2A_KEY}: kept by the server for the task's context"
                 )
             metadata = {**metadata, A2A_KEY: {"context_id": context_id, "message_id": message_id}}
-        body: dict[str, Any] = {**props, "task": text, "agent": self.agent, "metadata": metadata}
+        body: dict[str, Any] = {
+            **props,
+            "task": said.text,
+            "agent": self.agent,
+            "metadata": metadata,
+        }
         if previous_run_id is not None:
             body["previous_run_id"] = previous_run_id
-        raw = json.dumps(body, ensure_ascii=False).encode()
         try:
-            _, request, digest = await read_run_body(raw, self.settings)
+            _, request = await run_body(body, self.settings, size=size, where=where)
         except RequestValidationError as exc:
-            raise invalid_params(exc, where) from None
+            raise invalid_params(exc) from None
         except InvalidRunError as exc:
-            raise a2a_error(relocated(exc)) from None
-        return request, digest
+            raise a2a_error(exc) from None
+        return request
 
     # -- a message on a task ----------------------------------------------------------------
 
@@ -285,7 +285,7 @@ class Conversations:
         decisions, text = said.decisions, said.text
         if text and not decisions and waiting_on(record):
             decisions, text = _rejections(record, text), ""
-        after = await last_seq(self.manager, record.id)
+        after = await self.manager.follower.last_seq(record.id)
         owner, anyone = caller.owner, caller.any_owner
         with translated():
             if decisions:

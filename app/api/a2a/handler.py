@@ -3,8 +3,8 @@ SDK's JSON-RPC dispatcher parses each request into the protocol's models and cal
 
 The SDK's own task store, event queues and agent executor are not used: a task is a run, and
 every method reads and changes runs through `RunManager`'s public methods (create, get,
-list_runs, cancel, decide, post_message, wait, event_batches), so any replica serves any
-task with the Redis store and no second copy of a run's state exists.
+list_runs, cancel, decide, post_message, wait, follow), so any replica serves any task with
+the Redis store and no second copy of a run's state exists.
 
 - SendMessage: a new run, or a message on one (`conversations`); blocking unless the request's
   configuration says `returnImmediately`, up to FINISHLINE_MAX_WAIT_S (then the task as it
@@ -19,6 +19,7 @@ task with the Redis store and no second copy of a run's state exists.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator
 
 from a2a.server.context import ServerCallContext
@@ -58,8 +59,8 @@ from app.api.a2a.listing import list_tasks
 from app.api.a2a.tasks import context_of, state_name, task_of
 from app.api.a2a.updates import UpdateMapper
 from app.api.auth import Caller
-from app.api.follow import follow_run, last_seq, waiting_on
-from app.runs.records import RunRecord
+from app.engine.events import EventType
+from app.runs.follow.follower import Until
 
 INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 """States a stream ends at without the task having ended (A2A §3.1.2, §11.7)."""
@@ -139,28 +140,35 @@ class FinishlineRequestHandler(RequestHandler):
                 "GetTask reads it",
                 data={"type": "run_already_ended", "run_id": record.id},
             )
-        after = await last_seq(self.manager, record.id)  # first: no event falls in between
+        # first: no event falls in between; a wait it joins is behind it
+        after = await self.manager.follower.last_seq(record.id)
         record = await self.conversations.task(params.id, caller)
         yield task_of(record)
-        opened = Opened(record, after, joined_wait=waiting_on(record))
-        async for update in self._updates(opened, caller):
+        async for update in self._updates(Opened(record, after), caller, Until.NEXT_WAIT):
             yield update
 
-    async def _updates(self, opened: Opened, caller: Caller) -> AsyncGenerator[A2AEvent]:
+    async def _updates(
+        self, opened: Opened, caller: Caller, until: Until = Until.WAIT
+    ) -> AsyncGenerator[A2AEvent]:
+        """The task's updates after `opened.after`, to its end or its wait (`until`)."""
         record = opened.record
         mapper = UpdateMapper(record.id, context_of(record))
-        last = None
         with translated():
-            async for item in follow_run(
-                self.manager, record.id, caller, opened.after, joined_wait=opened.joined_wait
-            ):
-                if isinstance(item, RunRecord):
-                    yield mapper.waiting(item, last)
-                    return
-                for event in item:
-                    last = event
-                    for update in mapper.map(event):
-                        yield update
+            batches = self.manager.follow(
+                record.id,
+                caller.owner,
+                opened.after,
+                any_owner=caller.any_owner,
+                until=until,
+            )
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    for event in batch:
+                        if event.type == EventType.RUN_WAITING:
+                            yield mapper.waiting(event)
+                            return
+                        for update in mapper.map(event):
+                            yield update
 
     # -- not offered ------------------------------------------------------------------------
 

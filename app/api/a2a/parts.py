@@ -22,6 +22,7 @@ from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
 
 from app.api.schemas import ApprovalsIn
+from app.engine.paths import field_path
 from app.runs.records import ApprovalDecision
 
 DECISIONS = "decisions"
@@ -75,17 +76,13 @@ def read_message(message: Message) -> Said:
     return Said("\n".join(texts), decisions, decisions_at)
 
 
-def _step(part: int | str) -> str:
-    return f"[{part}]" if isinstance(part, int) else f".{part}"
-
-
 def _decisions(value: dict[str, Any], where: str) -> list[ApprovalDecision]:
     try:
         body = ApprovalsIn.model_validate(value)
     except ValidationError as exc:
         problems = [
             {
-                "field": where + "".join(_step(p) for p in e["loc"]),
+                "field": field_path(e["loc"], where),
                 "message": "unknown field" if e["type"] == "extra_forbidden" else e["msg"],
             }
             for e in exc.errors(include_url=False)

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.a2a.cards import agent_card, card_response
-from app.api.a2a.conversations import Conversations, ThreadIndex
+from app.api.a2a.conversations import Conversations
 from app.api.a2a.handler import CALLER, FinishlineRequestHandler
 from app.api.a2a.intake import quiet_client_mistakes, refusal
 from app.api.auth import Caller
@@ -47,7 +47,6 @@ class A2AAgents:
         manager: RunManager,
         settings: Settings,
         assembly: RunAssembly,
-        threads: ThreadIndex,
     ) -> None:
         self.settings = settings
         self.assembly = assembly
@@ -56,7 +55,7 @@ class A2AAgents:
         self._dispatchers: dict[str, JsonRpcDispatcher] = {}
         for name in settings.agents:
             handler = FinishlineRequestHandler(
-                Conversations(manager, threads, settings, name), max_wait_s=settings.max_wait_s
+                Conversations(manager, settings, name), max_wait_s=settings.max_wait_s
             )
             self._dispatchers[name] = JsonRpcDispatcher(
                 request_handler=handler,

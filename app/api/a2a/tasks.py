@@ -19,7 +19,6 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from app.api.follow import waiting_on
 from app.runs.records import RunRecord, RunStatus
 
 A2A_KEY = "a2a"
@@ -36,6 +35,14 @@ DECISIONS_HELP = (
 TERMINAL_STATES = frozenset(
     {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
 )
+
+
+def waiting_on(record: RunRecord) -> frozenset[str]:
+    """The calls the run waits on a person's decision for (empty: it waits on none, or is
+    decided and about to be queued again)."""
+    if record.status != RunStatus.REQUIRES_ACTION or record.approval is None:
+        return frozenset()
+    return frozenset(p.call_id for p in record.approval.undecided())
 
 
 def task_state(record: RunRecord) -> TaskState:
@@ -106,19 +113,22 @@ def agent_message(
     )
 
 
-def pending_message(record: RunRecord, message_id: str) -> Message:
-    """The INPUT_REQUIRED status message: which calls wait, and how to decide them."""
-    assert record.approval is not None
-    pending = [
-        {"call_id": p.call_id, "tool": p.tool, "arguments": p.arguments}
-        for p in record.approval.undecided()
-    ]
-    calls = ", ".join(f"{p['tool']} ({p['call_id']})" for p in pending)
-    text = f"Waiting for a person's approval of {len(pending)} tool call(s): {calls}; " + (
+def calls_message(pending: list[dict[str, Any]]) -> list[Part]:
+    """The parts of an INPUT_REQUIRED status message: which calls wait, and how to decide
+    them (`pending`: the calls, as a run's `pending_approvals` lists them)."""
+    calls = [{k: p[k] for k in ("call_id", "tool", "arguments")} for p in pending]
+    named = ", ".join(f"{p['tool']} ({p['call_id']})" for p in calls)
+    text = f"Waiting for a person's approval of {len(calls)} tool call(s): {named}; " + (
         DECISIONS_HELP
     )
-    parts = [new_text_part(text), new_data_part({"pending_approvals": pending})]
-    return agent_message(record, message_id, parts)
+    return [new_text_part(text), new_data_part({"pending_approvals": calls})]
+
+
+def pending_message(record: RunRecord, message_id: str) -> Message:
+    """The INPUT_REQUIRED status message of a waiting run."""
+    assert record.approval is not None
+    pending = [p.model_dump(mode="json") for p in record.approval.undecided()]
+    return agent_message(record, message_id, calls_message(pending))
 
 
 def status_message(record: RunRecord) -> Message | None:

@@ -4,9 +4,10 @@
 Thoughts, tool calls and their results, interventions, retries, steering messages and
 decisions are WORKING status updates whose message says what happened: a text part and,
 where the event has structure, a data part with its fields. The answer is an artifact update
-(a text part; the typed `output` as a data part), then the terminal status. `run.queued` (the
-task's first state, SUBMITTED, is in the Task that opens every stream), `step.started`,
-`token` and `llm.call` are not sent: they stay in the run's event log.
+(a text part; the typed `output` as a data part), then the terminal status. A run's wait
+(`run.waiting`) ends the stream with its INPUT_REQUIRED status (`waiting`), not a WORKING
+update. `run.queued` (the task's first state, SUBMITTED, is in the Task that opens every
+stream), `step.started`, `token` and `llm.call` are not sent: they stay in the run's event log.
 """
 
 from __future__ import annotations
@@ -25,16 +26,22 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 
-from app.api.a2a.tasks import answer_artifact, pending_message, struct, timestamp
+from app.api.a2a.tasks import answer_artifact, calls_message, struct, timestamp
 from app.engine.events import EventType
-from app.runs.records import Event, RunRecord
+from app.runs.records import Event
 
 Update = TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 
 NOT_SENT = frozenset(
-    {EventType.RUN_QUEUED, EventType.STEP_STARTED, EventType.TOKEN, EventType.LLM_CALL}
+    {
+        EventType.RUN_QUEUED,
+        EventType.STEP_STARTED,
+        EventType.TOKEN,
+        EventType.LLM_CALL,
+        EventType.RUN_WAITING,  # the stream's end: `UpdateMapper.waiting`
+    }
 )
-"""Events no update is made of (they stay in the run's event log)."""
+"""Events `map` makes no update of (they stay in the run's event log)."""
 ARGUMENTS_SHOWN = 500
 """How much of a call's arguments its status line shows (the data part has them whole)."""
 
@@ -172,17 +179,20 @@ class UpdateMapper:
         )
         return [update, self._status(event, TaskState.TASK_STATE_COMPLETED, **extra)]
 
-    def waiting(self, record: RunRecord, last: Event | None) -> TaskStatusUpdateEvent:
-        """The INPUT_REQUIRED update of a run that waits for a person (the wait is no event:
-        it carries the seq and type of the last event before it)."""
-        message = pending_message(record, f"{self.task_id}-waiting-{last.seq if last else 0}")
-        status = TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED, message=message)
-        if record.approval is not None:
-            status.timestamp.CopyFrom(timestamp(record.approval.waiting_since))
-        meta = {"finishline": {"seq": last.seq, "type": str(last.type)}} if last else {}
+    def waiting(self, waited: Event) -> TaskStatusUpdateEvent:
+        """The INPUT_REQUIRED update of a run that waits for a person: its `run.waiting`, the
+        calls it waits on in the status message."""
+        message = self._message(
+            f"{self.task_id}-waiting-{waited.seq}", calls_message(waited.data.get("pending", []))
+        )
+        status = TaskStatus(
+            state=TaskState.TASK_STATE_INPUT_REQUIRED,
+            message=message,
+            timestamp=timestamp(waited.ts),
+        )
         return TaskStatusUpdateEvent(
             task_id=self.task_id,
             context_id=self.context_id,
             status=status,
-            metadata=struct(meta),
+            metadata=self._meta(waited),
         )

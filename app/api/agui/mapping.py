@@ -29,7 +29,7 @@ What maps to what:
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from app.api.agui import wire
@@ -83,38 +83,43 @@ class FrameMapper:
         metadata = {"finishline": {"run_id": self.finishline_run_id}}
         return [wire.run_started(self.thread_id, self.run_id, metadata)]
 
-    def interrupted(self, record: RunRecord) -> list[Wire]:
+    def interrupted(self, record: RunRecord, waited: Event | None = None) -> list[Wire]:
         """The run waits for decisions (approvals) or results (client tools): the stream ends
-        with an interrupt per undecided call, each answered by the client's next run."""
-        approval = record.approval
+        with an interrupt per call it waits on (those its `run.waiting` event lists, when
+        given, else the record's undecided ones), each answered by the client's next run."""
         client = {t.name for t in record.request.client_tools}
+        timeout = timedelta(seconds=record.settings.approval_timeout_s)
+        if waited is not None:
+            pending = list(waited.data.get("pending", []))
+        elif record.approval is not None:
+            pending = [p.model_dump(mode="json") for p in record.approval.undecided()]
+        else:
+            pending = []
         interrupts: list[Wire] = []
-        if approval is not None:  # undecided calls past it: the timeout rejects them (DESIGN §9)
-            timeout = timedelta(seconds=record.settings.approval_timeout_s)
-            expires = (approval.waiting_since + timeout).isoformat()
-            for call in approval.undecided():
-                shown = json.dumps(call.arguments, ensure_ascii=False)
-                is_client = call.tool in client
-                interrupts.append(
-                    wire.interrupt(
-                        call.call_id,
-                        message=(
-                            f"{call.tool} runs in the client: send its result"
-                            if is_client
-                            else f"Approve {call.tool}({shown})?"
-                        ),
-                        response_schema=CLIENT_TOOL_SCHEMA if is_client else APPROVAL_SCHEMA,
-                        expires_at=expires,
-                        metadata={
-                            "finishline": {
-                                "run_id": record.id,
-                                "tool": call.tool,
-                                "arguments": call.arguments,
-                                "kind": "client_tool" if is_client else "approval",
-                            }
-                        },
-                    )
+        for call in pending:  # undecided past it: the timeout rejects them (DESIGN §9)
+            began = datetime.fromisoformat(call["requested_at"])
+            shown = json.dumps(call["arguments"], ensure_ascii=False)
+            is_client = call["tool"] in client
+            interrupts.append(
+                wire.interrupt(
+                    call["call_id"],
+                    message=(
+                        f"{call['tool']} runs in the client: send its result"
+                        if is_client
+                        else f"Approve {call['tool']}({shown})?"
+                    ),
+                    response_schema=CLIENT_TOOL_SCHEMA if is_client else APPROVAL_SCHEMA,
+                    expires_at=(began + timeout).isoformat(),
+                    metadata={
+                        "finishline": {
+                            "run_id": record.id,
+                            "tool": call["tool"],
+                            "arguments": call["arguments"],
+                            "kind": "client_tool" if is_client else "approval",
+                        }
+                    },
                 )
+            )
         out = self._close()
         out.append(
             wire.run_finished(

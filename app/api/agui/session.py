@@ -6,15 +6,17 @@
   result as a `tool` message) decides its calls (`RunManager.decide`) and streams the same run
   on, whether its runId is new or the interrupted turn's own (CopilotKit's `useInterrupt`
   resumes with that one); a re-POST of such a turn re-attaches where it began;
-- otherwise it is a new run: the thread's first (its earlier messages as the history), or a
-  follow-up of the thread's last run (`previous_run_id`), checked like POST /runs.
-Threads are per key (the caller's owner), kept by the store (`RunStore.thread_head`): every
-store, every replica. A turn's run is found again by its idempotency key, made of threadId and
-runId, so concurrent identical POSTs make one run (the store's own guarantee).
+- otherwise it is a new run of the thread (`Threads.start`, DESIGN §19; the thread
+  `ag-ui:THREAD`): its first (its earlier messages as the history), or the next, continuing
+  from the thread's latest run (`previous_run_id`), checked like POST /runs; refused while
+  that one has not ended.
+Threads are per key (the caller's owner), the runs layer's (every store, every replica). A
+turn's run is found again by its idempotency key, made of threadId and runId, so concurrent
+identical POSTs make one run (the store's own guarantee).
 
-`AguiThreads.stream` follows the run with `RunManager.event_batches` and ends after its terminal
-event, or once it waits for a person or the client (`RunManager.wait` says so: a wait is no
-event), with the interrupt. Uses only the manager's public methods.
+`AguiThreads.stream` follows the run (`RunManager.follow`) to its terminal event, or to its
+next wait for a person or the client (`run.waiting`), which ends it with the interrupt. Uses
+only the manager's public methods.
 """
 
 from __future__ import annotations
@@ -22,42 +24,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from app.api.agui.decisions import decisions_for, no_interrupts
 from app.api.agui.mapping import FrameMapper, frame
-from app.api.agui.turns import Turn, relocated, run_body
+from app.api.agui.turns import Turn, where
 from app.api.auth import Caller
 from app.api.errors import ApiError
+from app.api.runbody import relocated
 from app.engine.events import EventType
 from app.runs.errors import (
     IdempotencyConflictError,
     InvalidRunError,
-    RunNotFoundError,
     RunNotWaitingError,
+    ThreadBusyError,
 )
+from app.runs.follow.follower import Until
 from app.runs.manager import RunManager
-from app.runs.records import Event, PendingApproval, RunRecord, RunStatus
+from app.runs.records import PendingApproval, RunRecord, RunStatus
 from app.runs.spec import RunRequest
 
-WAIT_S = 300.0
-"""How long one `RunManager.wait` blocks before it is asked again."""
-EVENT_PAGE = 1000
 
-
-def store_thread(thread_id: str) -> str:
-    """The AG-UI thread's name among the store's threads (A2A's contexts are `a2a:…`)."""
-    return "ag-ui:" + thread_id
-
-
-class ThreadIndex(Protocol):
-    """Where threads are kept: the run store (`app.runs.store.RunStore`)."""
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None: ...
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None: ...
+def thread_of(turn: Turn) -> str:
+    """The AG-UI thread among the key's threads (A2A's contexts are `a2a:…`)."""
+    return "ag-ui:" + turn.thread_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +69,10 @@ def turn_key(thread_id: str, run_id: str) -> str:
 
 
 class NewRun(Protocol):
-    """Parses the POST /runs body of a turn's new run (`app.api.runbody.read_run_body`, with
-    the turn's field names): the run, its digest and whether a dropped stream cancels it."""
+    """Reads the run a turn makes of `task` (`app.api.agui.body`): the run, and whether a
+    dropped stream cancels it."""
 
-    async def __call__(self, turn: Turn, raw: bytes) -> tuple[RunRequest, str, bool]: ...
+    async def __call__(self, turn: Turn, task: str) -> tuple[RunRequest, bool]: ...
 
 
 def _pending(head: RunRecord) -> list[PendingApproval]:
@@ -95,21 +88,26 @@ def _answers(turn: Turn, head: RunRecord) -> bool:
     return bool(turn.resume) or any(p.call_id in turn.results for p in _pending(head))
 
 
+def _busy(turn: Turn, run_id: str | None, status: str | None) -> ApiError:
+    return ApiError(
+        409,
+        "run_not_ended",
+        f"thread {turn.thread_id!r} is at run {run_id}, which is {status}: wait for its end, "
+        "or re-attach to it with its runId",
+        run_id=run_id,
+    )
+
+
 class AguiThreads:
-    def __init__(self, manager: RunManager, threads: ThreadIndex, new_run: NewRun) -> None:
+    def __init__(self, manager: RunManager, new_run: NewRun) -> None:
         self.manager = manager
-        self.threads = threads
         self.new_run = new_run
 
     # -- what the turn is ---------------------------------------------------------------------
 
     async def open(self, turn: Turn, caller: Caller, last_event_id: int | None) -> Opened:
-        owner, anyone = caller.owner, caller.any_owner
-        head: RunRecord | None = None
-        head_id = await self.threads.thread_head(owner, store_thread(turn.thread_id))
-        if head_id is not None:
-            with contextlib.suppress(RunNotFoundError):  # deleted, expired: the thread is new
-                head = await self.manager.get(head_id, owner, any_owner=anyone)
+        owner = caller.owner
+        head = await self.manager.threads.latest(owner, thread_of(turn))
         key = turn_key(turn.thread_id, turn.run_id)
         cancel = turn.cancel_on_disconnect
         if head is not None and head.idempotency_key == key and not _answers(turn, head):
@@ -122,32 +120,24 @@ class AguiThreads:
                 "messages", "must end with the user's new message (the task of the run)"
             )
         if head is not None and not head.status.terminal:
-            raise ApiError(
-                409,
-                "run_not_ended",
-                f"thread {turn.thread_id!r} is at run {head.id}, which is {head.status.value}: "
-                "wait for its end, or re-attach to it with its runId",
-                run_id=head.id,
-            )
+            raise _busy(turn, head.id, head.status.value)
         task = turn.task if head is not None else turn.first_task
         assert task is not None
-        request, digest, cancel = await self.new_run(turn, run_body(turn, task))
-        if head is not None:
-            request = request.model_copy(update={"previous_run_id": head.id})
+        request, cancel = await self.new_run(turn, task)
         try:
-            record, created = await self.manager.create(
-                request, owner=owner, idempotency_key=key, digest=digest, sized=True
+            record, _ = await self.manager.threads.start(
+                request, owner=owner, thread_id=thread_of(turn), idempotency_key=key
             )
+        except ThreadBusyError as exc:  # another turn made the thread's next run meanwhile
+            raise _busy(turn, exc.details.get("run_id"), exc.details.get("status")) from None
         except InvalidRunError as exc:  # a server-side check (a cap, a tool or model name)
-            raise relocated(exc, turn) from None
+            raise relocated(exc, partial(where, turn=turn)) from None
         except IdempotencyConflictError as exc:
             raise IdempotencyConflictError(
                 f"runId {turn.run_id!r} of thread {turn.thread_id!r} ran with another input: "
                 "send a new runId for a new run",
                 run_id=exc.details.get("run_id"),
             ) from None
-        if created:
-            await self.threads.set_thread_head(owner, store_thread(turn.thread_id), record.id)
         return Opened(record.id, last_event_id or 0, cancel)
 
     async def _answer(self, head: RunRecord | None, turn: Turn, caller: Caller) -> Opened | None:
@@ -186,138 +176,44 @@ class AguiThreads:
         return None
 
     async def _interrupt_point(self, run_id: str, call_ids: set[str]) -> tuple[int, set[str]]:
-        """The seq where the run's wait on `call_ids` began (its last event before the first
-        decision on one of them), and which of them it waited on."""
-        after, point, known = 0, None, set()
-        while True:
-            events = await self.manager.read_events(run_id, after, EVENT_PAGE)
-            for event in events:
-                call_id = event.data.get("call_id")
-                if event.type == EventType.APPROVAL_REQUESTED and call_id in call_ids:
-                    known.add(call_id)
-                elif event.type == EventType.APPROVAL_DECIDED and call_id in call_ids:
-                    point = event.seq - 1 if point is None else point
-            if events:
-                after = events[-1].seq
-            if len(events) < EVENT_PAGE:
-                return (after if point is None else point), known
+        """The seq where the run's wait on `call_ids` began (its `run.waiting`), and which of
+        them it waited on."""
+        return await self.manager.follower.wait_began(run_id, call_ids)
 
     # -- the stream ---------------------------------------------------------------------------
 
     async def stream(self, opened: Opened, turn: Turn, caller: Caller) -> AsyncIterator[bytes]:
-        """The frames: RUN_STARTED, the run's events from `opened.after` on, and the end."""
+        """The frames: RUN_STARTED, the run's events from `opened.after` on, and the end: the
+        frames of its terminal event, or the interrupt of its next wait (`run.waiting`).
+        RUN_STARTED goes out with the first batch when the store hands that over at once (one
+        write, as the native stream's first), else alone at once."""
         mapper = FrameMapper(
             thread_id=turn.thread_id, run_id=turn.run_id, finishline_run_id=opened.run_id
         )
         head = frame(opened.after, mapper.started())
-        last = opened.after
-        while True:  # once per wait that turned out to have been decided meanwhile
-            waiting: RunRecord | None = None
-            follow = self._follow(opened.run_id, last, caller, mapper, head)
-            head = b""
-            async with contextlib.aclosing(follow):
-                async for chunk, seq, waits in follow:
-                    last = seq
-                    if chunk:
-                        yield chunk
-                    if waits is not None:
-                        waiting = waits
-                        break
-            if waiting is None:
-                return  # the terminal event was the last
-            rest = await self._stored_after(opened.run_id, last, mapper)
-            if rest is not None:
-                chunk, last = rest
-                yield chunk
-            fresh = await self.manager.get(opened.run_id, caller.owner, any_owner=True)
-            if fresh.status == RunStatus.REQUIRES_ACTION:
-                yield frame(last, mapper.interrupted(fresh))
-                return
-
-    async def _stored_after(
-        self, run_id: str, after: int, mapper: FrameMapper
-    ) -> tuple[bytes, int] | None:
-        parts = []
-        while True:
-            events = await self.manager.read_events(run_id, after, EVENT_PAGE)
-            parts.append(mapper.frames(events))
-            if events:
-                after = events[-1].seq
-            if len(events) < EVENT_PAGE:
-                chunk = b"".join(parts)
-                return (chunk, after) if chunk else None
-
-    async def _follow(
-        self, run_id: str, after: int, caller: Caller, mapper: FrameMapper, head: bytes = b""
-    ) -> AsyncGenerator[tuple[bytes, int, RunRecord | None], None]:
-        """(frames, last seq, None) per batch of the run's events until its terminal one, or
-        (what is left of `head`, last seq, the run) once it waits: a wait is no event,
-        `RunManager.wait` says so. `head` (the stream's RUN_STARTED) goes out with the first
-        batch when the store hands that over at once (one write, as the native stream's first),
-        else alone at once.
-
-        Two tasks feed one queue: the batches, and the run each time `wait` answers. A run
-        waits only after its `approval.requested` events (DESIGN §9): a stream that follows it
-        from its first event asks `wait` from the first of them on (asked earlier, it would only
-        read the run back), one that starts later asks at once."""
-        queue: asyncio.Queue[list[Event] | RunRecord | None] = asyncio.Queue()
-        arrived = asyncio.Event()
-        batches = [0]
-        tasks: list[asyncio.Future[None]] = []
-
-        async def pump() -> None:
+        batches = self.manager.follow(
+            opened.run_id, caller.owner, opened.after, any_owner=caller.any_owner, until=Until.WAIT
+        )
+        async with contextlib.aclosing(batches):
+            first = asyncio.ensure_future(anext(batches, None))
             try:
-                async for batch in self.manager.event_batches(run_id, after):
-                    queue.put_nowait(batch)
-                    batches[0] += 1
-                    arrived.set()
-                    if len(tasks) == 1 and any(
-                        e.type == EventType.APPROVAL_REQUESTED for e in batch
-                    ):
-                        tasks.append(asyncio.ensure_future(watch()))
-            finally:
-                queue.put_nowait(None)  # the events ended (or this task did)
-
-        async def watch() -> None:
-            while True:
-                seen = batches[0]
-                record = await self.manager.wait(
-                    run_id, caller.owner, WAIT_S, any_owner=caller.any_owner
-                )
-                if record.status == RunStatus.REQUIRES_ACTION:
-                    queue.put_nowait(record)
-                    return
-                if record.status.terminal:  # its terminal event ends the stream
-                    return
-                while batches[0] == seen:  # ask again once something happened
-                    arrived.clear()
-                    await arrived.wait()
-
-        tasks.append(asyncio.ensure_future(pump()))
-        if after > 0:  # the run may wait on calls it asked about before this stream began
-            tasks.append(asyncio.ensure_future(watch()))
-        try:
-            if head:
-                await asyncio.sleep(0)  # the pump's first turn
-                if queue.empty():
-                    yield head, after, None
+                await asyncio.sleep(0)  # the follower's first turn
+                if not first.done():
+                    yield head
                     head = b""
-            while True:
-                item = await queue.get()
-                if item is None:
-                    if head:
-                        yield head, after, None
-                    await tasks[0]  # the events' error, if they ended with one
-                    return
-                if isinstance(item, RunRecord):
-                    yield head, after, item
-                    return
-                after = item[-1].seq
-                yield head + mapper.frames(item), after, None
+                batch = await first
+            finally:
+                first.cancel()
+            while batch is not None:
+                last = batch[-1]
+                if last.type == EventType.RUN_WAITING:
+                    record = await self.manager.get(opened.run_id, caller.owner, any_owner=True)
+                    chunk = mapper.frames(batch[:-1])  # (first: the interrupt closes its step)
+                    chunk += frame(last.seq, mapper.interrupted(record, last))
+                else:
+                    chunk = mapper.frames(batch)
+                yield head + chunk
                 head = b""
-                if item[-1].terminal:
-                    return
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                batch = await anext(batches, None)
+        if head:
+            yield head

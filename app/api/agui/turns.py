@@ -4,7 +4,8 @@ A turn is the client's threadId and runId, its new user message (the task), the 
 before it (the history, used only for a thread the server has not seen), its frontend tools
 (`tools`, the run's `client_tools`), the tool results and `resume` answers it carries for a run
 that waits, and the run's configuration: `forwardedProps.finishline`, every POST /runs body
-field but `task`, `stream` and `previous_run_id`, checked like POST /runs (`run_body`).
+field but `task`, `stream`, `previous_run_id`, `thread_id` and `multitask`, checked like POST
+/runs (`run_value`, then `app.api.runbody.run_body`).
 
 The protocol's `context` entries join the task; `state` and `parentRunId` are not used
 (finishline keeps no shared state with the client: docs/decisions.md).
@@ -12,7 +13,6 @@ The protocol's `context` entries join the task; `state` and `parentRunId` are no
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,8 @@ NOT_IN_PROPS = {
     "task": "the task is the thread's new user message",
     "stream": "POST /ag-ui always streams",
     "previous_run_id": "a thread continues from its own last run",
+    "thread_id": "the thread is the threadId",
+    "multitask": "a thread's run is refused while its last run has not ended",
 }
 
 
@@ -189,7 +191,7 @@ def _parameters(parameters: Any, index: int) -> dict[str, Any]:
     return {"parameters": parameters}
 
 
-def run_body(turn: Turn, task: str) -> bytes:
+def run_value(turn: Turn, task: str) -> dict[str, Any]:
     """The POST /runs body of the turn's new run: its configuration, its task, and its
     frontend tools as `client_tools` (before any the configuration declares)."""
     body: dict[str, Any] = {**turn.props, "task": task}
@@ -197,11 +199,11 @@ def run_body(turn: Turn, task: str) -> bytes:
         declared = body.get("client_tools", [])
         if isinstance(declared, list):  # (anything else is refused as POST /runs refuses it)
             body["client_tools"] = [*turn.client_tools, *declared]
-    return json.dumps(body, ensure_ascii=False).encode()
+    return body
 
 
 def where(field_name: str, turn: Turn) -> str:
-    """Where in the AG-UI input a POST /runs field of `run_body(turn)` came from."""
+    """Where in the AG-UI input a POST /runs field of `run_value(turn)` came from."""
     head, _, rest = field_name.partition(".")
     name, bracket, index_rest = head.partition("[")
     if name == "task":
@@ -218,10 +220,3 @@ def where(field_name: str, turn: Turn) -> str:
                 return f"tools[{index}]{suffix}"
             return f"{PROPS}.client_tools[{index - count}]{suffix}"
     return f"{PROPS}.{field_name}"
-
-
-def relocated(exc: InvalidRunError, turn: Turn) -> InvalidRunError:
-    """`exc` (a refusal of the turn's POST /runs body) naming where the AG-UI input holds it."""
-    message = exc.message.removeprefix(f"{exc.field}: ")
-    details = {k: v for k, v in exc.details.items() if k != "field"}
-    return InvalidRunError(where(exc.field, turn), message, **details)

@@ -17,7 +17,6 @@ from app.api.routes.events import LAST_EVENT_ID, MAX_SEQ
 from app.api.routes.runs import require_json
 from app.api.sse import EventStream
 from app.runs.errors import RunAlreadyEndedError
-from app.runs.store import RunStore
 
 router = APIRouter(tags=["ag-ui"])
 
@@ -36,11 +35,6 @@ AGUI_SSE = {
         }
     }
 }
-
-
-async def get_threads(request: Request) -> RunStore:
-    threads: RunStore = request.state.threads  # the store keeps threads; set by the lifespan
-    return threads
 
 
 @router.post(
@@ -91,7 +85,6 @@ async def run_agent(
     metrics: MetricsDep,
     settings: SettingsDep,
     caller: CallerDep,
-    threads: Annotated[RunStore, Depends(get_threads)],
     last_event_id: Annotated[
         str | None,
         Header(
@@ -116,13 +109,14 @@ async def run_agent(
                 field="Last-Event-ID",
             )
         after = int(last_event_id)
+    raw = await http.body()
     try:
-        turn = read_turn(await http.body())
+        turn = read_turn(raw)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         ) from None
-    agui = AguiThreads(manager, threads, TurnRunBody(settings))
+    agui = AguiThreads(manager, TurnRunBody(settings, len(raw)))
     opened = await agui.open(turn, caller, after)
 
     on_disconnect = None

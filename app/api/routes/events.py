@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 from starlette.types import Message
 
+from app.api.auth import Caller
 from app.api.deps import EventCallerDep, manager_of, metrics_of, settings_of
 from app.api.errors import ApiError, ErrorBody
 from app.api.schemas import EventPage
@@ -81,16 +82,20 @@ def event_stream(
     settings: Settings,
     run_id: str,
     after: int,
+    caller: Caller,
     *,
     on_disconnect: Callable[[Message], Awaitable[None]] | None = None,
     headers: dict[str, str] | None = None,
 ) -> EventStream:
-    """The SSE response following `run_id` from seq `after` to its terminal event."""
+    """The SSE response following `run_id` from seq `after` to its terminal event (through
+    any `run.waiting` on the way: DESIGN §19)."""
 
     async def frames() -> AsyncIterator[bytes]:
         metrics.sse_subscribers.inc()
         try:
-            async for batch in manager.event_batches(run_id, after):
+            async for batch in manager.follow(
+                run_id, caller.owner, after, any_owner=caller.any_owner
+            ):
                 yield sse_frames(batch)  # one write for whatever is ready
         finally:
             metrics.sse_subscribers.dec()
@@ -168,4 +173,4 @@ async def follow_events(
         }
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         return Response(utf8(text), media_type="application/json")
-    return event_stream(manager, metrics_of(request), settings_of(request), run_id, start)
+    return event_stream(manager, metrics_of(request), settings_of(request), run_id, start, caller)

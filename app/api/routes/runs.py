@@ -88,12 +88,12 @@ def _run(view: RunView, status: int) -> Response:
         404: {"model": ErrorBody, "description": "previous_run_id names no run visible to you."},
         409: {
             "model": ErrorBody,
-            "description": "The Idempotency-Key was used with another body, or previous_run_id names a run that has not ended; or the run either names is stored but does not read back (run_unreadable).",
+            "description": "The Idempotency-Key was used with another body, or previous_run_id names a run that has not ended; or the run either names is stored but does not read back (run_unreadable); or (thread_busy) thread_id's latest run has not ended and multitask is reject: details name it (run_id).",
         },
         415: {"model": ErrorBody},
         422: {
             "model": ErrorBody,
-            "description": "Unknown field, a value over a server cap, an unknown tool, model or agent profile, a host not allowed.",
+            "description": "Unknown field, a value over a server cap, an unknown tool, model or agent profile, a host not allowed; thread_id with previous_run_id, or multitask without thread_id.",
         },
         429: {
             "model": ErrorBody,
@@ -119,16 +119,15 @@ async def create_run(
         traceparent = None  # not a W3C traceparent: start a trace of the run's own
     manager, settings = manager_of(http), settings_of(http)  # not dependencies: deps.py
     raw = await http.body()  # the hash only where a replay may compare it: with a key
-    body, run_request, digest = await read_run_body(
-        raw, settings, hashed=idempotency_key is not None
-    )
+    body, run_request = await read_run_body(raw, settings, hashed=idempotency_key is not None)
+    body.check_thread()
     record, created = await manager.create(
         run_request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
         traceparent=traceparent,
-        digest=digest,
-        sized=True,  # read_run_body checked the sizes
+        thread_id=body.thread_id,
+        multitask=body.multitask,
     )
     view = to_view(record)
     if body.stream:
@@ -145,6 +144,7 @@ async def create_run(
             settings,
             record.id,
             0,
+            caller,
             on_disconnect=on_disconnect,
             headers={"Content-Location": view.links.self},
         )

@@ -1,30 +1,41 @@
 // The viewer's entry point: load what the server offers, then route on the URL's hash
-// ("#/runs/<id>" shows that run, anything else the form), so a reload restores the view.
+// ("#/runs/<id>" shows that run, "#/threads/<id>" that thread, anything else the form), so a
+// reload restores the view.
 
 import { auth, get } from "./api.js";
 import { askForKey } from "./auth.js";
 import { RunForm } from "./form.js";
 import { RunList } from "./runs.js";
 import { RunView } from "./runview.js";
+import { ThreadList, ThreadView } from "./threads.js";
 
 const $ = (selector) => document.querySelector(selector);
 
 const newRun = $("#new-run");
 const runSection = $("#run-view");
+const threadSection = $("#thread-view");
 const banner = $("#banner");
 
 const runs = new RunList($("#runs"));
+const threads = new ThreadList($("#threads"));
+const refresh = () => Promise.all([runs.refresh(), threads.refresh()]);
 const view = new RunView(runSection, {
-  onEnded: () => runs.refresh(),
+  onEnded: () => refresh(),
   onCreated(run) {
     location.hash = `#/runs/${encodeURIComponent(run.id)}`;
-    runs.refresh();
+    refresh();
   },
 });
 const form = new RunForm($("#run-form"), {
   onCreated(run) {
     location.hash = `#/runs/${encodeURIComponent(run.id)}`;
-    runs.refresh();
+    refresh();
+  },
+});
+const thread = new ThreadView(threadSection, {
+  onCreated() {
+    thread.open(thread.id); // the thread again, its new run last
+    refresh();
   },
 });
 
@@ -32,14 +43,24 @@ function route({ initial = false } = {}) {
   if (location.hash && !location.hash.startsWith("#/")) return; // an in-page anchor
   const match = /^#\/runs\/([^/?#]+)$/.exec(location.hash);
   const id = match ? decodeURIComponent(match[1]) : null;
-  newRun.hidden = Boolean(id);
+  const threadMatch = /^#\/threads\/([^/?#]+)$/.exec(location.hash);
+  const threadId = threadMatch ? decodeURIComponent(threadMatch[1]) : null;
+  newRun.hidden = Boolean(id || threadId);
   runSection.hidden = !id;
+  threadSection.hidden = !threadId;
   runs.select(id);
+  threads.select(threadId);
   if (id) {
+    thread.close();
     if (view.id !== id) view.open(id);
     if (!initial) $("#run-title")?.focus();
+  } else if (threadId) {
+    view.close();
+    thread.open(threadId);
+    if (!initial) $("#thread-title")?.focus();
   } else {
     view.close();
+    thread.close();
     if (!initial) $("#new-run-title").focus();
   }
 }
@@ -69,7 +90,7 @@ async function boot() {
   form.fill(info, tools, agents);
   window.addEventListener("hashchange", () => route());
   route({ initial: true });
-  await runs.refresh();
+  await refresh();
   document.body.dataset.ready = "true";
 }
 

@@ -1,6 +1,6 @@
 // The tool calls a run waits on (DESIGN §9): each with its arguments, a message box, and
-// Approve / Reject. Built from the events (approval.requested adds a call, approval.decided
-// removes it), so a replay shows what is still pending; a decision is a POST /approvals to
+// Approve / Reject. Built from the events (run.waiting adds the calls it waits on,
+// approval.decided removes one), so a replay shows what is still pending; a decision is a POST /approvals to
 // the run whose call it is: the viewed run's, or a sub-agent's child run's (DESIGN §15).
 
 import { post, runPath } from "./api.js";

@@ -72,3 +72,43 @@ export function prettyJson(value) {
     return String(value);
   }
 }
+
+/** A labelled textarea and a button; Enter submits, Shift+Enter adds a line. */
+export function messageBox({ id, label, hint, button, submit }) {
+  const text = el("textarea", { id: `${id}-text`, rows: 2, "aria-describedby": `${id}-hint` });
+  const error = el("p", { class: "error", role: "alert", id: `${id}-error` });
+  const go = el("button", { type: "submit", id: `${id}-button` }, button);
+  const form = el("form", { class: "message-box", id: `${id}-form`, hidden: true },
+    el("label", { for: `${id}-text` }, label),
+    text,
+    el("small", { class: "hint", id: `${id}-hint` }, hint),
+    el("div", { class: "actions" }, go, error));
+  const send = async () => {
+    const content = text.value.trim();
+    if (!content) {
+      error.textContent = "Write something first.";
+      return;
+    }
+    go.disabled = true;
+    error.textContent = "";
+    try {
+      await submit(content);
+      text.value = "";
+    } catch (problem) {
+      error.textContent = problem.message;
+    } finally {
+      go.disabled = false;
+    }
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    send();
+  });
+  text.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      send();
+    }
+  });
+  return { form, error };
+}

@@ -117,6 +117,8 @@ export class RunForm {
     if (agent) body.agent = agent.name;
     const model = form.querySelector("#model").value.trim();
     if (model) body.model = model;
+    const thread = form.querySelector("#thread").value.trim();
+    if (thread) body.thread_id = thread;
     const tools = [...form.querySelectorAll("input[name=tools]:checked")].map((i) => i.value);
     if (!agent || !sameTools(tools, agent, form)) body.tools = tools;
     const settings = {};

@@ -1,18 +1,21 @@
-// Recent runs (GET /runs, newest first): status and reason each; a link opens the run.
+// Pages of the key's runs and threads in the side column (GET /runs newest first, GET /threads
+// most recently active first): a link each, the one on screen marked, older ones on demand.
 
 import { get } from "./api.js";
 import { clear, clockTime, el } from "./dom.js";
 
 const PAGE = 20;
 
-export class RunList {
-  constructor(nav) {
-    this.list = nav.querySelector("#run-list");
-    this.status = nav.querySelector("#runs-status");
-    this.more = nav.querySelector("#runs-more");
+/** A list of `path`'s pages (`key`: the page's array) in `nav`, each entry `item(entry)`. */
+export class PagedList {
+  constructor(nav, { list, status, more, refresh, path, key, item, attr, noun }) {
+    this.list = nav.querySelector(list);
+    this.status = nav.querySelector(status);
+    this.more = nav.querySelector(more);
+    Object.assign(this, { path, key, item, attr, noun });
     this.current = null;
     this.cursor = null;
-    nav.querySelector("#runs-refresh").addEventListener("click", () => this.refresh());
+    nav.querySelector(refresh).addEventListener("click", () => this.refresh());
     this.more.addEventListener("click", () => this.#load(this.cursor));
   }
 
@@ -20,11 +23,11 @@ export class RunList {
     await this.#load(null);
   }
 
-  /** Mark the run on screen (aria-current) */
+  /** Mark the entry on screen (aria-current) */
   select(id) {
     this.current = id;
     for (const link of this.list.querySelectorAll("a")) {
-      if (link.dataset.run === id) link.setAttribute("aria-current", "page");
+      if (link.dataset[this.attr] === id) link.setAttribute("aria-current", "page");
       else link.removeAttribute("aria-current");
     }
   }
@@ -35,17 +38,33 @@ export class RunList {
     try {
       const query = new URLSearchParams({ limit: String(PAGE) });
       if (cursor) query.set("cursor", cursor);
-      page = await get(`runs?${query}`);
+      page = await get(`${this.path}?${query}`);
     } catch (error) {
-      this.status.textContent = `Could not list runs: ${error.message}`;
+      this.status.textContent = `Could not list ${this.noun}: ${error.message}`;
       return;
     }
     if (!cursor) clear(this.list);
-    for (const run of page.runs) this.list.append(item(run));
+    for (const entry of page[this.key]) this.list.append(this.item(entry));
     this.cursor = page.next_cursor;
     this.more.hidden = !this.cursor;
-    this.status.textContent = this.list.children.length ? "" : "No runs yet.";
+    this.status.textContent = this.list.children.length ? "" : `No ${this.noun} yet.`;
     this.select(this.current);
+  }
+}
+
+export class RunList extends PagedList {
+  constructor(nav) {
+    super(nav, {
+      list: "#run-list",
+      status: "#runs-status",
+      more: "#runs-more",
+      refresh: "#runs-refresh",
+      path: "runs",
+      key: "runs",
+      item,
+      attr: "run",
+      noun: "runs",
+    });
   }
 }
 

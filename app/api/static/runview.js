@@ -4,15 +4,17 @@
 
 import { ApiError, get, post, runPath } from "./api.js";
 import { ApprovalPanel } from "./approvals.js";
-import { clear, count, el, seconds, usd } from "./dom.js";
+import { clear, count, el, messageBox, seconds, usd } from "./dom.js";
 import { jsonView } from "./jsonview.js";
 import { RunStream, TERMINAL } from "./stream.js";
+import { continuable, threadHref } from "./threads.js";
 import { Timeline } from "./timeline.js";
 
 const ENDED = new Set(["completed", "incomplete", "failed", "cancelled"]);
 
 const STATUS_OF = {
   "run.started": "running",
+  "run.waiting": "requires_action",
   "run.completed": "completed",
   "run.incomplete": "incomplete",
   "run.failed": "failed",
@@ -120,14 +122,14 @@ export class RunView {
       onChildEvent: (runId, event) => this.#onChildEvent(runId, event),
     });
     this.approvals = new ApprovalPanel();
-    this.sendBox = this.#messageBox({
+    this.sendBox = messageBox({
       id: "send",
       label: "Message the agent",
       hint: "Joins the conversation before the agent's next model call.",
       button: "Send",
       submit: (text) => this.#send(text),
     });
-    this.continueBox = this.#messageBox({
+    this.continueBox = messageBox({
       id: "continue",
       label: "Continue the conversation",
       hint: "Starts a follow-up run from this run's conversation, with the same model and tools.",
@@ -174,6 +176,12 @@ export class RunView {
       this.previous.append("Follow-up of ", el("a", { href }, el("code", { text: run.previous_run_id })));
       this.previous.hidden = false;
     }
+    if (run.thread_id) {
+      const link = el("a", { href: threadHref(run.thread_id), id: "run-thread" },
+        el("code", { text: run.thread_id }));
+      this.previous.append(this.previous.hidden ? "" : " · ", "In thread ", link);
+      this.previous.hidden = false;
+    }
     this.maxSteps = run.settings.max_steps;
     this.maxTime = run.settings.max_time_s;
     this.startedAt = run.started_at ? Date.parse(run.started_at) : null;
@@ -214,9 +222,11 @@ export class RunView {
       case "observation":
         u.tool_calls += 1;
         break;
-      case "approval.requested":
+      case "run.waiting": // the run waits on these calls now (its own, or its children's)
         this.waitingSince ??= Date.parse(event.ts);
-        this.approvals.requested(this.id, event);
+        for (const call of event.pending ?? []) {
+          this.approvals.requested(call.run_id ?? this.id, call, { child: Boolean(call.run_id) });
+        }
         break;
       case "approval.decided":
         this.approvals.decided(event.run_id ?? this.id, event.call_id);
@@ -226,7 +236,6 @@ export class RunView {
     }
     const endedHere = TERMINAL.has(event.type) && !ENDED.has(this.status);
     if (STATUS_OF[event.type]) this.#setStatus(STATUS_OF[event.type]);
-    if (event.type === "approval.requested") this.#setStatus("requires_action");
     if (event.type === "approval.decided" && this.approvals.size === 0) this.#setStatus("queued");
     if (TERMINAL.has(event.type)) this.approvals.clear();
     if (TERMINAL.has(event.type)) this.#ended(event, endedHere);
@@ -235,12 +244,14 @@ export class RunView {
   }
 
   /** An event of a sub-agent's child run (nested in the timeline): its calls waiting for a
-   * person are decided from here too, and make this run wait (DESIGN §15). */
+   * person are decided from here too (DESIGN §15); this run's own `run.waiting` lists them
+   * once it waits on them. */
   #onChildEvent(runId, event) {
     if (ENDED.has(this.status)) return;
-    if (event.type === "approval.requested") {
-      this.approvals.requested(runId, event, { child: true });
-      this.#setStatus("requires_action");
+    if (event.type === "run.waiting") {
+      for (const call of event.pending ?? []) {
+        this.approvals.requested(call.run_id ?? runId, call, { child: true });
+      }
     } else if (event.type === "approval.decided") {
       this.approvals.decided(runId, event.call_id);
     } else if (TERMINAL.has(event.type)) {
@@ -274,46 +285,6 @@ export class RunView {
     this.continueBox.form.hidden = !ENDED.has(status);
   }
 
-  /** A labelled textarea and a button; Enter submits, Shift+Enter adds a line. */
-  #messageBox({ id, label, hint, button, submit }) {
-    const text = el("textarea", { id: `${id}-text`, rows: 2, "aria-describedby": `${id}-hint` });
-    const error = el("p", { class: "error", role: "alert", id: `${id}-error` });
-    const go = el("button", { type: "submit", id: `${id}-button` }, button);
-    const form = el("form", { class: "message-box", id: `${id}-form`, hidden: true },
-      el("label", { for: `${id}-text` }, label),
-      text,
-      el("small", { class: "hint", id: `${id}-hint` }, hint),
-      el("div", { class: "actions" }, go, error));
-    const send = async () => {
-      const content = text.value.trim();
-      if (!content) {
-        error.textContent = "Write something first.";
-        return;
-      }
-      go.disabled = true;
-      error.textContent = "";
-      try {
-        await submit(content);
-        text.value = "";
-      } catch (problem) {
-        error.textContent = problem.message;
-      } finally {
-        go.disabled = false;
-      }
-    };
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      send();
-    });
-    text.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && !event.shiftKey) {
-        event.preventDefault();
-        send();
-      }
-    });
-    return { form, error };
-  }
-
   async #send(content) {
     try {
       await post(runPath(this.id, "/messages"), { content });
@@ -326,7 +297,10 @@ export class RunView {
   async #continue(task) {
     const run = this.run;
     // request-declared HTTP tools are not carried over: their header values come back masked
-    const body = { task, previous_run_id: this.id, model: run.model, tools: run.tools };
+    const body = { task, model: run.model, tools: run.tools };
+    // a thread's run: the thread goes on (from its latest run); else a follow-up of this one
+    if (run.thread_id && continuable(run.thread_id)) body.thread_id = run.thread_id;
+    else body.previous_run_id = this.id;
     if (run.agent) body.agent = run.agent; // the same agent goes on (its settings, its prompt)
     const created = await post("runs", body);
     this.onCreated?.(created);

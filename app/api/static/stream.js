@@ -21,6 +21,7 @@ export const EVENT_TYPES = [
   "intervention",
   "user.message",
   "approval.requested",
+  "run.waiting",
   "approval.decided",
   "run.recovered",
   "run.completed",

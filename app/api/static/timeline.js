@@ -269,6 +269,16 @@ const RENDERERS = {
     node.dataset.callId = event.call_id;
   },
 
+  "run.waiting"(event) {
+    const calls = event.pending ?? [];
+    this.entry(
+      event,
+      "waiting",
+      "Waiting for you",
+      meta(`${calls.length} call${calls.length === 1 ? "" : "s"}: ${calls.map((c) => c.tool).join(", ")}`),
+    );
+  },
+
   "approval.decided"(event) {
     const node = this.entry(
       event,

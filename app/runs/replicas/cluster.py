@@ -56,6 +56,13 @@ class RunCoordinator(Protocol):
     async def enqueue(self, run_id: str) -> None:
         """Offer a new (already stored) run to every replica."""
 
+    async def hold(self, run_id: str, behind: str) -> None:
+        """Keep a new (already stored) run out of the queue until `release_held(behind)`."""
+
+    async def release_held(self, behind: str) -> None:
+        """Offer the run held behind `behind` (which ended) to every replica, once whoever
+        calls it (the replica that ended it, a sweep)."""
+
     async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
         """Check the cluster queue's cap and take a place in it, in one atomic step:
         (a ticket, queued) when there was room, (None, queued) when the queue is full. The
@@ -84,8 +91,9 @@ class RunCoordinator(Protocol):
     async def serve(self, member: ClusterMember) -> None:
         """Until `stop()`: claim queued runs while `member.free_slots()` > 0 (waiting on
         `member.slot_freed` otherwise; -1 means draining: claim no more), relay cancel
-        requests, renew the leases held, take over runs whose lease expired, and deliver the
-        webhooks of ended runs from the outbox, each by one replica."""
+        requests, renew the leases held, take over runs whose lease expired, release held
+        runs whose run ended (its replica died before it did), and deliver the webhooks of
+        ended runs from the outbox, each by one replica."""
 
     async def close(self) -> None: ...
 

@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+import structlog
+
 from app.engine.steps import RunError
 from app.runs.errors import QueueFullError
 from app.runs.live import CANCEL_SETTLE_S, ActiveRun, LiveRuns, Takeover
@@ -22,6 +24,8 @@ from app.runs.records import RunRecord, RunStatus
 from app.runs.replicas.cluster import RunCoordinator
 from app.runs.replicas.follow import wait_for_end, wait_until_settled
 from app.runs.store import RunStore
+
+log = structlog.get_logger("finishline.runs")
 
 
 class ReplicaPlacement:
@@ -44,6 +48,7 @@ class ReplicaPlacement:
         self.slot_freed = asyncio.Event()
         self._runner: Runner | None = None
         self._serving: asyncio.Task[None] | None = None
+        self._tasks: asyncio.TaskGroup | None = None
 
     @property
     def runner(self) -> Runner:
@@ -52,6 +57,7 @@ class ReplicaPlacement:
 
     def serve(self, runner: Runner, tasks: asyncio.TaskGroup) -> None:
         self._runner = runner
+        self._tasks = tasks
         self._serving = tasks.create_task(self.coordinator.serve(self), name="cluster")
 
     # -- admission --------------------------------------------------------------------------
@@ -77,6 +83,16 @@ class ReplicaPlacement:
 
     async def enqueue(self, record: RunRecord) -> RunRecord:
         await self.coordinator.enqueue(record.id)
+        return record
+
+    async def hold(self, record: RunRecord, behind: str) -> RunRecord:
+        """Held in the cluster (`RunCoordinator.hold`) until the replica that ends `behind`
+        releases it into the queue (`ended`), or, if that replica died first, the sweep of
+        any replica does."""
+        await self.coordinator.hold(record.id, behind)
+        before = await self.store.get(behind)
+        if before is None or before.status.terminal:  # it ended before the hold: no wait
+            await self.coordinator.release_held(behind)
         return record
 
     # -- what the coordinator hands this replica (`ClusterMember`) ---------------------------
@@ -161,7 +177,20 @@ class ReplicaPlacement:
         self.slot_freed.set()
 
     def ended(self, record: RunRecord) -> None:
-        return None  # the store's outbox has its webhook: one replica delivers it
+        # the store's outbox has its webhook: one replica delivers it; a run held behind it
+        # goes to the queue (the coordinator's sweep does it if this replica dies first)
+        if self._tasks is not None:
+            release = self._released(record.id)
+            try:
+                self._tasks.create_task(release)
+            except RuntimeError:  # the task group is closing (shutdown): the sweep will
+                release.close()
+
+    async def _released(self, behind: str) -> None:
+        try:
+            await self.coordinator.release_held(behind)
+        except Exception:  # the sweep releases it once Redis answers
+            log.warning("run_release_failed", behind=behind, exc_info=True)
 
     async def recover(self) -> list[str]:
         return []  # a stopped replica's runs are taken over by the others (`taken_over`)

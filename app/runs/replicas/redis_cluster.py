@@ -10,6 +10,9 @@ Keys (P is the store's prefix):
                      writes of a run name the token (`RedisRunStore.hold`) and are refused
                      once it is not the lease's any more
     P cancel:{id}    set when a cancel was asked; the channel `P cancel` carries the run id
+    P held           hash: a run -> the run held to start once it has ended (DESIGN §19);
+                     released into the queue by the replica that ends the run, or by any
+                     replica's sweep once it sees the run ended (its replica died first)
 
 A replica reads the queue only while it has a free slot, and at most as many entries as it
 has free slots. An entry is acknowledged (and deleted) once the run is taken or found taken;
@@ -40,7 +43,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from app.runs.replicas.cluster import ClusterMember
 from app.runs.stores.redis_errors import cancelling, translated, unavailable, waited_out
-from app.runs.stores.redis_scripts import HOLD_ENTRY, RENEW, RESERVE, TAKE_OVER
+from app.runs.stores.redis_scripts import HOLD_ENTRY, RELEASE_HELD, RENEW, RESERVE, TAKE_OVER
 from app.runs.stores.redis_store import RedisRunStore
 
 log = structlog.get_logger("finishline.runs")
@@ -51,6 +54,7 @@ BLOCK_MS = 2_000  # half the store's socket timeout (`redis_errors.SOCKET_TIMEOU
 REDELIVER_IDLE_MS = 10_000
 ADMIT_HOLD_MS = 30_000  # a place taken in the queue by a POST whose replica died meanwhile
 LISTEN_S = 1.0  # a blocking wait for a cancel message, between checks for the drain
+UNENDED = frozenset({"queued", "running", "requires_action"})
 
 
 @translated
@@ -74,6 +78,8 @@ class RedisCoordinator:
         self._renew = self.redis.register_script(RENEW)
         self._reserve = self.redis.register_script(RESERVE)
         self._hold_entry_script = self.redis.register_script(HOLD_ENTRY)
+        self._release_held = self.redis.register_script(RELEASE_HELD)
+        self.held_key = store.prefix + "held"
         self._stopping = False
 
     async def queued(self) -> int:
@@ -82,6 +88,29 @@ class RedisCoordinator:
 
     async def enqueue(self, run_id: str) -> None:
         await self.redis.xadd(self.queue_key, {"run": run_id})
+
+    async def hold(self, run_id: str, behind: str) -> None:
+        await self.redis.hset(self.held_key, behind, run_id)
+
+    async def release_held(self, behind: str) -> None:
+        released = await self._release_held(args=[self.store.prefix, behind])
+        if released is not None:
+            log.info("run_released", run_id=str(released), behind=behind)
+
+    async def _release_stale_holds(self) -> None:
+        """Release the runs held behind runs that ended (or are gone) whose replica did not
+        release them (it died between): what `release_held` does, once, whoever finds it."""
+        held: Any = await self.redis.hgetall(self.held_key)
+        if not held:
+            return
+        behind = list(held)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in behind:
+                pipe.hget(self.store.prefix + "run:" + run_id, "status")
+            statuses: list[Any] = await pipe.execute()
+        for run_id, status in zip(behind, statuses, strict=True):
+            if status is None or status not in UNENDED:
+                await self.release_held(run_id)
 
     async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
         ticket = self._token()
@@ -233,10 +262,15 @@ class RedisCoordinator:
                     member.cancel_asked(run_id)
 
     async def _sweep(self, member: ClusterMember) -> None:
-        """Take over running runs whose lease expired, while this replica has free slots."""
+        """Take over running runs whose lease expired, while this replica has free slots;
+        release held runs whose run ended (`_release_stale_holds`)."""
         running = self.store.prefix + "idx:all|running"
         while not self._stopping and member.free_slots() >= 0:
             await asyncio.sleep(self.sweep_s)
+            try:
+                await self._release_stale_holds()
+            except Exception as exc:
+                await waited_out(exc, "held_sweep_failed", self.redis)
             if member.free_slots() <= 0:
                 continue
             try:

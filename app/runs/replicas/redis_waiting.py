@@ -29,11 +29,19 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError, WatchError
 
+from app.runs.follow.log import wait_logged
 from app.runs.records import RunRecord, RunStatus
 from app.runs.store import LeaseLostError, StoreError, read_record
 from app.runs.stores.redis_errors import cancelling, translated
 from app.runs.stores.redis_store import RedisRunStore
-from app.runs.waiting import Changer, WaitChange, deadline_of
+from app.runs.waiting import (
+    Changer,
+    NewEvent,
+    WaitChange,
+    deadline_of,
+    unlogged_wait,
+    waiting_event,
+)
 
 log = structlog.get_logger("finishline.runs")
 
@@ -70,13 +78,14 @@ class RedisWaitingRuns:
     def inbox_key(self, run_id: str) -> str:
         return self.store.prefix + "inbox:" + run_id
 
-    async def suspend(self, record: RunRecord, held: list[str]) -> None:
+    async def suspend(self, record: RunRecord, held: list[str], waited: NewEvent) -> None:
         """Fenced by the executing replica's lease, which the same transaction drops; the
         messages the run held go back to the front of its inbox, in order."""
         token = self.store.fence_of(record.id)
         inbox = self.inbox_key(record.id)
         async with self.redis.pipeline(transaction=True) as pipe:
             await self.store.save_in(pipe, record)
+            await self.store.append_in(pipe, record.id, waited.type, waited.step, waited.data)
             if held:
                 pipe.lpush(inbox, *reversed(held))
                 pipe.pexpire(inbox, int(self.store.retention_s * 1000))
@@ -147,6 +156,45 @@ class RedisWaitingRuns:
         return [str(run_id) for run_id in found]
 
     async def rearm(self) -> int:
-        """Nothing to do: the deadlines are the cluster's, in Redis."""
+        """The deadlines are the cluster's, in Redis: nothing to arm. The runs stored waiting
+        without their wait in their log (before waits were events) have it logged, once
+        whichever replicas start together."""
+        cursor = None
+        while True:
+            page = await self.store.list_runs(
+                owner=None,
+                statuses=(RunStatus.REQUIRES_ACTION,),
+                limit=DUE_PAGE,
+                before_id=cursor,
+                any_owner=True,
+            )
+            for record in page:
+                await self.log_wait(record.id)
+            if len(page) < DUE_PAGE:
+                break
+            cursor = page[-1].id
         count: int = await self.redis.zcard(self.deadlines_key)
         return count
+
+    async def log_wait(self, run_id: str) -> bool:
+        """Append the `run.waiting` of a run stored waiting without it in its log (a
+        compare-and-set on the run's hash, which every append changes); whether it was."""
+        run_key = self.store.prefix + "run:" + run_id
+        for _ in range(ATTEMPTS):
+            async with self.redis.pipeline(transaction=True) as pipe:
+                await pipe.watch(run_key)
+                raw: Any = await pipe.hget(run_key, "record")
+                record = read_record(run_id, raw) if raw is not None else None
+                if not unlogged_wait(record) or await wait_logged(self.store, run_id):
+                    return False
+                assert record is not None
+                waited = waiting_event(record, record.usage.steps)
+                pipe.multi()  # type: ignore[no-untyped-call]
+                await self.store.append_in(pipe, run_id, waited.type, waited.step, waited.data)
+                try:
+                    await pipe.execute()
+                except WatchError:
+                    continue  # changed meanwhile (another replica logged it, say): again
+                log.info("run_wait_logged", run_id=run_id)
+                return True
+        raise StoreError(f"run {run_id!r} changed {ATTEMPTS} times while its wait was logged")

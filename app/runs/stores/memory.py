@@ -28,6 +28,7 @@ from app.runs.store import (
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.memory_thread_index import MemoryThreadIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ class MemoryRunStore:
         self.counters = MemoryCounters(self._runs)
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
-        self._threads: dict[tuple[str | None, str], str] = {}
+        self.threads = MemoryThreadIndex()
         self._trees: dict[str, set[str]] = {}
         self._deltas = CheckpointDeltas()
         self.fanout = Fanout()
@@ -242,10 +243,3 @@ class MemoryRunStore:
             return None
         step, saved, chunks = found
         return loaded(step, json.loads(saved), chunks, CHECKPOINT_FORMAT)
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
-        run_id = self._threads.get((owner, thread_id))
-        return run_id if run_id in self._runs else None  # forgotten with its run
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
-        self._threads[(owner, thread_id)] = run_id

@@ -214,7 +214,8 @@ return 1
 # The cluster queue's cap, checked and taken in one step (`RedisCoordinator.reserve`): a POST
 # holds a place in the sorted set `P admitting` (score: when, ms) from this check until its
 # run is in the queue stream; places older than `hold_ms` (their replica died between) are
-# dropped first. Queued = the stream's length + the places held.
+# dropped first. Queued = the stream's length + the places held + the runs held behind
+# another (`P held`, DESIGN §19).
 # ARGV: prefix, ticket, cap, busy ("1": the asking replica has no free slot), hold_ms
 # -> {1, queued before} if a place was taken, else {0, queued}
 RESERVE = """
@@ -224,6 +225,7 @@ local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', admitting, '-inf', now_ms - tonumber(ARGV[5]))
 local queued = redis.call('XLEN', queue) + redis.call('ZCARD', admitting)
+  + redis.call('HLEN', P .. 'held')
 if queued >= tonumber(ARGV[3]) and (queued > 0 or ARGV[4] == '1') then
   return {0, queued}
 end
@@ -257,6 +259,18 @@ if created ~= 'ok' then return created end
 return append(id, ARGV[7], ARGV[8], ARGV[9], ARGV[10], '')
 """
 )
+
+# A run held behind another (a thread's run enqueued behind the thread's latest, DESIGN §19),
+# released into the queue once: the hash `P held` maps the run waited for to the held run.
+# ARGV: prefix, the run waited for -> the held run's id, or nil (none, or released already)
+RELEASE_HELD = """
+local P = ARGV[1]
+local held = redis.call('HGET', P .. 'held', ARGV[2])
+if not held then return nil end
+redis.call('HDEL', P .. 'held', ARGV[2])
+redis.call('XADD', P .. 'queue', '*', 'run', held)
+return held
+"""
 
 # ARGV: the tree's set, member, cap, ttl_ms -> 1 if the member is counted (now or before),
 # 0 if the tree counts `cap` members already (RunStore.add_tree_run)

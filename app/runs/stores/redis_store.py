@@ -55,6 +55,7 @@ from app.runs.stores.redis_scripts import (
     owner_tag,
     tag_owner,
 )
+from app.runs.stores.redis_thread_index import RedisThreadIndex
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
@@ -79,6 +80,7 @@ class RedisRunStore:
         self.fanout = Fanout()
         self.redis: Redis = redis_client(url)
         self.counters = RedisCounters(self.redis, prefix)  # quotas' counts (DESIGN §13)
+        self.threads = RedisThreadIndex(self.redis, prefix, retention_s)  # DESIGN §19
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
@@ -117,6 +119,7 @@ class RedisRunStore:
 
     async def open(self) -> None:
         await self.ping()
+        await self.threads.adopt_old_heads()
 
     async def close(self) -> None:
         if not self._closed:
@@ -315,20 +318,6 @@ class RedisRunStore:
             return None
         head: dict[str, Any] = json.loads(raw)  # no "version": stored before it was named
         return loaded(head["step"], head["state"], chunks, head.get("version"))
-
-    # -- conversation threads ---------------------------------------------------------------
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
-        run_id: Any = await self.redis.get(self._thread_key(owner, thread_id))
-        return str(run_id) if run_id is not None else None
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
-        # kept twice a run's retention: past its head run's expiry the thread reads as unknown
-        ttl_ms = int(self.retention_s * 2000)
-        await self.redis.set(self._thread_key(owner, thread_id), run_id, px=ttl_ms)
-
-    def _thread_key(self, owner: str | None, thread_id: str) -> str:
-        return f"{self.prefix}thread:{owner_tag(owner)}:{thread_id}"
 
     # -- writes inside a caller's transaction (a MULTI on `pipe`) ----------------------------
 

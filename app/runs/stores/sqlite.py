@@ -47,6 +47,7 @@ from app.runs.stores.sqlite_rows import (
     upsert_run,
 )
 from app.runs.stores.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
+from app.runs.stores.sqlite_thread_index import SqliteThreadIndex
 from app.runs.stores.sqlite_threads import GroupCommitWriter, ReaderPool
 
 T = TypeVar("T")
@@ -104,6 +105,7 @@ class SqliteRunStore:
         )
         self._readers = ReaderPool(self._connect_reader, readers)
         self.counters = SqliteCounters(self._read, self._writer, self._check_open)
+        self.threads = SqliteThreadIndex(self._read, self._writer, self._check_open)
 
     @property
     def commits(self) -> int:
@@ -350,17 +352,6 @@ class SqliteRunStore:
                 conn.execute("COMMIT")
 
         return await self._read(query)
-
-    # -- conversation threads ---------------------------------------------------------------
-
-    async def thread_head(self, owner: str | None, thread_id: str) -> str | None:
-        sql = "SELECT run_id FROM threads WHERE owner = ? AND thread_id = ?"
-        rows = await self._read(_query(sql, (owner or "", thread_id)))
-        return str(rows[0][0]) if rows else None
-
-    async def set_thread_head(self, owner: str | None, thread_id: str, run_id: str) -> None:
-        sql = "INSERT OR REPLACE INTO threads (owner, thread_id, run_id) VALUES (?, ?, ?)"
-        await self._write(lambda conn: conn.execute(sql, (owner or "", thread_id, run_id)))
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -115,6 +115,39 @@ MIGRATIONS = (
     CREATE INDEX key_admissions_by_time ON key_admissions (owner, at);
     CREATE INDEX runs_by_owner_status ON runs (owner, status);
     """,
+    # 8: threads as a resource (DESIGN §19; `sqlite_thread_index`): a thread keeps its head,
+    # times, metadata and count of runs, and outlives its runs; its runs in order are rows of
+    # `thread_runs`. The heads of schema 5 (AG-UI's threads, A2A's contexts) become threads of
+    # one run each, made and changed when that run was made.
+    """
+    ALTER TABLE threads RENAME TO threads_v5;
+    CREATE TABLE threads (
+        owner TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        head TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        runs INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (owner, thread_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX threads_by_activity ON threads (owner, updated_at, thread_id);
+    CREATE TABLE thread_runs (
+        owner TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        pos INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        PRIMARY KEY (owner, thread_id, pos)
+    ) WITHOUT ROWID;
+    INSERT INTO threads (owner, thread_id, head, created_at, updated_at, runs)
+        SELECT t.owner, t.thread_id, t.run_id,
+            (julianday(r.created_at) - 2440587.5) * 86400.0,
+            (julianday(r.created_at) - 2440587.5) * 86400.0, 1
+        FROM threads_v5 t JOIN runs r ON r.id = t.run_id;
+    INSERT INTO thread_runs (owner, thread_id, pos, run_id)
+        SELECT owner, thread_id, 0, run_id FROM threads_v5;
+    DROP TABLE threads_v5;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")

@@ -1,0 +1,2 @@
+"""Following a run (DESIGN §19): its event log read page by page (`log`), and the one follow
+loop every face uses, to the run's end or its wait for a person (`follower`)."""
