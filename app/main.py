@@ -78,9 +78,11 @@ def drain_on_sigterm(on_term: Callable[[], None]) -> Callable[[], None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    if settings.store_url.startswith(("redis://", "rediss://")) and settings.token_secret is None:
+    shared = ("redis://", "rediss://", "postgresql://", "postgres://")
+    if settings.store_url.startswith(shared) and settings.token_secret is None:
         # replicas must accept each other's stream tokens: a random key per process cannot
-        raise ValueError("FINISHLINE_TOKEN_SECRET must be set with a redis:// store")
+        scheme = settings.store_url.partition("://")[0]
+        raise ValueError(f"FINISHLINE_TOKEN_SECRET must be set with a {scheme}:// store")
     configure_logging(settings.log_format, settings.log_level)
     prompts = load_prompts(settings.prompts_file)
 
@@ -120,7 +122,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:  # a bad agent profile stops start-up here, before the store opens
             assembly.check_profiles()
             backend = open_backend(
-                open_store(settings.store_url, retention_s=settings.retention_s),
+                open_store(
+                    settings.store_url,
+                    retention_s=settings.retention_s,
+                    pg_schema=settings.pg_schema,
+                    pg_pool_size=settings.pg_pool_size,
+                ),
                 metrics=metrics,
                 capacity=Capacity(
                     max_concurrent_runs=settings.max_concurrent_runs,

@@ -19,6 +19,7 @@ from app.engine.declarations import declared
 from app.engine.policies import Limits
 from app.identity.settings import CommaList, IdentitySettings, comma_list
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
+from app.store_settings import StoreSettings
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 RUN_SETTINGS = declared(Limits)
@@ -29,7 +30,7 @@ CAPS: dict[str, str] = {
 """Per-run setting -> the server setting that caps it."""
 
 
-class ServerSettings(IdentitySettings):
+class ServerSettings(IdentitySettings, StoreSettings):
     """The server's own settings; `Settings` adds a default and a cap per per-run setting.
     Who may call (API keys, admin keys, the OIDC issuer) is declared in `IdentitySettings`."""
 
@@ -41,21 +42,26 @@ class ServerSettings(IdentitySettings):
     store_url: str = Field(
         "sqlite:///./data/finishline.db",
         description="Where runs and events live: sqlite:///path (WAL, one process), "
-        "redis://HOST:PORT/DB or rediss:// (several replicas share it) or memory://.",
+        "postgresql://USER:PASSWORD@HOST:PORT/DB or redis://HOST:PORT/DB (several replicas "
+        "share either) or memory://.",
     )
     retention_s: float = Field(
         604_800.0,
-        gt=0,
-        description="Redis store: how long a terminal run and its events are kept (7 days).",
+        ge=0,
+        description="Redis and Postgres stores: how long a terminal run and its events are "
+        "kept (7 days); 0: for good (Postgres only).",
     )
     lease_s: float = Field(
         15.0,
         gt=0,
-        description="Redis store: the executing replica's lease on a run; a run whose lease "
-        "expired is taken over by another replica within the lease + 5 s.",
+        description="Redis and Postgres stores: the executing replica's lease on a run; a "
+        "run whose lease expired is taken over by another replica within the lease + 5 s.",
     )
     max_run_attempts: int = Field(
-        3, ge=1, description="Redis store: takeovers of one run before it fails (interrupted)."
+        3,
+        ge=1,
+        description="Redis and Postgres stores: takeovers of one run before it fails "
+        "(interrupted).",
     )
     quota_concurrent_runs: int | None = Field(
         None,

@@ -58,9 +58,17 @@ class Backend:
     quotas: Quotas
 
 
-def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
-    """A store for `sqlite:///path/to/file.db`, `memory://` or `redis://HOST:PORT/DB`
-    (`rediss://` for TLS). `retention_s`: how long Redis keeps a terminal run (default 7 days)."""
+def open_store(
+    url: str,
+    *,
+    retention_s: float | None = None,
+    pg_schema: str = "finishline",
+    pg_pool_size: int = 10,
+) -> RunStore:
+    """A store for `sqlite:///path/to/file.db`, `memory://`, `redis://HOST:PORT/DB`
+    (`rediss://` for TLS) or `postgresql://USER:PASSWORD@HOST:PORT/DB` (`postgres://`).
+    `retention_s`: how long Redis or Postgres keeps a terminal run (Redis: default 7 days;
+    Postgres: 0 or None, for good); `pg_schema`, `pg_pool_size`: Postgres's schema and pool."""
     if url.startswith("memory://"):
         return MemoryRunStore()
     if url.startswith("sqlite://"):
@@ -69,9 +77,21 @@ def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
     if url.startswith(("redis://", "rediss://")):
         from app.runs.stores.redis_store import DEFAULT_RETENTION_S, RedisRunStore
 
+        if retention_s == 0:  # Redis keeps what it holds in RAM: never for good
+            raise UnsupportedStoreError(
+                "FINISHLINE_RETENTION_S=0 (keep runs for good) is for the Postgres store;"
+                " the Redis store needs a retention"
+            )
         return RedisRunStore(url, retention_s=retention_s or DEFAULT_RETENTION_S)
+    if url.startswith(("postgresql://", "postgres://")):
+        from app.runs.stores.postgres import PostgresRunStore
+
+        return PostgresRunStore(
+            url, schema=pg_schema, pool_size=pg_pool_size, retention_s=retention_s or 0.0
+        )
     raise UnsupportedStoreError(
-        f"unsupported store URL {url!r}: use sqlite:///path, redis://host:port/db or memory://"
+        f"unsupported store URL {url!r}: use sqlite:///path, redis://host:port/db,"
+        " postgresql://user:password@host:port/db or memory://"
     )
 
 

@@ -1,0 +1,170 @@
+"""The statements of `PostgresRunStore` that write a run: its row, its events, its checkpoint,
+its tree. Each is a coroutine function of a connection, run by the writer inside its
+transaction (`postgres_writer`). A write of a run this process holds the lease of names the
+lease's fencing token, and is refused (`LeaseLostError`) once another replica took it over.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from app.runs.records import Event, RunRecord
+from app.runs.store import CHECKPOINT_FORMAT, DuplicateRunError, LeaseLostError, RunGoneError
+from app.runs.stores.events import stored
+
+Conn = psycopg.AsyncConnection[Any]
+Write = Callable[[Conn], Awaitable[Any]]
+
+_COLUMNS = (
+    "id, owner, status, idempotency_key, created_at, previous_run_id, parent_run_id, record,"
+    " ended_at, webhook_due"
+)
+INSERT_RUN = f"INSERT INTO runs ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+UPSERT_RUN = (
+    INSERT_RUN + " ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,"
+    " idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,"
+    " previous_run_id = excluded.previous_run_id, parent_run_id = excluded.parent_run_id,"
+    " record = excluded.record, ended_at = COALESCE(runs.ended_at, excluded.ended_at),"
+    " webhook_due = excluded.webhook_due OR runs.webhook_due"
+    " WHERE %s = '' OR runs.lease_token = %s RETURNING 1"
+)
+APPEND = (
+    "WITH s AS (UPDATE runs SET last_seq = last_seq + 1"
+    " WHERE id = %s AND (%s = '' OR lease_token = %s) RETURNING id, last_seq)"
+    " INSERT INTO events (run_id, seq, type, ts, step, data)"
+    " SELECT id, last_seq, %s, %s, %s, %s FROM s RETURNING seq, pg_notify(%s, run_id)"
+)
+
+
+def run_row(record: RunRecord) -> tuple[Any, ...]:
+    terminal = record.status.terminal
+    return (
+        record.id,
+        record.owner,
+        record.status.value,
+        record.idempotency_key,
+        record.created_at.isoformat(),
+        record.previous_run_id,
+        record.parent_run_id,
+        record.model_dump_json(),
+        time.time() if terminal else None,
+        terminal and record.webhook is not None,
+    )
+
+
+def duplicate(exc: pg_errors.UniqueViolation, record: RunRecord) -> DuplicateRunError:
+    primary = exc.diag.constraint_name == "runs_pkey"
+    return DuplicateRunError(record.id if primary else record.idempotency_key)
+
+
+async def refused(conn: Conn, run_id: str) -> None:
+    """Why a fenced write of the run changed nothing: gone, or taken over."""
+    cur = await conn.execute("SELECT 1 FROM runs WHERE id = %s", (run_id,))
+    if await cur.fetchone() is None:
+        raise RunGoneError(run_id)
+    raise LeaseLostError(f"run {run_id!r} was taken over by another replica")
+
+
+def insert_run(record: RunRecord) -> Write:
+    row = run_row(record)
+
+    async def insert(conn: Conn) -> None:
+        try:
+            await conn.execute(INSERT_RUN, row)
+        except pg_errors.UniqueViolation as exc:
+            raise duplicate(exc, record) from exc
+
+    return insert
+
+
+def upsert_run(record: RunRecord, fence: str) -> Write:
+    row = (*run_row(record), fence, fence)
+
+    async def upsert(conn: Conn) -> None:
+        try:
+            cur = await conn.execute(UPSERT_RUN, row)
+        except pg_errors.UniqueViolation as exc:
+            raise duplicate(exc, record) from exc
+        if await cur.fetchone() is None:
+            await refused(conn, record.id)
+
+    return upsert
+
+
+def append_event(
+    run_id: str, type: str, step: int, payload: str, fence: str, channel: str
+) -> Callable[[Conn], Awaitable[Event]]:
+    ts = time.time()
+    params = (run_id, fence, fence, type, ts, step, payload, channel)
+
+    async def append(conn: Conn) -> Event:
+        cur = await conn.execute(APPEND, params)
+        row = await cur.fetchone()
+        if row is None:
+            await refused(conn, run_id)
+        assert row is not None
+        return stored(run_id, int(row[0]), type, ts, step, payload)
+
+    return append
+
+
+def checkpoint_upsert(
+    run_id: str, step: int, state: str, start: int, chunk: str | None, fence: str
+) -> Write:
+    """A checkpoint's head, and its chunk of messages since this process's last (`start` 0:
+    a full snapshot, the old chunks dropped)."""
+
+    async def upsert(conn: Conn) -> None:
+        if fence:  # the run's row locked against a takeover until this commits
+            sql = "SELECT 1 FROM runs WHERE id = %s AND lease_token = %s FOR SHARE"
+            cur = await conn.execute(sql, (run_id, fence))
+            if await cur.fetchone() is None:
+                await refused(conn, run_id)
+        try:
+            await conn.execute(
+                "INSERT INTO checkpoints (run_id, step, state, version) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
+                " state = excluded.state, version = excluded.version",
+                (run_id, step, state, CHECKPOINT_FORMAT),
+            )
+        except pg_errors.ForeignKeyViolation as exc:
+            raise RunGoneError(run_id) from exc
+        if not start:
+            await conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = %s", (run_id,))
+        if chunk is not None:
+            await conn.execute(
+                "INSERT INTO checkpoint_chunks (run_id, start, messages) VALUES (%s, %s, %s)"
+                " ON CONFLICT (run_id, start) DO UPDATE SET messages = excluded.messages",
+                (run_id, start, chunk),
+            )
+
+    return upsert
+
+
+def tree_member(root_run_id: str, member: str, cap: int) -> Callable[[Conn], Awaitable[bool]]:
+    """`add_tree_run`: the root's row locked, so two replicas cannot both pass the cap."""
+
+    async def add(conn: Conn) -> bool:
+        cur = await conn.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (root_run_id,))
+        if await cur.fetchone() is None:
+            raise RunGoneError(root_run_id)
+        cur = await conn.execute(
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE member = %s) FROM tree_runs"
+            " WHERE root_id = %s",
+            (member, root_run_id),
+        )
+        count, known = await cur.fetchone() or (0, 0)
+        if known:
+            return True
+        if count >= cap:
+            return False
+        sql = "INSERT INTO tree_runs (root_id, member) VALUES (%s, %s)"
+        await conn.execute(sql, (root_run_id, member))
+        return True
+
+    return add

@@ -1,0 +1,186 @@
+"""The Postgres schema of `PostgresRunStore` and its migrations (DESIGN §18).
+
+Everything lives in one schema (`FINISHLINE_PG_SCHEMA`, default `finishline`), its version
+in `schema_version`. `MIGRATIONS[n]` takes it from version n to n + 1; `migrate` applies the
+missing ones in one transaction under an advisory lock keyed by the schema's name, so
+replicas starting at once on an empty database wait for each other and all come up (the
+first migrates, the others find it done). A schema newer than this code is refused, naming
+both versions: an older replica must not write rows it does not understand.
+
+Indexes: every list and filter of the API reads an index (`tests/runs/test_postgres_plans.py`
+shows the plans): a run's events (the primary key), a key's runs (owner, id), by status,
+follow-ups, children, a thread and its runs, a tree's members, the claimable queue.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+from psycopg import sql
+
+from app.runs.store import StoreError
+
+MIGRATIONS = (
+    # 1: runs (the record as the model's JSON text, plus the columns indexes and the
+    # replicas' coordination need), events, checkpoints, trees, quotas' counters, threads.
+    # `owner` is '' in the counters and thread tables for runs without one.
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        owner TEXT,
+        status TEXT NOT NULL,
+        idempotency_key TEXT,
+        created_at TEXT NOT NULL,
+        previous_run_id TEXT,
+        parent_run_id TEXT,
+        record TEXT NOT NULL,
+        last_seq BIGINT NOT NULL DEFAULT 0,
+        ended_at DOUBLE PRECISION,
+        lease_owner TEXT,
+        lease_token TEXT,
+        lease_until DOUBLE PRECISION,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        queued_at DOUBLE PRECISION,
+        held_behind TEXT,
+        cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+        webhook_due BOOLEAN NOT NULL DEFAULT FALSE
+    );
+    CREATE UNIQUE INDEX runs_owner_key ON runs (owner, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND owner IS NOT NULL;
+    CREATE UNIQUE INDEX runs_anonymous_key ON runs (idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND owner IS NULL;
+    CREATE INDEX runs_by_owner ON runs (owner, id);
+    CREATE INDEX runs_by_owner_status ON runs (owner, status, id);
+    CREATE INDEX runs_by_status ON runs (status, id);
+    CREATE INDEX runs_by_previous ON runs (previous_run_id, id)
+        WHERE previous_run_id IS NOT NULL;
+    CREATE INDEX runs_by_parent ON runs (parent_run_id, id) WHERE parent_run_id IS NOT NULL;
+    CREATE INDEX runs_ended ON runs (ended_at) WHERE ended_at IS NOT NULL;
+    CREATE INDEX runs_queued ON runs (queued_at) WHERE queued_at IS NOT NULL;
+    CREATE INDEX runs_leased ON runs (lease_until) WHERE lease_token IS NOT NULL;
+    CREATE INDEX runs_held ON runs (held_behind) WHERE held_behind IS NOT NULL;
+    CREATE INDEX runs_webhooks ON runs (id) WHERE webhook_due;
+    CREATE TABLE events (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        seq BIGINT NOT NULL,
+        type TEXT NOT NULL,
+        ts DOUBLE PRECISION NOT NULL,
+        step INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE checkpoints (
+        run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+        step INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        version INTEGER
+    );
+    CREATE TABLE checkpoint_chunks (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        start INTEGER NOT NULL,
+        messages TEXT NOT NULL,
+        PRIMARY KEY (run_id, start)
+    );
+    CREATE TABLE tree_runs (
+        root_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        member TEXT NOT NULL,
+        PRIMARY KEY (root_id, member)
+    );
+    CREATE TABLE key_days (
+        owner TEXT NOT NULL,
+        day TEXT NOT NULL,
+        runs BIGINT NOT NULL DEFAULT 0,
+        llm_calls BIGINT NOT NULL DEFAULT 0,
+        unpriced_calls BIGINT NOT NULL DEFAULT 0,
+        prompt_tokens BIGINT NOT NULL DEFAULT 0,
+        completion_tokens BIGINT NOT NULL DEFAULT 0,
+        cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+        PRIMARY KEY (owner, day)
+    );
+    CREATE TABLE key_admissions (
+        owner TEXT NOT NULL,
+        ticket TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (owner, ticket)
+    );
+    CREATE INDEX key_admissions_by_time ON key_admissions (owner, at);
+    CREATE TABLE key_admitting (
+        owner TEXT NOT NULL,
+        ticket TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (owner, ticket)
+    );
+    CREATE TABLE threads (
+        owner TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        head TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        runs INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (owner, thread_id)
+    );
+    CREATE INDEX threads_by_activity ON threads (owner, updated_at, thread_id);
+    CREATE TABLE thread_runs (
+        owner TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        pos INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        PRIMARY KEY (owner, thread_id, pos)
+    );
+    CREATE TABLE run_messages (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        pos BIGSERIAL,
+        content TEXT NOT NULL,
+        PRIMARY KEY (run_id, pos)
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class SchemaTooNewError(StoreError):
+    """The database's schema is newer than this code knows: it refuses to start."""
+
+
+def check_schema_name(name: str) -> str:
+    """`FINISHLINE_PG_SCHEMA`, checked: a plain lower-case identifier."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"FINISHLINE_PG_SCHEMA must be a lower-case identifier (a-z, 0-9, _), not {name!r}"
+        )
+    return name
+
+
+async def migrate(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str) -> int:
+    """Bring `schema` up to `SCHEMA_VERSION` (made when missing); the version found."""
+    name = sql.Identifier(schema)
+    async with conn.transaction():
+        # one migrator at a time per schema: the others wait here, then find it done
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("finishline:" + schema,))
+        await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+        await conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {}.schema_version (version INTEGER NOT NULL)")
+            .format(name)
+        )  # fmt: skip
+        cur = await conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(name))
+        row = await cur.fetchone()
+        found = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
+        if found > SCHEMA_VERSION:
+            raise SchemaTooNewError(
+                f"the Postgres schema {schema!r} is at version {found}, newer than this"
+                f" finishline knows ({SCHEMA_VERSION}): upgrade finishline, or use another"
+                " FINISHLINE_PG_SCHEMA"
+            )
+        await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(name))
+        for script in MIGRATIONS[found:]:
+            await conn.execute(script)
+        if row is None:
+            await conn.execute(
+                "INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,)
+            )
+        elif found < SCHEMA_VERSION:
+            await conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
+    return found
