@@ -24,6 +24,7 @@ from app.runs.stores.sqlite import SqliteRunStore
 from app.runs.waiting import LocalWaitingRuns, WaitingRuns
 
 if TYPE_CHECKING:
+    from app.runs.stores.postgres import PostgresRunStore
     from app.runs.stores.redis_store import RedisRunStore
 
 
@@ -104,9 +105,13 @@ def open_backend(
     quotas: QuotaLimits | None = None,
 ) -> Backend:
     """The sides of the seams for `store` (from `open_store`): this process's own for a
-    one-process store (memory, SQLite), the cluster's for the one replicas share (Redis)."""
+    one-process store (memory, SQLite), the cluster's for the ones replicas share (Redis,
+    Postgres)."""
     live = LiveRuns(capacity.max_concurrent_runs)
     limits = quotas or QuotaLimits()
+    postgres = postgres_store_of(store)
+    if postgres is not None:
+        return _postgres_backend(postgres, live, capacity, metrics, replica, limits)
     shared = redis_store_of(store)
     if shared is None:
         placement = LocalPlacement(
@@ -138,6 +143,49 @@ def open_backend(
         RedisWaitingRuns(shared, queue_key=coordinator.queue_key),
         RedisQuotas(shared, limits),
     )
+
+
+def _postgres_backend(
+    store: PostgresRunStore,
+    live: LiveRuns,
+    capacity: Capacity,
+    metrics: RunMetrics,
+    replica: ReplicaOptions,
+    limits: QuotaLimits,
+) -> Backend:
+    """Every seam's Postgres side (DESIGN §18): Postgres alone is the whole backend."""
+    from app.runs.replicas.placement import ReplicaPlacement
+    from app.runs.replicas.postgres_cluster import PostgresCoordinator
+    from app.runs.replicas.postgres_messages import PostgresInbox
+    from app.runs.replicas.postgres_quotas import PostgresQuotas
+    from app.runs.replicas.postgres_waiting import PostgresWaitingRuns
+
+    coordinator = PostgresCoordinator(
+        store, replica=replica.name, lease_s=replica.lease_s, max_attempts=replica.max_attempts
+    )
+    return Backend(
+        store,
+        live,
+        ReplicaPlacement(
+            store=store,
+            coordinator=coordinator,
+            live=live,
+            metrics=metrics,
+            max_queued=capacity.max_queued_runs,
+        ),
+        PostgresInbox(store, live=live, max_pending=capacity.max_pending_messages),
+        PostgresWaitingRuns(store),
+        PostgresQuotas(store, limits),
+    )
+
+
+def postgres_store_of(store: RunStore) -> PostgresRunStore | None:
+    """`store` when it is the Postgres store, else None, without importing psycopg for the
+    others (as `redis_store_of`)."""
+    module = sys.modules.get("app.runs.stores.postgres")
+    if module is None or not isinstance(store, module.PostgresRunStore):
+        return None
+    return cast("PostgresRunStore", store)
 
 
 def redis_store_of(store: RunStore) -> RedisRunStore | None:

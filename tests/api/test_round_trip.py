@@ -30,6 +30,7 @@ from app.engine.declarations import declared
 from app.engine.policies import Limits
 from app.main import create_app
 from tests.api.kit import TERMINAL_EVENTS, TERMINAL_STATUSES, finish, settings
+from tests.fakes.postgres_server import PostgresServer
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.service import read_sse
 
@@ -211,7 +212,7 @@ class Client:
         return self.portal.call(read)
 
 
-@pytest.fixture(scope="module", params=["memory", "sqlite", "redis"])
+@pytest.fixture(scope="module", params=["memory", "sqlite", "redis", "postgres"])
 def client(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Client]:
@@ -223,6 +224,9 @@ def client(
         with server.client() as redis:
             redis.flushdb()
         store_url = server.url()
+    elif request.param == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        store_url = postgres.url(postgres.database())
     app = create_app(
         settings(
             store_url=store_url,

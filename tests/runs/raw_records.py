@@ -39,7 +39,7 @@ async def raw_record(store: RunStore, run_id: str) -> str:
             (text,) = conn.execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
         return str(text)
     if isinstance(store, PostgresRunStore):
-        rows = await store._query("SELECT record FROM runs WHERE id = %s", (run_id,))
+        rows = await store.query("SELECT record FROM runs WHERE id = %s", (run_id,))
         return str(rows[0][0])
     assert isinstance(store, RedisRunStore), store
     return str(await store.redis.hget(f"{store.prefix}run:{run_id}", "record"))

@@ -102,8 +102,8 @@ class PostgresRunStore:
             name="finishline",
         )
         self._writer = PostgresWriter(self.pool.connection)
-        self.counters = PostgresCounters(self._query, self.submit)
-        self.threads = PostgresThreadIndex(self._query, self.submit)
+        self.counters = PostgresCounters(self.query, self.submit)
+        self.threads = PostgresThreadIndex(self.query, self.submit)
         self.follower = PostgresFollower(
             url, self.channel, self.read, self._last_seq, lambda: self.fanout
         )
@@ -185,20 +185,20 @@ class PostgresRunStore:
             await insert(conn)
             return await append(conn)
 
-        event: Event = await self.submit(both, self._appended)
+        event: Event = await self.submit(both, self.published)
         return event
 
     async def save(self, record: RunRecord) -> None:
-        await self.submit(upsert_run(record, self.fence_of(record.id)))
+        await self.submit(upsert_run(record, self.fence_of(record.id), self.channel))
 
     async def get(self, run_id: str) -> RunRecord | None:
-        rows = await self._query("SELECT id, owner, record FROM runs WHERE id = %s", (run_id,))
+        rows = await self.query("SELECT id, owner, record FROM runs WHERE id = %s", (run_id,))
         return _record(rows[0]) if rows else None
 
     async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
         sql = "SELECT id, owner, record FROM runs WHERE idempotency_key = %s AND owner "
         sql += "IS NULL" if owner is None else "= %s"
-        rows = await self._query(sql, (key,) if owner is None else (key, owner))
+        rows = await self.query(sql, (key,) if owner is None else (key, owner))
         return _record(rows[0]) if rows else None
 
     async def list_runs(
@@ -236,7 +236,7 @@ class PostgresRunStore:
             sql = "SELECT id, owner, record FROM runs"
             sql += f" WHERE {' AND '.join(clauses)}" if clauses else ""
             values = (*params, cursor) if cursor is not None else tuple(params)
-            rows = await self._query(sql + " ORDER BY id DESC LIMIT %s", (*values, want))
+            rows = await self.query(sql + " ORDER BY id DESC LIMIT %s", (*values, want))
             for row in rows:
                 try:
                     found.append(_record(row))
@@ -276,15 +276,15 @@ class PostgresRunStore:
         insert = append_event(run_id, type, step, encode(data), fence, self.channel)
         self._deltas.appended(run_id, type)
         if record is None:
-            event: Event = await self.submit(insert, self._appended)
+            event: Event = await self.submit(insert, self.published)
             return event
-        save = upsert_run(record, fence)
+        save = upsert_run(record, fence, self.channel)
 
         async def both(conn: psycopg.AsyncConnection[Any]) -> Event:
             await save(conn)  # in the same transaction, before the event
             return await insert(conn)
 
-        saved: Event = await self.submit(both, self._appended)
+        saved: Event = await self.submit(both, self.published)
         return saved
 
     async def append_soon(
@@ -295,18 +295,10 @@ class PostgresRunStore:
         fence = self.fence_of(run_id)
         self._deltas.appended(run_id, type)
         insert = append_event(run_id, type, step, encode(data), fence, self.channel)
-        return self._writer.submit(insert, self._appended)
+        return self._writer.submit(insert, self.published)
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
-        sql = (
-            "SELECT seq, type, ts, step, data FROM events"
-            " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s"
-        )
-        rows = await self._query(sql, (run_id, after, limit))
-        return [
-            Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
-            for seq, t, ts, step, d in rows
-        ]
+        return await self.with_connection(lambda conn: read_events(conn, run_id, after, limit))
 
     def subscribe(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         return self.follower.follow(run_id, after)
@@ -344,7 +336,7 @@ class PostgresRunStore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _appended(self, event: Event) -> None:
+    def published(self, event: Event) -> None:
         self.fanout.publish(event)  # committed: this process's followers have it at once
         self.follower.published(event)
 
@@ -370,7 +362,7 @@ class PostgresRunStore:
                 raise outage(cause(exc)) from exc
             raise
 
-    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    async def query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
             cur = await conn.execute(sql, params)
             return await cur.fetchall()
@@ -378,7 +370,7 @@ class PostgresRunStore:
         return await self.with_connection(run)
 
     async def _last_seq(self, run_id: str) -> int | None:
-        rows = await self._query("SELECT last_seq FROM runs WHERE id = %s", (run_id,))
+        rows = await self.query("SELECT last_seq FROM runs WHERE id = %s", (run_id,))
         return int(rows[0][0]) if rows else None
 
     async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -390,6 +382,21 @@ class PostgresRunStore:
         self._returned[id(conn)] = time.monotonic()
         if len(self._returned) > 4 * (self.pool.max_size + 1):  # ids of closed ones
             self._returned.clear()
+
+
+async def read_events(
+    conn: psycopg.AsyncConnection[Any], run_id: str, after: int, limit: int
+) -> list[Event]:
+    """The run's events after seq `after`, up to `limit`, read on `conn`."""
+    cur = await conn.execute(
+        "SELECT seq, type, ts, step, data FROM events"
+        " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (run_id, after, limit),
+    )
+    return [
+        Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
+        for seq, t, ts, step, d in await cur.fetchall()
+    ]
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:

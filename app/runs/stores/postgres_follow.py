@@ -74,6 +74,8 @@ class PostgresFollower:
         self._listener: asyncio.Task[None] | None = None
         self.listeners = listeners if listeners is not None else []
         """Also told of every notification's payload (cancels, messages: the replicas)."""
+        self.reconnected: list[Callable[[], None]] = []
+        """Told each time the listener (re)connects: notifications may have been missed."""
         self.listening = asyncio.Event()
 
     def start(self) -> None:
@@ -186,6 +188,8 @@ class PostgresFollower:
                     self.listening.set()
                     for reader in list(self._readers.values()):
                         reader.bell.set()  # what was missed while not listening
+                    for told in self.reconnected:
+                        told()
                     async for note in conn.notifies():
                         self.ring(note.payload)
                         for listener in self.listeners:

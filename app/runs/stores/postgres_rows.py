@@ -20,6 +20,8 @@ from app.runs.stores.events import stored
 Conn = psycopg.AsyncConnection[Any]
 Write = Callable[[Conn], Awaitable[Any]]
 
+NOW_S = "extract(epoch from clock_timestamp())::float8"
+"""The database's clock, in epoch seconds: what leases are measured by (one clock for all)."""
 _COLUMNS = (
     "id, owner, status, idempotency_key, created_at, previous_run_id, parent_run_id, record,"
     " ended_at, webhook_due"
@@ -30,12 +32,19 @@ UPSERT_RUN = (
     " idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,"
     " previous_run_id = excluded.previous_run_id, parent_run_id = excluded.parent_run_id,"
     " record = excluded.record, ended_at = COALESCE(runs.ended_at, excluded.ended_at),"
-    " webhook_due = excluded.webhook_due OR runs.webhook_due"
-    " WHERE %s = '' OR runs.lease_token = %s RETURNING 1"
+    # the webhook is owed once, as the run ends (the outbox: one replica delivers it)
+    " webhook_due = CASE WHEN runs.ended_at IS NULL THEN excluded.webhook_due"
+    " ELSE runs.webhook_due END,"
+    # out of the queue once it is not queued any more; no deadline once it does not wait
+    " queued_at = CASE WHEN excluded.status = 'queued' THEN runs.queued_at END,"
+    " wait_deadline = CASE WHEN excluded.status = 'requires_action' THEN runs.wait_deadline END"
+    " WHERE %s = '' OR (runs.lease_token = %s AND runs.lease_until >= " + NOW_S + ")"
+    " RETURNING 1"
 )
 APPEND = (
-    "WITH s AS (UPDATE runs SET last_seq = last_seq + 1"
-    " WHERE id = %s AND (%s = '' OR lease_token = %s) RETURNING id, last_seq)"
+    "WITH s AS (UPDATE runs SET last_seq = last_seq + 1 WHERE id = %s"
+    " AND (%s = '' OR (lease_token = %s AND lease_until >= " + NOW_S + "))"
+    " RETURNING id, last_seq)"
     " INSERT INTO events (run_id, seq, type, ts, step, data)"
     " SELECT id, last_seq, %s, %s, %s, %s FROM s RETURNING seq, pg_notify(%s, run_id)"
 )
@@ -82,8 +91,11 @@ def insert_run(record: RunRecord) -> Write:
     return insert
 
 
-def upsert_run(record: RunRecord, fence: str) -> Write:
+def upsert_run(record: RunRecord, fence: str, channel: str) -> Write:
+    """`save`: fenced by `fence` ("" for none); a run it ends with a webhook rings the
+    replicas' outbox readers (`w:` on `channel`)."""
     row = (*run_row(record), fence, fence)
+    ends_with_webhook = record.status.terminal and record.webhook is not None
 
     async def upsert(conn: Conn) -> None:
         try:
@@ -92,6 +104,8 @@ def upsert_run(record: RunRecord, fence: str) -> Write:
             raise duplicate(exc, record) from exc
         if await cur.fetchone() is None:
             await refused(conn, record.id)
+        if ends_with_webhook:
+            await conn.execute("SELECT pg_notify(%s, 'w:')", (channel,))
 
     return upsert
 
@@ -121,7 +135,8 @@ def checkpoint_upsert(
 
     async def upsert(conn: Conn) -> None:
         if fence:  # the run's row locked against a takeover until this commits
-            sql = "SELECT 1 FROM runs WHERE id = %s AND lease_token = %s FOR SHARE"
+            sql = "SELECT 1 FROM runs WHERE id = %s AND lease_token = %s"
+            sql += f" AND lease_until >= {NOW_S} FOR SHARE"
             cur = await conn.execute(sql, (run_id, fence))
             if await cur.fetchone() is None:
                 await refused(conn, run_id)

@@ -23,8 +23,9 @@ from app.runs.store import StoreError
 
 MIGRATIONS = (
     # 1: runs (the record as the model's JSON text, plus the columns indexes and the
-    # replicas' coordination need), events, checkpoints, trees, quotas' counters, threads.
-    # `owner` is '' in the counters and thread tables for runs without one.
+    # replicas' coordination need: the queue, the lease and its fencing token, a wait's
+    # deadline, the webhook outbox), events, checkpoints, trees, quotas' counters, threads,
+    # steering messages. `owner` is '' in the counters and thread tables for runs without one.
     """
     CREATE TABLE runs (
         id TEXT PRIMARY KEY,
@@ -44,7 +45,11 @@ MIGRATIONS = (
         queued_at DOUBLE PRECISION,
         held_behind TEXT,
         cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
-        webhook_due BOOLEAN NOT NULL DEFAULT FALSE
+        inbox_closed BOOLEAN NOT NULL DEFAULT FALSE,
+        wait_deadline DOUBLE PRECISION,
+        webhook_due BOOLEAN NOT NULL DEFAULT FALSE,
+        webhook_owner TEXT,
+        webhook_until DOUBLE PRECISION
     );
     CREATE UNIQUE INDEX runs_owner_key ON runs (owner, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND owner IS NOT NULL;
@@ -61,6 +66,11 @@ MIGRATIONS = (
     CREATE INDEX runs_leased ON runs (lease_until) WHERE lease_token IS NOT NULL;
     CREATE INDEX runs_held ON runs (held_behind) WHERE held_behind IS NOT NULL;
     CREATE INDEX runs_webhooks ON runs (id) WHERE webhook_due;
+    CREATE INDEX runs_waiting ON runs (wait_deadline) WHERE wait_deadline IS NOT NULL;
+    CREATE TABLE queue_places (
+        ticket TEXT PRIMARY KEY,
+        at DOUBLE PRECISION NOT NULL
+    );
     CREATE TABLE events (
         run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
         seq BIGINT NOT NULL,
@@ -131,7 +141,7 @@ MIGRATIONS = (
     );
     CREATE TABLE run_messages (
         run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        pos BIGSERIAL,
+        pos BIGINT NOT NULL,
         content TEXT NOT NULL,
         PRIMARY KEY (run_id, pos)
     );
