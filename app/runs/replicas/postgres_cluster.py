@@ -267,8 +267,14 @@ class PostgresCoordinator:
         held = dict(self._held)
         if not held:
             return
-        rows = await self.store.query(_RENEW, (self.lease_s, list(held), list(held.values())))
-        renewed = {run_id for (run_id,) in rows}
+        params = (self.lease_s, list(held), list(held.values()))
+
+        async def renew(conn: Conn) -> set[str]:
+            # through the writer: behind this replica's writes of these runs, never
+            # interleaved with them (two statements locking rows in different orders deadlock)
+            return {run_id for (run_id,) in await (await conn.execute(_RENEW, params)).fetchall()}
+
+        renewed: set[str] = await self.store.submit(renew)
         for run_id, token in held.items():
             if run_id not in renewed and self._held.get(run_id) == token:
                 log.warning("lease_lost", run_id=run_id)

@@ -21,6 +21,7 @@ Live followers on every replica are woken by `LISTEN/NOTIFY` and read the rows
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -102,7 +103,7 @@ class PostgresRunStore:
             name="finishline",
         )
         self._writer = PostgresWriter(self.pool.connection)
-        self.counters = PostgresCounters(self.query, self.submit)
+        self.counters = PostgresCounters(self.query, self.queue)
         self.threads = PostgresThreadIndex(self.query, self.submit)
         self.follower = PostgresFollower(
             url, self.channel, self.read, self._last_seq, lambda: self.fanout
@@ -346,8 +347,15 @@ class PostgresRunStore:
             raise StoreError(f"the Postgres store is {what}")
 
     async def submit(self, apply: Write, after_commit: Callable[[Any], None] | None = None) -> Any:
+        """Make the write (behind every write asked before) and return its outcome."""
+        return await self.queue(apply, after_commit)
+
+    def queue(
+        self, apply: Write, after_commit: Callable[[Any], None] | None = None
+    ) -> asyncio.Future[Any]:
+        """Queue the write (behind every write asked before); what to await for it."""
         self._check_open()
-        return await self._writer.submit(apply, after_commit)
+        return self._writer.submit(apply, after_commit)
 
     async def with_connection(
         self, use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]

@@ -8,7 +8,8 @@ connection back, and only then hands the outcomes back in queue order: first the
 under load many writes share one commit (group commit, as the SQLite store's writer).
 
 A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
-then made again one write per transaction, so that write fails alone. If the connection
+then made again one write per transaction, so that write fails alone. A batch Postgres
+rolled back on a deadlock is made again the same way (`RETRIES` times at most). If the connection
 fails instead (Postgres away, the backend terminated, a failover), the outcome of the batch
 is not known: every future in it fails with `StoreUnavailableError`, never retried here
 (the run's lease and takeover decide what happens next). No connection is held between
@@ -26,6 +27,7 @@ from typing import Any
 
 import psycopg
 import structlog
+from psycopg import errors as pg_errors
 
 from app.runs.stores.postgres_errors import is_outage, outage
 
@@ -34,6 +36,8 @@ log = structlog.get_logger("finishline.runs")
 Apply = Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]]
 AfterCommit = Callable[[Any], None]
 MAX_BATCH = 256
+RETRIES = 3
+"""Tries of a write Postgres rolled back on a deadlock or a serialization failure."""
 STOP_TIMEOUT_S = 10.0
 
 
@@ -63,6 +67,9 @@ class PostgresWriter:
 
     def submit(self, apply: Apply, after_commit: AfterCommit | None = None) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # a queued write's failure is its caller's to see if it awaits it; a run given up on
+        # an outage leaves the futures of its last queued appends unawaited, which is fine
+        future.add_done_callback(_seen)
         self._queue.append(_Write(apply, future, after_commit))
         self._wake.set()
         return future
@@ -91,12 +98,25 @@ class PostgresWriter:
                 self._in_flight = len(batch)
                 try:
                     await self._commit(batch)
+                except Exception as exc:  # our bug: the writer must go on, its batch failed
+                    log.exception("store_writer_failed")
+                    for write in batch:
+                        _fail(write.future, exc)
                 finally:
                     self._in_flight = 0
 
-    async def _commit(self, batch: list[_Write]) -> None:
+    async def _commit(self, batch: list[_Write], tries: int = RETRIES) -> None:
         try:
             results = await self._transaction(batch)
+        except pg_errors.TransactionRollback as exc:  # a deadlock: rolled back, again
+            log.info("store_write_retried", error=str(exc).splitlines()[0], writes=len(batch))
+            if tries > 1:
+                for write in batch:
+                    await self._commit([write], tries - 1)
+                return
+            for write in batch:
+                _fail(write.future, outage(f"Postgres did not take the write: {exc}"))
+            return
         except Exception as exc:
             if is_outage(exc):
                 log.warning("store_write_failed", error=str(exc), writes=len(batch))
@@ -128,6 +148,11 @@ class PostgresWriter:
 
 async def _nothing(conn: psycopg.AsyncConnection[Any]) -> None:
     return None
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
