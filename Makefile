@@ -17,7 +17,7 @@ PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
 PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
 .PHONY: run test lint format bench clean image chromium redis-server lock lock-check agui-client \
-  docs docs-build docs-gen
+  docs docs-build docs-gen docs-screenshot
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +142,10 @@ docs-build: $(STAMP)
 ## docs-gen: rewrite the docs' generated blocks (settings, events, API) from their declarations
 docs-gen: $(STAMP)
 	$(BIN)/python -m docgen
+
+## docs-screenshot: take the README's picture of the viewer again (docs/img/viewer.png), in Chromium
+docs-screenshot: $(STAMP) chromium
+	DOCS_SCREENSHOT=docs/img/viewer.png $(BIN)/pytest -q tests/browser/test_screenshot.py
 
 ## image: build the container image (Dockerfile); `docker compose up` builds and runs it
 image:
