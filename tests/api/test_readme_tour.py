@@ -5,48 +5,12 @@ is put in, and RUN_ID: the id the first command's run got)."""
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
-import anyio
 import pytest
 
-from tests.api.kit import settings
-from tests.fakes.service import served_app
+from tests.api.sessions import commands, run_session, streamed
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def commands(document: str, pattern: str) -> list[str]:
-    found = re.search(pattern, (ROOT / document).read_text(encoding="utf-8"), re.S)
-    assert found is not None, f"{document}: the session is gone"
-    joined = found.group(1).replace("\\\n", " ")
-    lines = [line for line in joined.splitlines() if line.strip() and not line.startswith("#")]
-    assert all(line.startswith("curl ") and "localhost:8000" in line for line in lines)
-    return lines
-
-
-async def run_session(session: list[str]) -> list[str]:
-    """Each command's output; RUN_ID is the run the first command started."""
-    outs: list[str] = []
-    async with served_app(settings()) as (server, _):
-        for command in session:
-            if outs and "RUN_ID" in command:
-                command = command.replace("RUN_ID", json.loads(outs[0])["id"])
-            with anyio.fail_after(30):
-                done = await anyio.run_process(
-                    ["sh", "-c", command.replace("localhost:8000", server.url().rstrip("/"))],
-                    check=False,
-                )
-            assert done.returncode == 0, (command, done.stderr.decode())
-            outs.append(done.stdout.decode())
-    return outs
-
-
-def streamed(out: str) -> list[dict[str, object]]:
-    return [json.loads(line[6:]) for line in out.splitlines() if line.startswith("data: ")]
 
 
 async def test_the_readme_tour_runs_as_written() -> None:

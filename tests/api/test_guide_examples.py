@@ -1,0 +1,81 @@
+"""The guides' examples that run on the demo or scripted model run as they are written: each
+shell session command by command (tests/api/sessions.py), each request body as it is shown."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.api.kit import run_to_end, settings
+from tests.api.sessions import ROOT, commands, run_session
+from tests.fakes.service import api_client
+
+pytestmark = pytest.mark.e2e
+
+SH = r"```sh\n(.*?)```"
+
+
+async def test_the_follow_up_and_steering_session() -> None:
+    session = commands("docs/guides/conversations.md", SH, 0)
+    first, follow_up, follow_ups, steer = await run_session(session)
+    first_id = json.loads(first)["id"]
+    assert json.loads(follow_up)["previous_run_id"] == first_id
+    listed = json.loads(follow_ups)["runs"]
+    assert [r["id"] for r in listed] == [json.loads(follow_up)["id"]]
+    # the session steers RUN_ID, which has ended by then: 409, as the comment says
+    assert json.loads(steer)["error"]["type"] == "run_already_ended"
+
+
+async def test_the_approval_session() -> None:
+    session = commands("docs/guides/approvals.md", SH, 0)
+
+    def fill(command: str, outs: list[str]) -> str:
+        if "call_abc" not in command:
+            return command
+        waited = json.loads(outs[1])  # the wait: the call the run waits on
+        return command.replace("call_abc", waited["pending_approvals"][0]["call_id"])
+
+    started, waited, waiting, approved, rejected = await run_session(session, fill)
+    run_id = json.loads(started)["id"]
+    assert json.loads(waited)["status"] == "requires_action"
+    pending = json.loads(waited)["pending_approvals"]
+    assert [(p["tool"], p["arguments"]) for p in pending] == [
+        ("calculator", {"expression": "6 * 7"})
+    ]
+    assert [r["id"] for r in json.loads(waiting)["runs"]] == [run_id]
+    assert json.loads(approved)["id"] == run_id
+    # approved, the run went on and ended; the session's "... or reject" then finds it
+    # waiting on nothing (409)
+    assert json.loads(rejected)["error"]["type"] == "run_not_waiting"
+    assert "is completed" in json.loads(rejected)["error"]["message"]
+
+
+async def test_the_typed_answer_session() -> None:
+    session = commands("docs/guides/typed-answers.md", SH, 0)
+    started, ended = await run_session(session)
+    result = json.loads(ended)["result"]
+    shown = (ROOT / "docs/guides/typed-answers.md").read_text(encoding="utf-8")
+    expected = re.search(r'#\s+"output": (\{.*?\}),\n', shown)
+    assert expected is not None
+    assert result["output"] == json.loads(expected.group(1))
+    assert (result["reason"], result["degraded"], result["output_errors"]) == (
+        "finished",
+        False,
+        None,
+    )
+    assert json.loads(started)["id"] == json.loads(ended)["id"]
+
+
+async def test_the_scripted_model_body() -> None:
+    text = (ROOT / "docs/guides/real-models.md").read_text(encoding="utf-8")
+    found = re.search(r"```json\n(.*?)```", text, re.S)
+    assert found is not None, "the scripted model's example is gone"
+    async with api_client(settings()) as client:
+        run = await run_to_end(client, json.loads(found.group(1)))
+    assert (run["status"], run["result"]["reason"], run["result"]["answer"]) == (
+        "completed",
+        "finished",
+        "42",
+    )
