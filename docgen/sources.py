@@ -6,6 +6,7 @@
   run with, `status_for`), `InterventionKind`, each member described by its attribute
   docstring or its trailing comment
 - api-operations: the OpenAPI document a server with the default settings serves
+- metrics: `RunMetrics` (app/runs/metrics.py), every metric of runs `/metrics` serves
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def member_docs(enum: type[Enum]) -> dict[str, str]:
         line = source[node.lineno - 1]
         if "  # " in line:
             docs[name] = line.split("  # ", 1)[1].strip()
-    missing = [m.name for m in enum if m.name not in docs]  # type: ignore[attr-defined]
+    missing = [m.name for m in enum if m.name not in docs]
     if missing:
         raise ValueError(f"{enum.__name__}: describe {missing} (a docstring or a # comment)")
     return docs
@@ -152,6 +153,24 @@ def api_operations() -> str:
     return "\n".join(rows)
 
 
+def metrics() -> str:
+    """Every metric `/metrics` serves of runs (per-key ones included), as `RunMetrics` declares
+    it: name (a counter's with `_total`), type, labels, help."""
+    from prometheus_client import CollectorRegistry
+
+    from app.runs.metrics import RunMetrics
+
+    registry = CollectorRegistry(auto_describe=True)
+    RunMetrics(registry, per_key=True)
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for family in registry.collect():
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        described = registry._names_to_collectors[name]  # the collector: its label names
+        labels = ", ".join(f"`{n}`" for n in described._labelnames) or "–"
+        rows.append(f"| `{name}` | {family.type} | {labels} | {family.documentation} |")
+    return "\n".join(rows)
+
+
 SOURCES: dict[str, Callable[[], str]] = {
     "run-settings": run_settings,
     "server-settings": server_settings,
@@ -159,4 +178,5 @@ SOURCES: dict[str, Callable[[], str]] = {
     "stop-reasons": stop_reasons,
     "interventions": interventions,
     "api-operations": api_operations,
+    "metrics": metrics,
 }
