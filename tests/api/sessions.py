@@ -6,8 +6,10 @@ as a reader would, until no run is queued or running (a bounded wait on the API)
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,10 +20,15 @@ from tests.api.kit import settings
 from tests.fakes.service import served_app
 
 ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+"""Where `finishline` is installed (the venv of the tests)."""
 
 
-def commands(document: str, pattern: str, index: int = 0) -> list[str]:
-    """The commands of the `index`-th block `pattern` finds in `document` (comments dropped)."""
+def commands(
+    document: str, pattern: str, index: int = 0, programs: tuple[str, ...] = ("curl ",)
+) -> list[str]:
+    """The commands of the `index`-th block `pattern` finds in `document` (comments dropped),
+    each a call of one of `programs` to the service (curl: at localhost:8000)."""
     found = list(re.finditer(pattern, (ROOT / document).read_text(encoding="utf-8"), re.S))
     assert len(found) > index, f"{document}: the session is gone"
     lines: list[str] = []
@@ -37,7 +44,8 @@ def commands(document: str, pattern: str, index: int = 0) -> list[str]:
         lines.append(pending)
         pending = ""
     assert not pending, f"{document}: an unclosed quote"
-    assert all(line.startswith("curl ") and "localhost:8000" in line for line in lines)
+    assert all(line.startswith(programs) for line in lines), lines
+    assert all("localhost:8000" in line for line in lines if line.startswith("curl "))
     return lines
 
 
@@ -56,7 +64,8 @@ async def run_session(
     session: list[str], fill: Callable[[str, list[str]], str] | None = None, **overrides: object
 ) -> list[str]:
     """Each command's output. `fill(command, outputs so far)` puts in what the page leaves to
-    the reader; RUN_ID is filled with the first run the session started."""
+    the reader; RUN_ID is filled with the first run the session started. `finishline` (the
+    CLI, from this interpreter's environment) talks to the same server (FINISHLINE_URL)."""
     outs: list[str] = []
     async with served_app(settings(**overrides)) as (server, client):
         for command in session:
@@ -64,10 +73,11 @@ async def run_session(
                 command = fill(command, outs)
             if outs and "RUN_ID" in command:
                 command = command.replace("RUN_ID", json.loads(outs[0])["id"])
+            url = server.url().rstrip("/")
+            env = {**os.environ, "FINISHLINE_URL": url, "PATH": f"{BIN}:{os.environ['PATH']}"}
             with anyio.fail_after(30):
                 done = await anyio.run_process(
-                    ["sh", "-c", command.replace("localhost:8000", server.url().rstrip("/"))],
-                    check=False,
+                    ["sh", "-c", command.replace("localhost:8000", url)], check=False, env=env
                 )
             assert done.returncode == 0, (command, done.stderr.decode())
             outs.append(done.stdout.decode())

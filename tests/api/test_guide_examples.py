@@ -79,3 +79,25 @@ async def test_the_scripted_model_body() -> None:
         "finished",
         "42",
     )
+
+
+async def test_the_agent_profiles_session() -> None:
+    """The agents guide's session: the server as its first line starts it (the example
+    profiles), then each curl and `finishline` command against it."""
+    session = commands("docs/guides/agents.md", SH, 0, programs=("curl ", "finishline ", "FINISH"))
+    start, *rest = session
+    assert start.split("#")[0].split() == [
+        "FINISHLINE_AGENTS=@deploy/agents.example.json",
+        "make",
+        "run",
+    ]
+    agents, researcher, planned, quick_one, table, quick_run = await run_session(
+        rest, agents="@deploy/agents.example.json"
+    )
+    assert {a["name"] for a in json.loads(agents)["agents"]} == {"researcher", "quick"}
+    assert json.loads(researcher)["name"] == "researcher"
+    assert json.loads(planned)["agent"] == "researcher"
+    assert json.loads(quick_one)["settings"]["max_steps"] == 3
+    assert "researcher" in table
+    assert "quick" in table
+    assert "42" in quick_run
