@@ -64,10 +64,13 @@ async def run_session(
     session: list[str], fill: Callable[[str, list[str]], str] | None = None, **overrides: object
 ) -> list[str]:
     """Each command's output. `fill(command, outputs so far)` puts in what the page leaves to
-    the reader; RUN_ID is filled with the first run the session started. `finishline` (the
-    CLI, from this interpreter's environment) talks to the same server (FINISHLINE_URL)."""
+        the reader; RUN_ID is filled with the first run the session started. `finishline` (the
+        CLI, from this interpreter's environment) talks to the same server (FINISHLINE_URL). With
+    `api_keys`, the waits between commands use the first."""
     outs: list[str] = []
-    async with served_app(settings(**overrides)) as (server, client):
+    keys = overrides.get("api_keys")
+    headers = {"Authorization": f"Bearer {keys[0]}"} if isinstance(keys, list) else {}
+    async with served_app(settings(**overrides), headers=headers) as (server, client):
         for command in session:
             if fill is not None:
                 command = fill(command, outs)

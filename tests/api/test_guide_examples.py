@@ -101,3 +101,34 @@ async def test_the_agent_profiles_session() -> None:
     assert "researcher" in table
     assert "quick" in table
     assert "42" in quick_run
+
+
+async def test_the_usage_example_shows_the_keys_day_and_quotas() -> None:
+    """The budgets guide's GET /usage, with the quotas its example shows (KEY: a key of the
+    server's), answers in the shape of the page's comment."""
+    session = commands("docs/guides/budgets.md", SH, 1)
+    key = "usage-key-0123456789"
+    (usage,) = await run_session(
+        session,
+        lambda command, _: command.replace("$KEY", key),
+        api_keys=[key],
+        quota_concurrent_runs=3,
+        quota_tokens_per_day=1_000_000,
+    )
+    shown = (ROOT / "docs/guides/budgets.md").read_text(encoding="utf-8")
+    comment = shown[shown.index('# {"day"') :].split("\n```")[0]
+    example = json.loads(" ".join(line.lstrip("# ") for line in comment.splitlines()))
+    answered = json.loads(usage)
+    assert set(answered) == set(example)
+    assert answered["quotas"] == {
+        "concurrent_runs": {"limit": 3, "used": 0, "left": 3},
+        "tokens_per_day": {"limit": 1_000_000, "used": 0, "left": 1_000_000},
+    }
+
+
+def test_the_model_prices_example_is_a_setting_the_server_takes() -> None:
+    shown = (ROOT / "docs/guides/budgets.md").read_text(encoding="utf-8")
+    found = re.search(r"FINISHLINE_MODEL_PRICES='(.*?)'\n", shown)
+    assert found is not None, "the prices example is gone"
+    configured = settings(model_prices=found.group(1)).model_prices
+    assert set(configured) == {"my-llama", "scripted"}
