@@ -7,6 +7,7 @@
   docstring or its trailing comment
 - api-operations: the OpenAPI document a server with the default settings serves
 - metrics: `RunMetrics` (app/runs/metrics.py), every metric of runs `/metrics` serves
+- errors: the error map (`RUNS_ERRORS`, `IDENTITY_ERRORS`, `STATUS_TYPES` in app/api/errors.py)
 """
 
 from __future__ import annotations
@@ -171,6 +172,29 @@ def metrics() -> str:
     return "\n".join(rows)
 
 
+def errors() -> str:
+    """The error map (app/api/errors.py): each refusal of the runs layer and of identity with
+    its status and type, described by its exception's docstring; then the type a status has
+    when nothing more specific says."""
+    from app.api.errors import IDENTITY_ERRORS, RUNS_ERRORS, STATUS_TYPES
+    from app.runs.errors import RunsError
+
+    rows = ["| status | type | when |", "|---|---|---|"]
+    seen: set[tuple[int, str]] = set()
+    for klass, (status, type_) in sorted(
+        {**RUNS_ERRORS, **IDENTITY_ERRORS}.items(), key=lambda item: item[1][0]
+    ):
+        if klass is RunsError or (status, type_) in seen:
+            continue
+        seen.add((status, type_))
+        doc = inspect.getdoc(klass) or ""
+        when = " ".join(doc.split("\n\n")[0].split()).replace("|", "\\|")
+        rows.append(f"| {status} | `{type_}` | {when} |")
+    rows += ["", "| status | type of any other refusal |", "|---|---|"]
+    rows += [f"| {status} | `{type_}` |" for status, type_ in sorted(STATUS_TYPES.items())]
+    return "\n".join(rows)
+
+
 SOURCES: dict[str, Callable[[], str]] = {
     "run-settings": run_settings,
     "server-settings": server_settings,
@@ -179,4 +203,5 @@ SOURCES: dict[str, Callable[[], str]] = {
     "interventions": interventions,
     "api-operations": api_operations,
     "metrics": metrics,
+    "errors": errors,
 }
