@@ -5,6 +5,7 @@ settings, tools or models (only the engine and itself), and no module imports it
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,9 @@ def test_the_architecture_page_maps_every_room_of_app() -> None:
     }
     assert sorted(expected - rooms) == []
     assert sorted(rooms - expected) == []
+
+
+def test_every_path_the_architecture_page_names_exists() -> None:
+    named = set(re.findall(r"`(app/[\w/.]+)`", ARCHITECTURE.read_text(encoding="utf-8")))
+    assert named
+    assert sorted(p for p in named if not (APP.parent / p).exists()) == []
