@@ -1,0 +1,243 @@
+"""Outcomes over HTTP (DESIGN §22), through the fake OpenAI-compatible LLM on every store: the
+answer graded by one call in a context of its own, unmet then met, never met
+(`outcome_unmet`), an invalid verdict, a hanging grader under the deadline, the schema checked
+before the rubric, a sub-agent with an outcome of its own; and the 422s of `outcome`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.api.kit import error_of, json_events, run_to_end, settings
+from tests.fakes.llm_server import FakeLLMServer, FakeReply
+from tests.fakes.service import api_client
+
+RUBRIC = "The answer names a colour."
+
+
+def verdict(satisfied: bool, feedback: str = "") -> FakeReply:
+    return FakeReply.call("submit_verdict", {"satisfied": satisfied, "feedback": feedback})
+
+
+def on(llm: FakeLLMServer, store_url: str = "memory://", **overrides: Any) -> Any:
+    return settings(
+        llm_base_url=llm.base_url, llm_model="fake-model", store_url=store_url, **overrides
+    )
+
+
+def graded(events: list[dict[str, Any]]) -> list[tuple[bool, str, int]]:
+    return [
+        (e["satisfied"], e["feedback"], e["revision"])
+        for e in events
+        if e["type"] == "outcome.graded"
+    ]
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return url
+    return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+async def test_an_unmet_answer_is_revised_and_the_met_revision_completes_the_run(
+    store_url: str,
+) -> None:
+    replies = [
+        FakeReply.finish("a shape"),
+        verdict(False, "name a colour"),
+        FakeReply.finish("red"),
+        verdict(True, "red is a colour"),
+    ]
+    body = {"task": "Name something.", "outcome": {"rubric": RUBRIC}}
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+        requests = llm.requests
+
+    assert (run["status"], run["result"]["answer"]) == ("completed", "red")
+    assert run["result"]["reason"] == "finished"
+    assert run["outcome"]["rubric"] == RUBRIC
+    assert graded(events) == [(False, "name a colour", 0), (True, "red is a colour", 1)]
+    kinds = [e["kind"] for e in events if e["type"] == "intervention"]
+    assert kinds == ["outcome_unmet"]
+    assert run["usage"]["llm_calls"] == 4  # the grader's calls count
+    grader = requests[1]
+    assert [m["role"] for m in grader["messages"]] == ["system", "user"]  # its own context
+    assert RUBRIC in grader["messages"][1]["content"]
+    assert "a shape" in grader["messages"][1]["content"]
+    assert grader["tool_choice"]["function"]["name"] == "submit_verdict"
+    told = requests[2]["messages"][-1]
+    assert told["role"] == "tool"
+    assert "name a colour" in told["content"]
+
+
+async def test_an_answer_never_met_ends_outcome_unmet_with_the_last_answer(
+    store_url: str,
+) -> None:
+    replies = [
+        FakeReply.finish("a shape"),
+        verdict(False, "no colour"),
+        FakeReply.finish("a circle"),
+        verdict(False, "still no colour"),
+    ]
+    body = {"task": "Name something.", "outcome": {"rubric": RUBRIC, "max_revisions": 1}}
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+
+    assert run["status"] == "incomplete"
+    result = run["result"]
+    assert (result["reason"], result["answer"], result["degraded"]) == (
+        "outcome_unmet",
+        "a circle",
+        True,
+    )
+    assert run["settings"]["max_revisions"] == 1
+    assert graded(events)[-1] == (False, "still no colour", 1)
+    assert events[-1]["type"] == "run.incomplete"
+
+
+async def test_an_invalid_verdict_is_retried_then_counts_as_unmet(store_url: str) -> None:
+    replies = [
+        FakeReply.finish("a shape"),
+        FakeReply(content="looks fine to me"),
+        FakeReply.call("submit_verdict", {"satisfied": "yes"}),
+    ]
+    body = {
+        "task": "Name something.",
+        "outcome": {"rubric": RUBRIC, "max_revisions": 0},
+        "settings": {"llm_retries": 1},
+    }
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+
+    assert (run["status"], run["result"]["reason"]) == ("incomplete", "outcome_unmet")
+    (verdict_event,) = [e for e in events if e["type"] == "outcome.graded"]
+    assert (verdict_event["satisfied"], verdict_event["valid"]) == (False, False)
+    retries = [e for e in events if e["type"] == "llm.retry"]
+    assert len(retries) == 1
+    assert "invalid verdict" in retries[0]["error"]
+
+
+async def test_a_hanging_grader_cannot_keep_the_run_past_its_deadline(store_url: str) -> None:
+    replies = [
+        FakeReply.finish("a shape"),
+        FakeReply(hang=True),  # the grader
+        FakeReply(content="red, as best I can"),  # the final answer at the deadline
+        FakeReply(hang=True),  # its grading, once, within the final call's time
+    ]
+    body = {
+        "task": "Name something.",
+        "outcome": {"rubric": RUBRIC},
+        "settings": {"max_time_s": 1, "final_answer_timeout_s": 1, "llm_retries": 0},
+    }
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+        asked = len(llm.requests)
+
+    assert run["status"] == "incomplete"
+    result = run["result"]
+    assert (result["reason"], result["answer"], result["degraded"]) == (
+        "timeout",
+        "red, as best I can",
+        True,
+    )
+    assert graded(events) == []  # neither hanging verdict came
+    assert asked == 4
+
+
+async def test_the_output_schema_is_checked_before_the_rubric(store_url: str) -> None:
+    colour = {"colour": {"type": "string"}}
+    schema = {"type": "object", "properties": colour, "required": ["colour"]}
+    replies = [
+        FakeReply.call("task_finished", {"answer": {"shape": "circle"}}),  # fails the schema
+        FakeReply.call("task_finished", {"answer": {"colour": "red"}}),
+        verdict(True, "a colour"),
+    ]
+    body = {"task": "Name a colour.", "output_schema": schema, "outcome": {"rubric": RUBRIC}}
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+        requests = llm.requests
+
+    assert run["status"] == "completed"
+    assert run["result"]["output"] == {"colour": "red"}
+    kinds = [e["kind"] for e in events if e["type"] == "intervention"]
+    assert kinds == ["invalid_output"]
+    assert graded(events) == [(True, "a colour", 0)]
+    assert len(requests) == 3  # no grader call for the answer that failed the schema
+    assert '{"colour": "red"}' in requests[2]["messages"][1]["content"]
+
+
+async def test_a_sub_agent_grades_its_own_answer_and_its_calls_count_in_the_tree(
+    store_url: str,
+) -> None:
+    replies = [
+        FakeReply.call("writer", {"task": "Name a colour."}),  # the parent
+        FakeReply.finish("a shape"),  # the child
+        verdict(False, "a colour, please"),  # the child's grader
+        FakeReply.finish("blue"),
+        verdict(True, "blue"),
+        FakeReply.finish("The writer said blue."),  # the parent again
+    ]
+    body = {
+        "task": "Ask the writer.",
+        "agents": {"writer": {"description": "Writes.", "outcome": {"rubric": RUBRIC}}},
+    }
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+        started = next(e for e in events if e["type"] == "agent.started")
+        child = (await client.get(f"/runs/{started['child_run_id']}")).json()
+        child_events = (await json_events(client, child["id"]))["events"]
+
+    assert (run["status"], run["result"]["answer"]) == ("completed", "The writer said blue.")
+    assert graded(events) == []  # the parent has no outcome
+    assert (child["result"]["answer"], child["outcome"]["rubric"]) == ("blue", RUBRIC)
+    assert graded(child_events) == [(False, "a colour, please", 0), (True, "blue", 1)]
+    assert child["usage"]["llm_calls"] == 4
+    assert run["usage"]["children"]["llm_calls"] == 4
+    assert run["usage"]["llm_calls"] == 6
+
+
+@pytest.mark.parametrize(
+    ("outcome", "field", "problem"),
+    [
+        ({"rubric": ""}, "outcome.rubric", "at least 1 character"),
+        ({"rubric": "r", "max_revisions": -1}, "outcome.max_revisions", "greater than or equal"),
+        ({"rubric": "r", "max_revisions": 11}, "outcome.max_revisions", "server cap of 10"),
+        ({"rubric": "r", "judge": "me"}, "outcome.judge", "unknown field"),
+        ({"rubric": "r", "grader": {"model": "scripted"}}, "outcome.grader.model", "scripted"),
+        ({"rubric": "x" * 21}, "outcome.rubric", "exceeds the server cap of 20"),
+    ],
+    ids=["empty-rubric", "negative", "over-cap", "unknown-field", "scripted-grader", "long"],
+)
+async def test_a_bad_outcome_is_422_naming_the_field(
+    outcome: dict[str, Any], field: str, problem: str
+) -> None:
+    body = {"task": "t", "model": "demo", "outcome": outcome}
+    async with api_client(settings(max_rubric_chars=20)) as client:
+        response = await client.post("/runs", json=body)
+    error = error_of(response, 422, "validation_error")
+    assert error["message"].startswith(f"{field}: "), error
+    assert problem in error["message"], error
+
+
+async def test_max_revisions_given_twice_differently_is_422() -> None:
+    body = {
+        "task": "t",
+        "model": "demo",
+        "outcome": {"rubric": "r", "max_revisions": 1},
+        "settings": {"max_revisions": 2},
+    }
+    async with api_client(settings()) as client:
+        response = await client.post("/runs", json=body)
+    error = error_of(response, 422, "validation_error")
+    assert error["message"].startswith("outcome.max_revisions: ")
+    assert "settings.max_revisions" in error["message"]
