@@ -5,13 +5,20 @@ before the rubric, a sub-agent with an outcome of its own; and the 422s of `outc
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.api.kit import error_of, json_events, run_to_end, settings
-from tests.fakes.llm_server import FakeLLMServer, FakeReply
+from app.engine.grading import Outcome
+from app.engine.loop import run_react
+from app.engine.steps import Checkpoint
+from app.llm.scripted import ScriptedModel
+from app.runs.records import RunRecord, RunStatus, new_run_id, utcnow
+from app.runs.spec import RunSettingsIn
+from tests.api.kit import app_with_state, error_of, json_events, run_to_end, settings, wait_ended
+from tests.fakes.llm_server import FakeLLMServer, FakeReply, FakeUsage
 from tests.fakes.service import api_client
 
 RUBRIC = "The answer names a colour."
@@ -19,6 +26,15 @@ RUBRIC = "The answer names a colour."
 
 def verdict(satisfied: bool, feedback: str = "") -> FakeReply:
     return FakeReply.call("submit_verdict", {"satisfied": satisfied, "feedback": feedback})
+
+
+def verdict_reply(satisfied: bool, feedback: str) -> dict[str, Any]:
+    arguments = {"satisfied": satisfied, "feedback": feedback}
+    return {"tool_calls": [{"name": "submit_verdict", "arguments": arguments}]}
+
+
+def finish_reply(answer: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "task_finished", "arguments": {"answer": answer}}]}
 
 
 def on(llm: FakeLLMServer, store_url: str = "memory://", **overrides: Any) -> Any:
@@ -241,3 +257,107 @@ async def test_max_revisions_given_twice_differently_is_422() -> None:
     error = error_of(response, 422, "validation_error")
     assert error["message"].startswith("outcome.max_revisions: ")
     assert "settings.max_revisions" in error["message"]
+
+
+async def test_a_run_taken_over_after_a_verdict_does_not_ask_for_it_again(redis_url: str) -> None:
+    # its replica had the first answer graded unmet (the checkpoint after the verdict holds
+    # it and the feedback) when it died: the replica taking over goes on from the next step
+    outcome = Outcome(RUBRIC, model=ScriptedModel([verdict_reply(False, "name a colour")]))
+    steps = run_react(
+        task="Name something.", model=ScriptedModel([finish_reply("a shape")]), outcome=outcome
+    )
+    checkpoint = None
+    async for step in steps:
+        if isinstance(step, Checkpoint):
+            checkpoint = step
+            break
+    await steps.aclose()
+    assert checkpoint is not None
+    assert checkpoint.state["revisions"] == 1
+
+    replies = [FakeReply.finish("red"), verdict(True, "red is a colour")]
+    async with (
+        FakeLLMServer(replies) as llm,
+        app_with_state(on(llm, redis_url, lease_s=1)) as (client, state),
+    ):
+        manager = state["manager"]
+        record = RunRecord(
+            id=new_run_id(),
+            request={"task": "Name something.", "outcome": {"rubric": RUBRIC}},
+            model="fake-model",
+            settings=manager.assembler.resolve_settings(RunSettingsIn()),
+            status=RunStatus.RUNNING,
+            started_at=utcnow() - timedelta(seconds=1),
+        )
+        await manager.store.create(record)
+        await manager.store.append(record.id, "run.queued", 0, {})
+        await manager.store.append(record.id, "run.started", 0, {})
+        await manager.store.save_checkpoint(record.id, checkpoint.step, checkpoint.state)
+
+        run = await wait_ended(client, record.id)
+        events = (await json_events(client, record.id))["events"]
+        requests = llm.requests
+
+    assert (run["status"], run["result"]["answer"]) == ("completed", "red")
+    assert "run.recovered" in [e["type"] for e in events]
+    assert graded(events) == [(True, "red is a colour", 1)]  # the new answer's only
+    assert len(requests) == 2  # the revision and its verdict; the first verdict not again
+    assert "name a colour" in requests[0]["messages"][-1]["content"]
+
+
+async def test_a_degraded_final_answer_at_a_limit_is_graded_once(store_url: str) -> None:
+    replies = [
+        FakeReply(content="thinking it over"),  # no finish: step 1 is the last
+        FakeReply(content="red, as far as I got"),  # the final call at max_steps
+        verdict(False, "fine, but say why"),  # graded once; the run ends with its limit
+    ]
+    body = {"task": "Name a colour.", "outcome": {"rubric": RUBRIC}, "settings": {"max_steps": 1}}
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+        asked = len(llm.requests)
+
+    result = run["result"]
+    assert (result["reason"], result["answer"], result["degraded"]) == (
+        "max_steps",
+        "red, as far as I got",
+        True,
+    )
+    (final,) = [e for e in events if e["type"] == "outcome.graded"]
+    assert (final["satisfied"], final["final"], final["feedback"]) == (
+        False,
+        True,
+        "fine, but say why",
+    )
+    assert asked == 3
+
+
+async def test_the_graders_calls_count_in_the_token_budget_and_the_cost(store_url: str) -> None:
+    prices = {"fake-model": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}}
+    small, big = FakeUsage(100, 10), FakeUsage(1000, 100)
+    replies = [
+        FakeReply.finish("a shape", usage=small),
+        FakeReply.call("submit_verdict", {"satisfied": False, "feedback": "no"}, usage=big),
+        FakeReply(content="red", usage=small),  # the final call: the budget is spent
+        FakeReply.call("submit_verdict", {"satisfied": True, "feedback": "ok"}, usage=small),
+    ]
+    body = {
+        "task": "Name a colour.",
+        "outcome": {"rubric": RUBRIC},
+        "settings": {"max_total_tokens": 1000},
+    }
+    async with (
+        FakeLLMServer(replies) as llm,
+        api_client(on(llm, store_url, model_prices=prices)) as client,
+    ):
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+
+    assert (run["result"]["reason"], run["result"]["answer"]) == ("token_budget", "red")
+    usage = run["usage"]
+    assert (usage["llm_calls"], usage["total_tokens"]) == (4, 3 * 110 + 1100)
+    assert usage["cost_usd"] == pytest.approx((3 * 200 + 2000) / 1_000_000)
+    assert [(e["satisfied"], e["final"]) for e in events if e["type"] == "outcome.graded"] == [
+        (False, False),
+        (True, True),
+    ]
