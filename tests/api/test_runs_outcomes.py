@@ -361,3 +361,27 @@ async def test_the_graders_calls_count_in_the_token_budget_and_the_cost(store_ur
         (False, False),
         (True, True),
     ]
+
+
+async def test_a_profiles_outcome_grades_its_runs_and_shows_on_the_agent() -> None:
+    profile = {"description": "Names colours.", "outcome": {"rubric": RUBRIC, "max_revisions": 0}}
+    replies = [FakeReply.finish("a shape"), verdict(False, "no colour")]
+    async with (
+        FakeLLMServer(replies) as llm,
+        api_client(on(llm, agents={"namer": profile})) as client,
+    ):
+        agent = (await client.get("/agents/namer")).json()
+        run = await run_to_end(client, {"task": "Name something.", "agent": "namer"})
+
+    assert agent["outcome"]["rubric"] == RUBRIC
+    assert (run["status"], run["result"]["reason"]) == ("incomplete", "outcome_unmet")
+    assert run["settings"]["max_revisions"] == 0
+
+
+async def test_a_profiles_outcome_over_a_cap_stops_start_up_naming_it() -> None:
+    profile = {"description": "d", "outcome": {"rubric": "r", "max_revisions": 9}}
+    config = settings(agents={"p": profile}, max_revisions_limit=3)
+    with pytest.raises(ValueError, match="FINISHLINE_AGENTS") as raised:
+        async with api_client(config):
+            pass
+    assert "profile 'p': outcome.max_revisions: 9 exceeds the server cap of 3" in str(raised.value)
