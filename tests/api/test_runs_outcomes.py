@@ -14,6 +14,7 @@ import pytest
 from app.engine.grading import Outcome
 from app.engine.loop import run_react
 from app.engine.steps import Checkpoint
+from app.llm.demo import REVISED
 from app.llm.scripted import ScriptedModel
 from app.runs.records import RunRecord, RunStatus, new_run_id, utcnow
 from app.runs.spec import RunSettingsIn
@@ -385,3 +386,25 @@ async def test_a_profiles_outcome_over_a_cap_stops_start_up_naming_it() -> None:
         async with api_client(config):
             pass
     assert "profile 'p': outcome.max_revisions: 9 exceeds the server cap of 3" in str(raised.value)
+
+
+@pytest.mark.parametrize("stop_tool", [True, False])
+async def test_the_demo_model_grades_and_revises_once_so_the_loop_shows(stop_tool: bool) -> None:
+    body = {
+        "task": "What is 6 * 7?",
+        "model": "demo",
+        "tools": ["calculator"],
+        "outcome": {"rubric": "Gives the product."},
+        "settings": {"stop_tool": stop_tool},
+    }
+    async with api_client(settings(demo_delay_s=0)) as client:
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+
+    assert (run["status"], run["result"]["reason"]) == (
+        "completed",
+        "finished" if stop_tool else "answered",
+    )
+    assert run["result"]["answer"].endswith(REVISED)
+    assert [g[0] for g in graded(events)] == [False, True]
+    assert "42" in run["result"]["answer"]
