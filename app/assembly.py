@@ -17,7 +17,7 @@ from app.agents import apply_profile
 from app.caps import check_sizes
 from app.compiling import checked_output, client_tool_of, compile_schemas, compiled_off_loop
 from app.engine.policies import Limits, PromptLanguage
-from app.engine.ports import Tool
+from app.engine.ports import ChatModel, Tool
 from app.engine.prompts import TASK_FINISHED, UPDATE_PLAN, Prompts
 from app.engine.replycap import CappedModel
 from app.llm.models import SCRIPTED, ModelFactory, ModelUnavailableError
@@ -303,9 +303,12 @@ class RunAssembly:
         output = None
         if request.output_schema is not None:  # compiled once per run, off the event loop
             output = await off_loop(checked_output, request)
+
+        def capped(chat: ChatModel) -> ChatModel:  # what one reply brings in (engine.replycap)
+            return CappedModel(chat, self.settings.max_reply_chars, prompts)
+
         return RunInputs(
-            # what one reply brings into the run is capped (app.engine.replycap)
-            model=CappedModel(model, self.settings.max_reply_chars, prompts),
+            model=capped(model),
             tools=tools,
             limits=limits,
             prompts=prompts,
@@ -313,7 +316,7 @@ class RunAssembly:
             task=request.task,
             system_prompt=record.system_prompt,
             output=output,
-            outcome=outcome_of(request, self.models, record.model),
+            outcome=outcome_of(request, self.models, record.model, capped),
         )
 
     def _mcp_named(self, name: str) -> bool:

@@ -4,6 +4,7 @@ start. Beside `app.assembly`, which calls both."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from app.engine.grading import Outcome
@@ -81,14 +82,19 @@ def checked_outcome(
     return limits
 
 
-def outcome_of(request: RunRequest, models: ModelFactory, run_model: str) -> Outcome | None:
+def outcome_of(
+    request: RunRequest,
+    models: ModelFactory,
+    run_model: str,
+    capped: Callable[[ChatModel], ChatModel],
+) -> Outcome | None:
     """The engine's `Outcome` of a run (its grader the run's own model unless it names
-    another: a model of its own, created for the run)."""
+    another: a model of its own, created for the run, its replies `capped` as the run's are)."""
     outcome = request.outcome
     if outcome is None:
         return None
     name = outcome.grader.model
     grader: ChatModel | None = None
     if name is not None and name != run_model:
-        grader = models.create(name)
+        grader = capped(models.create(name))
     return Outcome(outcome.rubric, grader, outcome.grader.system_prompt)

@@ -232,8 +232,17 @@ async def test_a_sub_agent_grades_its_own_answer_and_its_calls_count_in_the_tree
         ({"rubric": "r", "judge": "me"}, "outcome.judge", "unknown field"),
         ({"rubric": "r", "grader": {"model": "scripted"}}, "outcome.grader.model", "scripted"),
         ({"rubric": "x" * 21}, "outcome.rubric", "exceeds the server cap of 20"),
+        ({"rubric": "r", "grader": {"model": "gpt-nowhere"}}, "outcome.grader.model", "endpoint"),
     ],
-    ids=["empty-rubric", "negative", "over-cap", "unknown-field", "scripted-grader", "long"],
+    ids=[
+        "empty-rubric",
+        "negative",
+        "over-cap",
+        "unknown-field",
+        "scripted-grader",
+        "long",
+        "unavailable-grader",
+    ],
 )
 async def test_a_bad_outcome_is_422_naming_the_field(
     outcome: dict[str, Any], field: str, problem: str
@@ -408,3 +417,24 @@ async def test_the_demo_model_grades_and_revises_once_so_the_loop_shows(stop_too
     assert run["result"]["answer"].endswith(REVISED)
     assert [g[0] for g in graded(events)] == [False, True]
     assert "42" in run["result"]["answer"]
+
+
+async def test_a_grader_of_another_model_grades_a_scripted_run() -> None:
+    body = {
+        "task": "Name a colour.",
+        "model": "scripted",
+        "model_script": [finish_reply("red")],
+        "outcome": {"rubric": RUBRIC, "grader": {"model": "fake-model", "system_prompt": "Judge."}},
+    }
+    async with (
+        FakeLLMServer([verdict(True, "red")]) as llm,
+        api_client(on(llm)) as client,
+    ):
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+        (request,) = llm.requests
+
+    assert (run["status"], run["result"]["answer"]) == ("completed", "red")
+    assert [e["model"] for e in events if e["type"] == "llm.call"] == ["scripted", "fake-model"]
+    assert request["messages"][0] == {"role": "system", "content": "Judge."}
+    assert graded(events) == [(True, "red", 0)]
