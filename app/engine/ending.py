@@ -7,9 +7,11 @@ met, the run ends as it would have; unmet, the grader's feedback goes back to th
 (intervention `outcome_unmet`: after a `task_finished` call, as that call's `is_error`
 result; after a plain answer, as a user message) and the run goes on, until `max_revisions`
 revisions were unmet too: the run ends `incomplete`, `outcome_unmet`, with that last answer,
-degraded. The verdict is kept in the run's state (`RunState.verdict`) until the model answers
-again, so a run resumed from the checkpoint after it does not ask again. The degraded final
-answer at a limit is graded once, for the record, within the final call's own time.
+degraded. An answer given once the cost budget is passed is not graded (no call starts past
+it): the run ends `cost_budget` with that answer, degraded. The verdict is kept in the run's
+state (`RunState.verdict`) until the model answers again, so a run resumed from the
+checkpoint after it does not ask again. The degraded final answer at a limit is graded once,
+for the record, within the final call's own time.
 """
 
 from __future__ import annotations
@@ -67,8 +69,15 @@ class Ending:
             for ending in self._end(reason, answer, output=output):
                 yield ending
             return
+        budget = self.run.limits.max_cost_usd
         if st.verdict is not None:  # given before the run was resumed: not asked again
             verdict = Verdict.from_dict(st.verdict)
+        elif budget is not None and st.tree_cost_usd > budget:  # no call once it is passed
+            self.run.log.info("answer_not_graded", reason=StopReason.COST_BUDGET.value)
+            spent = self._end(StopReason.COST_BUDGET, answer, degraded=True, output=output)
+            for last in spent:
+                yield last
+            return
         else:
             found: Verdict | None = None
             try:

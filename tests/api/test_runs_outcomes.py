@@ -438,3 +438,26 @@ async def test_a_grader_of_another_model_grades_a_scripted_run() -> None:
     assert [e["model"] for e in events if e["type"] == "llm.call"] == ["scripted", "fake-model"]
     assert request["messages"][0] == {"role": "system", "content": "Judge."}
     assert graded(events) == [(True, "red", 0)]
+
+
+async def test_an_answer_given_past_the_cost_budget_ends_the_run_without_a_grader_call() -> None:
+    prices = {"fake-model": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}}
+    dollar = FakeUsage(500_000, 50_000)  # $1 a call
+    body = {
+        "task": "Name a colour.",
+        "outcome": {"rubric": RUBRIC},
+        "settings": {"max_cost_usd": 0.5},
+    }
+    replies = [FakeReply.finish("red", usage=dollar), verdict(True, "never asked")]
+    async with (
+        FakeLLMServer(replies) as llm,
+        api_client(on(llm, model_prices=prices)) as client,
+    ):
+        run = await run_to_end(client, body)
+        events = (await json_events(client, run["id"]))["events"]
+        asked = len(llm.requests)
+
+    result = run["result"]
+    assert (result["reason"], result["answer"], result["degraded"]) == ("cost_budget", "red", True)
+    assert asked == 1
+    assert graded(events) == []
