@@ -461,3 +461,40 @@ async def test_an_answer_given_past_the_cost_budget_ends_the_run_without_a_grade
     assert (result["reason"], result["answer"], result["degraded"]) == ("cost_budget", "red", True)
     assert asked == 1
     assert graded(events) == []
+
+
+async def test_the_revisions_count_across_a_wait_for_a_person(store_url: str) -> None:
+    # the run's state goes through its store while it waits: the unmet verdict before the
+    # wait still counts after it
+    replies = [
+        FakeReply.finish("a shape"),
+        verdict(False, "check with a calculation"),
+        FakeReply.call("calculator", {"expression": "6*7"}),  # waits for a person
+        FakeReply.finish("42 is not a colour either"),
+        verdict(False, "still no colour"),
+    ]
+    body = {
+        "task": "Name something.",
+        "tools": ["calculator"],
+        "approval": {"tools": ["calculator"]},
+        "outcome": {"rubric": RUBRIC, "max_revisions": 1},
+    }
+    async with FakeLLMServer(replies) as llm, api_client(on(llm, store_url)) as client:
+        created = (await client.post("/runs", json=body)).json()
+        waiting = await wait_ended_or_waiting(client, created["id"])
+        assert waiting["status"] == "requires_action", waiting
+        (pending,) = waiting["pending_approvals"]
+        decision = {"decisions": [{"call_id": pending["call_id"], "approve": True}]}
+        assert (await client.post(f"/runs/{created['id']}/approvals", json=decision)).is_success
+        run = await wait_ended(client, created["id"])
+        events = (await json_events(client, run["id"]))["events"]
+
+    assert (run["status"], run["result"]["reason"]) == ("incomplete", "outcome_unmet")
+    assert [g[2] for g in graded(events)] == [0, 1]
+
+
+async def wait_ended_or_waiting(client: Any, run_id: str) -> dict[str, Any]:
+    response = await client.get(f"/runs/{run_id}/wait", params={"timeout_s": 10})
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
