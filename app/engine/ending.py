@@ -59,9 +59,10 @@ class Ending:
     # -- an answer, graded when the run has an outcome -----------------------------------
 
     async def _accept(
-        self, reason: StopReason, answer: str, output: Any = None, call_id: str | None = None
+        self, reason: StopReason, answer: str, output: Any = None, call_ids: tuple[str, ...] = ()
     ) -> AsyncIterator[Step]:
-        """The model gave `answer` (its value `output`, typed; `call_id`: by `task_finished`).
+        """The model gave `answer` (its value `output`, typed; `call_ids`: by `task_finished`,
+        the reply's calls, which each get the feedback as its result when it is unmet).
         Without an outcome it ends the run; with one, the grader decides (see the module doc).
         A grader interrupted by the deadline, a cancel or failures raises, as any call does."""
         outcome, st = self.outcome, self.run.state
@@ -87,10 +88,10 @@ class Ending:
                     else:
                         yield item
             except DeadlineError:
-                if call_id is not None:  # the call gets its result before the final call
-                    text = self.run.prompts.call_interrupted.format(
-                        tool=TASK_FINISHED, reason=StopReason.TIMEOUT.value
-                    )
+                text = self.run.prompts.call_interrupted.format(
+                    tool=TASK_FINISHED, reason=StopReason.TIMEOUT.value
+                )
+                for call_id in call_ids:  # each call gets its result before the final call
                     st.append({"role": "tool", "tool_call_id": call_id, "content": text})
                 raise
             assert found is not None
@@ -113,12 +114,13 @@ class Ending:
         left = self.run.limits.max_revisions - st.revisions + 1
         text = self.run.prompts.outcome_unmet.format(feedback=verdict.feedback, revisions_left=left)
         st.verdict = None  # the next answer is another one, graded anew
-        if call_id is None:
+        if not call_ids:
             yield self.run.inject(InterventionKind.OUTCOME_UNMET, text)
             return
         yield self.run.intervention(InterventionKind.OUTCOME_UNMET, text)
-        st.append({"role": "tool", "tool_call_id": call_id, "content": text})
-        yield Observation(st.step, call_id, TASK_FINISHED, text, True)
+        for call_id in call_ids:
+            st.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            yield Observation(st.step, call_id, TASK_FINISHED, text, True)
 
     async def _graded_once(self, answer: str, deadline: float) -> AsyncIterator[Step]:
         """The degraded final answer at a limit, graded once for the record (its verdict is

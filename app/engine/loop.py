@@ -299,8 +299,8 @@ class ReactRun(Ending):
         finally:
             st.acting = False
         if acting.finished is not None:
-            call_id = reply.tool_calls[0].id
-            finished = self._accept(StopReason.FINISHED, acting.finished, acting.output, call_id)
+            calls = tuple(call.id for call in reply.tool_calls)
+            finished = self._accept(StopReason.FINISHED, acting.finished, acting.output, calls)
             async for item in finished:
                 yield item
         elif acting.invalid is not None and acting.invalid_ends:

@@ -141,3 +141,16 @@ async def test_a_met_verdict_in_the_checkpoint_ends_a_resumed_run_without_a_call
     assert (end.reason, end.answer) == (StopReason.FINISHED, "red")
     assert of_type(resumed, LLMCalled) == []
     assert of_type(resumed, OutcomeGraded) == []
+
+
+async def test_every_finish_call_of_an_unmet_reply_gets_the_feedback_as_its_result() -> None:
+    twice = says(
+        None, call("task_finished", {"answer": "a"}), call("task_finished", {"answer": "b"})
+    )
+    model = ScriptedModel([twice, finish("red")])
+    grader = ScriptedModel([verdict(False, "no colour"), verdict(True, "red")])
+    steps = await collect(run_react(task="t", model=model, outcome=Outcome(RUBRIC, model=grader)))
+    assert ending(steps).answer == "red"
+    sent = model.calls[1].messages
+    ids = [c["id"] for c in sent[-3]["tool_calls"]]
+    assert [(m["role"], m["tool_call_id"]) for m in sent[-2:]] == [("tool", i) for i in ids]
