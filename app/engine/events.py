@@ -21,6 +21,8 @@ class EventType(StrEnum):
     AGENT_STARTED = "agent.started"
     AGENT_FINISHED = "agent.finished"
     INTERVENTION = "intervention"
+    OUTCOME_GRADED = "outcome.graded"
+    """The grader's verdict on an answer (DESIGN §22): `{satisfied, feedback, revision}`."""
     USER_MESSAGE = "user.message"
     APPROVAL_REQUESTED = "approval.requested"
     RUN_WAITING = "run.waiting"
