@@ -154,9 +154,8 @@ class ServerSettings(IdentitySettings):
         description="Most JSON values (commas, arrays and objects) a POST /runs body may hold; "
         "past it, 422.",
     )
-    max_system_prompt_chars: int = Field(
-        100_000, ge=1, description="Longest accepted system_prompt."
-    )
+    max_system_prompt_chars: int = Field(100_000, ge=1, description="Longest system_prompt.")
+    max_rubric_chars: int = Field(20_000, ge=1, description="Longest outcome.rubric.")
     max_model_name_chars: int = Field(200, ge=1, description="Longest accepted model name.")
     max_tools: int = Field(
         64,

@@ -40,6 +40,11 @@ class EventType(StrEnum):
     INTERVENTION = "intervention"
     """`{kind, message}`: a message the runtime injected into the conversation (its kinds:
     the interventions table)."""
+    OUTCOME_GRADED = "outcome.graded"
+    """`{satisfied, feedback, revision, final, valid}`: the grader's verdict on an answer
+    (DESIGN §22; with an `outcome`). `revision`: the answer's number after the first; `final`:
+    the degraded final answer at a limit, graded for the record; `valid`: false when the grader
+    gave no valid verdict (counted unmet)."""
     USER_MESSAGE = "user.message"
     """`{content, delivered}`: a steering message (`POST /runs/{id}/messages`)."""
     APPROVAL_REQUESTED = "approval.requested"

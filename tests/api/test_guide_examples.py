@@ -132,3 +132,14 @@ def test_the_model_prices_example_is_a_setting_the_server_takes() -> None:
     assert found is not None, "the prices example is gone"
     configured = settings(model_prices=found.group(1)).model_prices
     assert set(configured) == {"my-llama", "scripted"}
+
+
+async def test_the_outcomes_demo_run() -> None:
+    """The outcomes guide's try-it: on the demo model the first answer is judged unmet, the
+    revision met, and the run completes (the CLI exits 0)."""
+    block = r"## Try it without a model\n\n[^`]*```bash\n(.*?)```"
+    start, *rest = commands("docs/guides/outcomes.md", block, programs=("make run", "finishline "))
+    assert start.split("#")[0].split() == ["make", "run"]
+    (out,) = await run_session(rest)
+    assert "completed" in out
+    assert "(revised after review)" in out
