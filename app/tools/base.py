@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from app.engine.errors import ToolError
 from app.engine.paths import field_path
 from app.engine.ports import ToolContext
+from app.tools.schemaguard import local_registry, reference_problem
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -117,9 +118,14 @@ def _compile(schema: dict[str, Any]) -> CompiledSchema:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         where = field_path(exc.absolute_path)
-        problem = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
-        return CompiledSchema(schema, problem, None)
-    return CompiledSchema(schema, None, Draft202012Validator(schema))
+        found = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
+        return CompiledSchema(schema, found, None)
+    except RecursionError:  # (a request's schemas nest at most 32 deep; an MCP server's may)
+        return CompiledSchema(schema, ": nests too deep to check", None)
+    problem = reference_problem(schema)
+    if problem is not None:
+        return CompiledSchema(schema, _shorten(problem), None)
+    return CompiledSchema(schema, None, Draft202012Validator(schema, registry=local_registry()))
 
 
 class SchemaTool(ABC):
