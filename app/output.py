@@ -19,8 +19,8 @@ from app.engine.typed import json_path
 from app.tools.base import MAX_MESSAGE_CHARS, compiled_schema
 
 if TYPE_CHECKING:  # jsonschema is imported where a schema is first checked (app.tools.base)
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 
 class InvalidSchemaError(FinishlineError, ValueError):
@@ -45,7 +45,7 @@ def _message(error: ValidationError) -> str:
 class JsonOutputSchema:
     """`OutputSchema` with a Draft 2020-12 validator built once."""
 
-    def __init__(self, schema: Mapping[str, Any], validator: Draft202012Validator) -> None:
+    def __init__(self, schema: Mapping[str, Any], validator: Validator) -> None:
         self.schema = schema
         self._validator = validator
 

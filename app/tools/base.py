@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 from app.engine.errors import ToolError
 from app.engine.paths import field_path
 from app.engine.ports import ToolContext
+from app.tools.patterns import pattern_problem
 from app.tools.schemaguard import local_registry, reference_problem
+from app.tools.validator import metaschema_formats, schema_validator
 
 if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -60,7 +62,7 @@ class CompiledSchema:
     """A private deep copy of the schema; never mutated."""
     problem: str | None
     """None for a valid schema, else " at 'where': what"."""
-    validator: Draft202012Validator | None
+    validator: Validator | None
     """None when `problem` is set."""
 
 
@@ -115,17 +117,18 @@ def _compile(schema: dict[str, Any]) -> CompiledSchema:
     from jsonschema.exceptions import SchemaError
 
     try:
-        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(schema, format_checker=metaschema_formats())
     except SchemaError as exc:
         where = field_path(exc.absolute_path)
         found = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
         return CompiledSchema(schema, found, None)
     except RecursionError:  # (a request's schemas nest at most 32 deep; an MCP server's may)
         return CompiledSchema(schema, ": nests too deep to check", None)
-    problem = reference_problem(schema)
+    problem = reference_problem(schema) or pattern_problem(schema)
     if problem is not None:
         return CompiledSchema(schema, _shorten(problem), None)
-    return CompiledSchema(schema, None, Draft202012Validator(schema, registry=local_registry()))
+    validator = schema_validator()(schema, registry=local_registry())
+    return CompiledSchema(schema, None, validator)
 
 
 class SchemaTool(ABC):
@@ -158,7 +161,7 @@ class SchemaTool(ABC):
         self.name = name
         self.description = description
         self.idempotent = idempotent
-        self._validator: Draft202012Validator | None = None
+        self._validator: Validator | None = None
         if builtin and not isinstance(parameters, CompiledSchema):
             self.parameters = parameters
             return

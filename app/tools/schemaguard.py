@@ -141,12 +141,12 @@ def _walk(
         if not isinstance(node, dict) or id(node) in nodes:
             continue
         nodes[id(node)] = (node, here, where)
-        for key, child in _children(node):
+        for key, child in subschemas(node):
             sub = here.in_subresource(DRAFT202012.create_resource(child))
             stack.append((child, sub, (*where, *key)))
 
 
-def _children(node: Mapping[str, Any]) -> Iterator[tuple[Path, Any]]:
+def subschemas(node: Mapping[str, Any]) -> Iterator[tuple[Path, Any]]:
     """Each subschema of `node` (any keyword that holds schemas), with where it is."""
     from referencing.jsonschema import DRAFT202012
 
