@@ -59,6 +59,8 @@ class JsonOutputSchema:
             ]
         except Unresolvable as exc:  # a reference the check at creation could not follow
             return [OutputError("$", f"cannot be checked: the schema's {_shorten(str(exc))}")]
+        except RecursionError:  # (a parsed answer nests at most 64 deep: app.engine.jsontext)
+            return [OutputError("$", "nests too deep to check against the schema")]
 
 
 def output_schema(schema: Mapping[str, Any]) -> JsonOutputSchema:

@@ -187,7 +187,10 @@ class SchemaTool(ABC):
         if validator is None:  # a built-in tool's first call
             validator = self._validator = self._compiled(self.parameters).validator
             assert validator is not None  # (_compiled raised otherwise)
-        error = best_match(validator.iter_errors(arguments))
+        try:
+            error = best_match(validator.iter_errors(arguments))
+        except RecursionError:  # (parsed arguments nest at most 64 deep: app.engine.jsontext)
+            return "nests too deep to check against the schema"
         return None if error is None else describe_validation_error(error)
 
     @abstractmethod
