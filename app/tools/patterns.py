@@ -64,14 +64,23 @@ def translated(pattern: str) -> str:
     return "".join(pieces)
 
 
+class PatternError(ValueError):
+    """RE2 refuses the pattern; the message is RE2's reason."""
+
+
 @functools.lru_cache(maxsize=4096)
 def compiled(pattern: str) -> re2._Regexp:
-    """`pattern` compiled by RE2 (remembered); `re2.error` when RE2 refuses it."""
+    """`pattern` compiled by RE2 (remembered); PatternError when RE2 refuses it."""
     import re2
 
     options = re2.Options()
     options.log_errors = False
-    return re2.compile(translated(pattern), options)
+    try:
+        return re2.compile(translated(pattern), options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+        raise PatternError(text) from None
 
 
 def search(pattern: str, text: str) -> bool:
@@ -81,9 +90,8 @@ def search(pattern: str, text: str) -> bool:
 
 def pattern_problem(schema: Mapping[str, Any]) -> str | None:
     """The first `pattern` or `patternProperties` name of `schema` that RE2 refuses, as
-    " at 'where': what"; None when RE2 takes them all."""
-    import re2
-
+    " at 'where': what"; None when RE2 takes them all (RE2 is imported at the first pattern:
+    a schema without one, like most, never loads it)."""
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(schema, ())]
     while stack:
         node, path = stack.pop()
@@ -99,16 +107,11 @@ def pattern_problem(schema: Mapping[str, Any]) -> str | None:
         for where, pattern in candidates:
             try:
                 compiled(pattern)
-            except re2.error as exc:
+            except PatternError as exc:
                 return (
                     f" at '{field_path((*path, *where))}': the pattern {pattern!r} is not one"
-                    f" finishline can match in linear time ({_reason(exc)}); backreferences"
+                    f" finishline can match in linear time ({exc}); backreferences"
                     " and lookaround are not supported"
                 )
         stack.extend((child, (*path, *key)) for key, child in subschemas(node))
     return None
-
-
-def _reason(exc: Exception) -> str:
-    reason = exc.args[0] if exc.args else exc
-    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
