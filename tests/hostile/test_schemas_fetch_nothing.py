@@ -19,7 +19,9 @@ from mcp.types import Tool as McpToolInfo
 
 from app.tools import base
 from app.tools.mcp.source import McpTool
-from tests.api.kit import error_of, finishing, run_to_end, scripted, settings
+from tests.agui.kit import agent_input
+from tests.agui.kit import scripted as agui_scripted
+from tests.api.kit import error_of, finish, finishing, run_to_end, scripted, settings
 from tests.fakes.service import api_client
 
 _OPENED: list[str] = []
@@ -134,6 +136,23 @@ async def test_a_reference_outside_the_schema_is_422_at_post_and_nothing_is_fetc
             assert field in error["details"]["field"], error
             assert named in error["message"]
             assert "outside the schema" in error["message"]
+    assert canary.hits == [0]
+    assert _OPENED == []
+
+
+async def test_an_ag_ui_frontend_tool_reaching_outside_its_schema_is_422_and_fetches_nothing(
+    canary: Canary, canary_file: Path
+) -> None:
+    async with api_client(settings()) as client:
+        for schema, named in _remote_schemas(canary, canary_file):
+            body = agent_input(tools=[_client_tool(schema)], finishline=agui_scripted(finish()))
+            response = await client.post(
+                "/ag-ui", json=body, headers={"Accept": "text/event-stream"}
+            )
+
+            error = error_of(response, 422)
+            assert error["details"]["field"] == "tools[0].parameters"
+            assert named in error["message"]
     assert canary.hits == [0]
     assert _OPENED == []
 
