@@ -126,7 +126,8 @@ class RunRequest(BaseModel):
         "and the run goes on (`settings.max_output_retries` more tries, then the run ends "
         "incomplete with invalid_output). The value is `result.output`, its JSON text "
         "`result.answer`. An invalid schema is a 422; its size is capped like an HTTP tool's "
-        "`parameters`.",
+        "`parameters`. A `$ref` resolves only within the schema (nothing is fetched); "
+        "patterns are matched by RE2 (no backreferences or lookaround).",
         json_schema_extra={
             "examples": [
                 {

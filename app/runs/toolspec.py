@@ -49,7 +49,9 @@ class HttpToolIn(BaseModel):
     description: str = Field(max_length=2000, description="What the tool does, for the model.")
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
-        description="JSON schema (type object) of the arguments.",
+        description="JSON schema (type object) of the arguments. A `$ref` resolves only "
+        "within the schema (nothing is fetched); patterns are matched by RE2 (no "
+        "backreferences or lookaround).",
     )
     url: str = Field(max_length=2000, description="Endpoint; its host must be allow-listed.")
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = Field(
@@ -103,7 +105,9 @@ class ClientToolIn(BaseModel):
     description: str = Field(max_length=2000, description="What the tool does, for the model.")
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
-        description="JSON schema (type object) of the arguments.",
+        description="JSON schema (type object) of the arguments. A `$ref` resolves only "
+        "within the schema (nothing is fetched); patterns are matched by RE2 (no "
+        "backreferences or lookaround).",
     )
 
 
