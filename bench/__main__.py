@@ -1,6 +1,6 @@
 """`python -m bench [--quick]`: every benchmark in turn, results in bench/results/, then the
 table of issues #10's and #29's targets. `python -m bench --summary [--quick] [--readme]`: that
-table alone, from the results already there (`--readme` also rewrites it in README.md)."""
+table alone, from the results already there (`--readme` also rewrites it in docs/performance.md)."""
 
 from __future__ import annotations
 

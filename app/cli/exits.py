@@ -1,7 +1,7 @@
 """The exit codes of `finishline`: one per way a followed run can end, then the CLI's own.
 
 Scripts branch on them, so they are part of the interface: documented in `finishline --help`
-and in the README, and never renumbered.
+and in docs/guides/cli.md, and never renumbered.
 """
 
 from __future__ import annotations

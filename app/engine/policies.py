@@ -33,15 +33,15 @@ class StopReason(StrEnum):
 class InterventionKind(StrEnum):
     """A message the runtime injected into the conversation, and why."""
 
-    STOP_PROMPT = "stop_prompt"
-    REPETITION = "repetition"
-    PROGRESS = "progress"
-    TIMEOUT = "timeout"
-    MAX_STEPS = "max_steps"
-    TOKEN_BUDGET = "token_budget"
-    CONTEXT_TRIM = "context_trim"
+    STOP_PROMPT = "stop_prompt"  # the model stopped without task_finished: asked to finish
+    REPETITION = "repetition"  # the N-th identical tool call: a hint instead of running it
+    PROGRESS = "progress"  # a progress message before a step (the `progress` setting)
+    TIMEOUT = "timeout"  # the deadline passed: asked for a final answer
+    MAX_STEPS = "max_steps"  # max_steps used up: asked for a final answer
+    TOKEN_BUDGET = "token_budget"  # the token budget spent: asked for a final answer
+    CONTEXT_TRIM = "context_trim"  # over max_context_tokens: the oldest tool results elided
     PLANNING = "planning"  # a planning call's prompt (plan-then-execute), or its nudge
-    COST_BUDGET = "cost_budget"
+    COST_BUDGET = "cost_budget"  # the cost budget spent: asked for a final answer
     INVALID_OUTPUT = "invalid_output"  # an answer that failed the run's output_schema
     OUTCOME_UNMET = "outcome_unmet"  # the grader's feedback on an answer that missed the rubric
 
