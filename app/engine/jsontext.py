@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.engine.errors import FinishlineError
+
 MAX_DEPTH = 64
 """Levels of arrays and objects a model's JSON may nest (a request's own JSON: 32)."""
 
 
-class TooDeepError(ValueError):
+class TooDeepError(ValueError, FinishlineError):
     """The JSON nests more than `MAX_DEPTH` levels of arrays and objects."""
 
     def __init__(self) -> None:

@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from app.engine.errors import FinishlineError
 from app.engine.paths import field_path
 from app.tools.schemaguard import subschemas
 
@@ -64,7 +65,7 @@ def translated(pattern: str) -> str:
     return "".join(pieces)
 
 
-class PatternError(ValueError):
+class PatternError(ValueError, FinishlineError):
     """RE2 refuses the pattern; the message is RE2's reason."""
 
 

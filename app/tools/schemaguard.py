@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from app.engine.errors import FinishlineError
 from app.engine.paths import field_path
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ _REFERENCES = ("$ref", "$dynamicRef")
 Path = tuple[str | int, ...]
 
 
-class RemoteReferenceError(Exception):
+class RemoteReferenceError(FinishlineError):
     """Raised by the registry's `retrieve`: a schema's reference outside the schema."""
 
 
