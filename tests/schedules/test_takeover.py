@@ -100,3 +100,23 @@ async def test_a_claimant_gone_after_making_its_run_leaves_that_run_the_only_one
         (fired,), _ = await second.firings(None, schedule.id, limit=5)
         assert (fired.outcome, fired.attempt, fired.run_id) == ("fired", 2, made_run["id"])
         assert [r["id"] for r in await runs_of(app, schedule.id)] == [made_run["id"]]
+
+
+async def test_three_replica_apps_on_one_redis_start_one_run_per_due_time(
+    redis_url: str,
+) -> None:
+    """Three apps (each its own manager, placement and scheduler) on one Redis, racing on
+    every due time: one run each."""
+    clock = FakeClock()
+    config = settings(store_url=redis_url)
+    async with replica(config) as a, replica(config) as b, replica(config) as c:
+        replicas = [app.schedules(clock, name=name) for app, name in ((a, "a"), (b, "b"), (c, "c"))]
+        schedule = await replicas[0].create(None, {**SPEC, "overlap": "allow"})
+        for minute in range(4):
+            clock.now = NEXT_MINUTE + 60 * minute
+            await asyncio.gather(*(r.scheduler.tick() for r in reversed(replicas)))
+        firings, _ = await replicas[1].firings(None, schedule.id, limit=10)
+        assert [f.outcome for f in firings] == [FiringOutcome.FIRED] * 4
+        runs = await runs_of(b, schedule.id)
+        assert sorted(r["id"] for r in runs) == sorted(f.run_id for f in firings)
+        assert {f.claimed_by for f in firings} <= {"a", "b", "c"}
