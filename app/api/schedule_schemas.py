@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.runs.schedules.records import Firing, FiringOutcome, Misfire, Overlap, Schedule
 
@@ -69,6 +70,15 @@ class SchedulePatch(BaseModel):
     overlap: Overlap | None = Field(None, description=OVERLAP)
     misfire: Misfire | None = Field(None, description=MISFIRE)
     metadata: dict[str, Any] | None = Field(None, description=METADATA)
+
+    @model_validator(mode="after")
+    def _no_null_but_the_window(self) -> SchedulePatch:
+        for name in sorted(self.model_fields_set - {"starts_at", "ends_at"}):
+            if getattr(self, name) is None:
+                raise PydanticCustomError(
+                    "null_field", "{field}: only starts_at and ends_at may be null", {"field": name}
+                )
+        return self
 
     def changes(self) -> dict[str, Any]:
         """The fields sent (a null `starts_at`/`ends_at` clears it; other nulls: 422)."""

@@ -111,3 +111,22 @@ async def test_a_trigger_fires_now_and_the_run_carries_the_schedule(store_url: s
         firings = (await client.get(f"/schedules/{sid}/firings", headers=K1)).json()
         assert [f["run_id"] for f in firings["firings"]] == [firing["run_id"]]
         error_of(await client.get(f"/schedules/{sid}/firings", headers=K2), 404)
+
+
+async def test_a_patch_may_clear_the_window_but_no_other_field() -> None:
+    async with api_client(settings()) as client:
+        sid = (await made(client, {**DAILY, "ends_at": "2040-01-01T00:00:00Z"}, headers=None))["id"]
+        for field in ("cron", "run", "enabled", "timezone", "overlap"):
+            error = error_of(await client.patch(f"/schedules/{sid}", json={field: None}), 422)
+            assert field in error["message"], error
+        cleared = await client.patch(f"/schedules/{sid}", json={"ends_at": None})
+        assert cleared.json()["ends_at"] is None
+        error_of(await client.get(f"/schedules/{sid}/firings?before=nan"), 422)
+
+
+async def test_with_schedules_disabled_a_trigger_is_recorded_and_starts_nothing() -> None:
+    async with api_client(settings(schedules_enabled=False)) as client:
+        sid = (await made(client, DAILY, headers=None))["id"]
+        firing = (await client.post(f"/schedules/{sid}/trigger")).json()
+        assert (firing["outcome"], firing["run_id"]) == ("disabled", None)
+        assert (await client.get("/runs")).json()["runs"] == []

@@ -150,7 +150,8 @@ async def schedule_firings(
     schedules: SchedulesDep,
     limit: Limit = 50,
     before: Annotated[
-        float | None, Query(description="next_cursor of the previous page (a due time).")
+        float | None,
+        Query(ge=0, le=1e11, description="next_cursor of the previous page (a due time)."),
     ] = None,
 ) -> FiringList:
     page, cursor = await schedules.firings(caller.owner, schedule_id, limit=limit, before=before)

@@ -131,6 +131,8 @@ class Scheduler:
         claim = await self.store.claim(firing, now=now)
         if not claim.won:
             return claim.firing
+        if not self.options.enabled:
+            return await self._settle(claim.firing.settle(FiringOutcome.DISABLED, now))
         return await self._fire(schedule, claim.firing)
 
     # -- one due schedule ---------------------------------------------------------------
