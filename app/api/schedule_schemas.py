@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from app.runs.errors import InvalidRunError
 from app.runs.schedules.records import Firing, FiringOutcome, Misfire, Overlap, Schedule
 
 CRON = (
@@ -71,17 +71,12 @@ class SchedulePatch(BaseModel):
     misfire: Misfire | None = Field(None, description=MISFIRE)
     metadata: dict[str, Any] | None = Field(None, description=METADATA)
 
-    @model_validator(mode="after")
-    def _no_null_but_the_window(self) -> SchedulePatch:
+    def changes(self) -> dict[str, Any]:
+        """The fields sent (a null `starts_at`/`ends_at` clears it; another null is refused,
+        InvalidRunError naming it)."""
         for name in sorted(self.model_fields_set - {"starts_at", "ends_at"}):
             if getattr(self, name) is None:
-                raise PydanticCustomError(
-                    "null_field", "{field}: only starts_at and ends_at may be null", {"field": name}
-                )
-        return self
-
-    def changes(self) -> dict[str, Any]:
-        """The fields sent (a null `starts_at`/`ends_at` clears it; other nulls: 422)."""
+                raise InvalidRunError(name, "only starts_at and ends_at may be null")
         return {k: getattr(self, k) for k in self.model_fields_set}
 
 
