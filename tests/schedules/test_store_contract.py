@@ -65,9 +65,9 @@ async def test_schedules_are_kept_listed_per_owner_replaced_and_removed(store: S
     found = await book.get("sch_1")
     assert found is not None
     assert found == sched("sch_1")
-    assert [s.id for s in await book.list("alice", limit=10)] == ["sch_1", "sch_3"]
-    assert [s.id for s in await book.list("alice", limit=10, after="sch_1")] == ["sch_3"]
-    assert [s.id for s in await book.list(None, limit=10)] == ["sch_2"]
+    assert [s.id for s in await book.owned("alice", limit=10)] == ["sch_1", "sch_3"]
+    assert [s.id for s in await book.owned("alice", limit=10, after="sch_1")] == ["sch_3"]
+    assert [s.id for s in await book.owned(None, limit=10)] == ["sch_2"]
     changed = sched("sch_1", due=None).model_copy(update={"cron": "0 * * * *"})
     assert await book.replace(changed)
     assert await book.get("sch_1") == changed
@@ -75,7 +75,7 @@ async def test_schedules_are_kept_listed_per_owner_replaced_and_removed(store: S
     assert await book.remove("sch_1")
     assert not await book.remove("sch_1")
     assert await book.get("sch_1") is None
-    assert [s.id for s in await book.list("alice", limit=10)] == ["sch_3"]
+    assert [s.id for s in await book.owned("alice", limit=10)] == ["sch_3"]
 
 
 async def test_due_lists_the_schedules_due_soonest_first_and_advance_is_compare_and_set(

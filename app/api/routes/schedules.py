@@ -29,7 +29,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody},
     404: {"model": ErrorBody, "description": "No such schedule of your API key."},
 }
-INVALID = {
+INVALID: dict[int | str, dict[str, Any]] = {
     415: {"model": ErrorBody},
     422: {
         "model": ErrorBody,
@@ -78,7 +78,7 @@ async def list_schedules(
     limit: Limit = 50,
     cursor: Annotated[str | None, Query(max_length=40, description="next_cursor.")] = None,
 ) -> ScheduleList:
-    page, next_cursor = await schedules.list(caller.owner, limit=limit, cursor=cursor)
+    page, next_cursor = await schedules.listed(caller.owner, limit=limit, cursor=cursor)
     return ScheduleList(schedules=[to_schedule_view(s) for s in page], next_cursor=next_cursor)
 
 

@@ -94,10 +94,10 @@ class Schedules:
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}", schedule_id=schedule_id)
         return found
 
-    async def list(
+    async def listed(
         self, owner: str | None, *, limit: int, cursor: str | None = None
     ) -> tuple[list[Schedule], str | None]:
-        page = await self.store.list(owner, limit=limit + 1, after=cursor)
+        page = await self.store.owned(owner, limit=limit + 1, after=cursor)
         more = len(page) > limit
         return page[:limit], (page[limit - 1].id if more else None)
 

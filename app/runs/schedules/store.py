@@ -39,7 +39,7 @@ class ScheduleStore(Protocol):
 
     async def get(self, schedule_id: str) -> Schedule | None: ...
 
-    async def list(
+    async def owned(
         self, owner: str | None, *, limit: int, after: str | None = None
     ) -> list[Schedule]:
         """The owner's schedules, oldest first (by id), from past the id `after`."""

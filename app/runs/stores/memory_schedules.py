@@ -27,7 +27,7 @@ class MemorySchedules:
         found = self._schedules.get(schedule_id)
         return found.model_copy(deep=True) if found is not None else None
 
-    async def list(
+    async def owned(
         self, owner: str | None, *, limit: int, after: str | None = None
     ) -> list[Schedule]:
         mine = sorted(

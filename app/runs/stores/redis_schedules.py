@@ -114,7 +114,8 @@ class RedisSchedules:
 
     async def get(self, schedule_id: str) -> Schedule | None:
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.get(self.p + schedule_id).zscore(self.p + "due", schedule_id)
+            pipe.get(self.p + schedule_id)
+            pipe.zscore(self.p + "due", schedule_id)
             record, due = await pipe.execute()
         if record is None:
             return None
@@ -126,12 +127,12 @@ class RedisSchedules:
         found = [await self.get(i) for i in ids]
         return [s for s in found if s is not None]
 
-    async def list(
+    async def owned(
         self, owner: str | None, *, limit: int, after: str | None = None
     ) -> list[Schedule]:
         start = f"({after}" if after else "-"
         ids = await self.redis.zrangebylex(self._own(owner), start, "+", start=0, num=limit)
-        return await self._many([i.decode() if isinstance(i, bytes) else i for i in ids])
+        return await self._many([str(i) for i in ids])
 
     async def remove(self, schedule_id: str) -> bool:
         found = await self.get(schedule_id)
@@ -142,7 +143,7 @@ class RedisSchedules:
 
     async def due(self, now: float, *, limit: int = 100) -> list[Schedule]:
         ids = await self.redis.zrangebyscore(self.p + "due", "-inf", now, start=0, num=limit)
-        return await self._many([i.decode() if isinstance(i, bytes) else i for i in ids])
+        return await self._many([str(i) for i in ids])
 
     async def next_due_at(self) -> float | None:
         first = await self.redis.zrange(self.p + "due", 0, 0, withscores=True)
@@ -196,5 +197,5 @@ class RedisSchedules:
         )
         if not fields:
             return []
-        texts = await self.redis.hmget(f"{self.p}f:{schedule_id}", fields)
+        texts = await self.redis.hmget(f"{self.p}f:{schedule_id}", [str(f) for f in fields])
         return [_read(t) for t in texts if t is not None]

@@ -72,7 +72,7 @@ class SqliteSchedules:
         rows = await self._read(lambda c: c.execute(sql, (schedule_id,)).fetchall())
         return _schedule(*rows[0]) if rows else None
 
-    async def list(
+    async def owned(
         self, owner: str | None, *, limit: int, after: str | None = None
     ) -> list[Schedule]:
         sql = (
