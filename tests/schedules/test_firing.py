@@ -178,3 +178,44 @@ async def test_dst_in_a_named_zone_fires_as_cronsim_documents(store_url: str) ->
             "2031-03-31T00:30:00+00:00",  # 02:30 CEST
             "2031-10-26T00:30:00+00:00",  # 02:30 CEST, the first pass; not 01:30 UTC
         ]
+
+
+async def test_each_firing_continues_the_schedules_thread(store_url: str) -> None:
+    clock = FakeClock()
+    async with replica(settings(store_url=store_url)) as app:
+        schedules = app.schedules(clock)
+        digest = finishing("digest", thread_id="weekly-digest")
+        schedule = await schedules.create(None, spec("0 9 * * MON", run=digest))
+        runs = []
+        for week in range(2):
+            clock.now = NEXT_MINUTE + week * 7 * 86400  # 2031-01-06 is a Monday
+            await schedules.scheduler.tick()
+            firing = (await schedules.firings(None, schedule.id, limit=1))[0][0]
+            assert firing.run_id is not None
+            runs.append(await wait_ended(app.client, firing.run_id))
+        assert [r["thread_id"] for r in runs] == ["weekly-digest"] * 2
+        assert runs[1]["previous_run_id"] == runs[0]["id"]
+        thread = (await app.client.get("/threads/weekly-digest")).json()
+        assert (thread["runs"], thread["latest_run_id"]) == (2, runs[1]["id"])
+
+
+async def test_no_due_time_before_starts_at_nor_after_ends_at(store_url: str) -> None:
+    clock = FakeClock()
+    async with replica(settings(store_url=store_url)) as app:
+        schedules = app.schedules(clock, grace_s=0)
+        window = {
+            "starts_at": datetime.fromtimestamp(NEXT_MINUTE + 120, UTC),
+            "ends_at": datetime.fromtimestamp(NEXT_MINUTE + 180, UTC),
+        }
+        schedule = await schedules.create(None, spec(overlap="allow", **window))
+        assert schedule.next_due_at == NEXT_MINUTE + 120  # starts_at itself is due
+        for minute in range(6):
+            clock.now = NEXT_MINUTE + 60 * minute
+            await schedules.scheduler.tick()
+        firings, _ = await schedules.firings(None, schedule.id, limit=10)
+        assert [f.due_at for f in firings] == [NEXT_MINUTE + 180, NEXT_MINUTE + 120]
+        assert (await schedules.get(None, schedule.id)).next_due_at is None
+        ended = await schedules.create(
+            None, spec(ends_at=datetime.fromtimestamp(NEXT_MINUTE - 1, UTC))
+        )
+        assert ended.next_due_at is None

@@ -120,3 +120,39 @@ async def test_three_replica_apps_on_one_redis_start_one_run_per_due_time(
         runs = await runs_of(b, schedule.id)
         assert sorted(r["id"] for r in runs) == sorted(f.run_id for f in firings)
         assert {f.claimed_by for f in firings} <= {"a", "b", "c"}
+
+
+async def test_a_takeover_after_the_body_changed_records_the_run_the_dead_claimant_made(
+    store_url: str,
+) -> None:
+    clock = FakeClock()
+    async with replica(settings(store_url=store_url)) as app:
+        first = app.schedules(clock, name="first")
+        schedule = await first.create(None, SPEC)
+        made = asyncio.Event()
+        real_start = first.scheduler.start
+
+        async def start_then_hang(s: Schedule, key: str) -> RunRecord:
+            record = await real_start(s, key)
+            made.set()
+            await asyncio.Event().wait()
+            return record
+
+        first.scheduler.start = start_then_hang
+        clock.now = NEXT_MINUTE
+        ticking = asyncio.create_task(first.scheduler.tick())
+        await asyncio.wait_for(made.wait(), 10)
+        ticking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticking
+        (made_run,) = await runs_of(app, schedule.id)
+        second = app.schedules(clock, name="second")
+        stored = await second.store.get(schedule.id)
+        assert stored is not None
+        stored.run = finishing("changed since")  # as a PATCH would, keeping the due time
+        assert await second.store.replace(stored)
+        clock.now = NEXT_MINUTE + 15
+        await second.scheduler.tick()
+        (fired,), _ = await second.firings(None, schedule.id, limit=5)
+        assert (fired.outcome, fired.run_id) == ("fired", made_run["id"])
+        assert len(await runs_of(app, schedule.id)) == 1

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.runs.errors import InvalidRunError, RunNotFoundError, ScheduleNotFoundError
+from app.runs.errors import (
+    IdempotencyConflictError,
+    InvalidRunError,
+    RunNotFoundError,
+    ScheduleNotFoundError,
+)
 from app.runs.manager import RunManager
 from app.runs.records import RunRecord, RunStatus
 from app.runs.schedules.cron import Cron, CronError, zone
@@ -62,15 +67,23 @@ class Schedules:
         )
 
     async def _start(self, schedule: Schedule, key: str) -> RunRecord:
+        """The due time's run: made now, or the one a claimant that died made (its key names
+        it, even if the schedule's body was changed since)."""
         run = await self.read(schedule.run)
-        record, _ = await self.manager.create(
-            run.request,
-            owner=schedule.owner,
-            idempotency_key=key,
-            thread_id=run.thread_id,
-            multitask=run.multitask,
-            schedule_id=schedule.id,
-        )
+        try:
+            record, _ = await self.manager.create(
+                run.request,
+                owner=schedule.owner,
+                idempotency_key=key,
+                thread_id=run.thread_id,
+                multitask=run.multitask,
+                schedule_id=schedule.id,
+            )
+        except IdempotencyConflictError:
+            made = await self.manager.store.find_by_idempotency_key(schedule.owner, key)
+            if made is None:
+                raise
+            return made
         return record
 
     async def _status(self, run_id: str) -> RunStatus | None:
