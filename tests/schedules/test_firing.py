@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from app.runs.schedules.records import FiringOutcome
 from tests.api.kit import finishing, hanging, settings, wait_ended
@@ -219,3 +220,27 @@ async def test_no_due_time_before_starts_at_nor_after_ends_at(store_url: str) ->
             None, spec(ends_at=datetime.fromtimestamp(NEXT_MINUTE - 1, UTC))
         )
         assert ended.next_due_at is None
+
+
+async def test_a_schedule_whose_firing_fails_on_a_bug_does_not_stop_the_others() -> None:
+    clock = FakeClock()
+    async with replica(settings()) as app:
+        schedules = app.schedules(clock)
+        broken = await schedules.create(None, spec(run=finishing("never")))
+        working = await schedules.create(None, spec(run=finishing("still")))
+        real_start = schedules.scheduler.start
+
+        async def start(schedule: Any, key: str) -> Any:
+            if schedule.id == broken.id:
+                raise RuntimeError("a bug")
+            return await real_start(schedule, key)
+
+        schedules.scheduler.start = start
+        clock.now = NEXT_MINUTE
+        with capture_logs() as logs:
+            await schedules.scheduler.tick()
+        assert [e["schedule_id"] for e in logs if e["event"] == "schedule_firing_failed"] == [
+            broken.id
+        ]
+        (fired,), _ = await schedules.firings(None, working.id, limit=5)
+        assert fired.outcome is FiringOutcome.FIRED

@@ -109,6 +109,8 @@ class Scheduler:
                 soonest = await self.tick()
             except (RunsError, OSError) as exc:  # the store away: try again next poll
                 log.warning("schedules_tick_failed", error=str(exc))
+            except Exception:  # a bug must not stop every schedule (nor the server)
+                log.exception("schedules_tick_failed")
             delay = self.options.poll_s
             if soonest is not None:
                 delay = min(delay, max(soonest - self.clock(), 0.0))
@@ -120,7 +122,12 @@ class Scheduler:
         """Handle every schedule due now; the soonest due time then known."""
         now = self.clock()
         for schedule in await self.store.due(now):
-            await self._due(schedule, now)
+            try:
+                await self._due(schedule, now)
+            except (RunsError, OSError):
+                raise  # the store: the next poll tries again
+            except Exception:  # this schedule's bug: the others still fire
+                log.exception("schedule_firing_failed", schedule_id=schedule.id)
         return await self.store.next_due_at()
 
     async def trigger(self, schedule: Schedule) -> Firing:
