@@ -75,11 +75,14 @@ class Cron:
     def between(self, start: float, end: float, cap: int = 10_000) -> tuple[float | None, int]:
         """The latest due time in (`start`, `end`] and how many there are (counting at most
         `cap`: past it the latest is searched backwards from `end`)."""
-        count, latest, at = 0, None, start
-        while count < cap:
-            due = self.after(at)
-            if due is None or due > end:
+        count, latest = 0, None
+        for due in CronSim(self.expression, datetime.fromtimestamp(start, self.zone)):
+            at = due.astimezone(UTC).timestamp()
+            if at > end:
                 return latest, count
-            latest, at, count = due, due, count + 1
-        back = next(CronSim(self.expression, datetime.fromtimestamp(end, self.zone), reverse=True))
-        return back.astimezone(UTC).timestamp(), count
+            latest, count = at, count + 1
+            if count >= cap:
+                after_end = datetime.fromtimestamp(int(end) + 1, self.zone)  # whole seconds
+                back = CronSim(self.expression, after_end, reverse=True)
+                return next(back).astimezone(UTC).timestamp(), count
+        return latest, count
