@@ -20,7 +20,7 @@ async def test_the_sidebar_lists_schedules_with_next_due_time_and_last_firings(
         open_viewer(browser, llm_base_url=llm.base_url) as v,
     ):
         made = await v.client.post(
-            "/schedules", json={"cron": "0 9 * * *", "run": {"task": "the morning report"}}
+            "/schedules", json={"cron": "0 9 1 1 *", "run": {"task": "the morning report"}}
         )
         paused = await v.client.post(
             "/schedules",
@@ -31,7 +31,7 @@ async def test_the_sidebar_lists_schedules_with_next_due_time_and_last_firings(
         await page.goto("/")
         await v.ready()
         item = page.locator(f'li[data-schedule="{made.json()["id"]}"]')
-        await expect(item.locator("code")).to_have_text("0 9 * * *")
+        await expect(item.locator("code")).to_have_text("0 9 1 1 *")
         await expect(item).to_contain_text("the morning report")
         await expect(item.locator("time").first).to_contain_text("next ")
         await expect(item.locator(".firing .badge")).to_have_text("fired")

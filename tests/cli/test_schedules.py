@@ -15,7 +15,7 @@ async def _made(server: Served) -> str:
         server,
         "schedules",
         "create",
-        "0 9 * * 1-5",
+        "0 9 1 1 *",
         "the",
         "weekday",
         "report",
@@ -28,7 +28,7 @@ async def _made(server: Served) -> str:
     assert made.code == ExitCode.OK, made.err
     body = json.loads(made.out)
     assert (body["cron"], body["timezone"], body["run"]["task"]) == (
-        "0 9 * * 1-5",
+        "0 9 1 1 *",
         "Europe/Paris",
         "the weekday report",
     )
