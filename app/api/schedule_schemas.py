@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+from app.api.schemas import _Representable
 from app.runs.errors import InvalidRunError
+from app.runs.jsonsafe import shallow
 from app.runs.schedules.records import Firing, FiringOutcome, Misfire, Overlap, Schedule
 
 CRON = (
@@ -37,7 +39,7 @@ MISFIRE = (
 METADATA = "Your own data, kept as sent."
 
 
-class ScheduleFields(BaseModel):
+class ScheduleFields(_Representable):
     model_config = ConfigDict(extra="forbid")
 
     timezone: str = Field("UTC", max_length=100, description=ZONE)
@@ -48,6 +50,8 @@ class ScheduleFields(BaseModel):
     misfire: Misfire = Field(Misfire.RUN_ONCE, description=MISFIRE)
     metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA)
 
+    _shallow_metadata = field_validator("metadata", mode="before")(shallow)
+
 
 class ScheduleCreate(ScheduleFields):
     """POST /schedules."""
@@ -55,8 +59,10 @@ class ScheduleCreate(ScheduleFields):
     cron: str = Field(max_length=200, description=CRON)
     run: dict[str, Any] = Field(description=RUN)
 
+    _shallow_run = field_validator("run", mode="before")(shallow)
 
-class SchedulePatch(BaseModel):
+
+class SchedulePatch(_Representable):
     """PATCH /schedules/{id}: the fields given replace the schedule's (checked whole again)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -70,6 +76,8 @@ class SchedulePatch(BaseModel):
     overlap: Overlap | None = Field(None, description=OVERLAP)
     misfire: Misfire | None = Field(None, description=MISFIRE)
     metadata: dict[str, Any] | None = Field(None, description=METADATA)
+
+    _shallow = field_validator("run", "metadata", mode="before")(shallow)
 
     def changes(self) -> dict[str, Any]:
         """The fields sent (a null `starts_at`/`ends_at` clears it; another null is refused,

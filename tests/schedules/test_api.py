@@ -131,3 +131,20 @@ async def test_with_schedules_disabled_a_trigger_is_recorded_and_starts_nothing(
         firing = (await client.post(f"/schedules/{sid}/trigger")).json()
         assert (firing["outcome"], firing["run_id"]) == ("disabled", None)
         assert (await client.get("/runs")).json()["runs"] == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"cron": "@daily", "run": {"task": "x"}, "metadata": {"k": "\\ud800"}}',
+        b'{"cron": "@daily", "run": {"task": "x"}, "metadata": {"k": 1e400}}',
+        b'{"cron": "@daily", "run": {"task": "x"}, "metadata": ' + b"[" * 200 + b"]" * 200 + b"}",
+    ],
+)
+async def test_values_no_store_can_keep_are_refused_with_a_422(raw: bytes) -> None:
+    async with api_client(settings()) as client:
+        response = await client.post(
+            "/schedules", content=raw, headers={"Content-Type": "application/json"}
+        )
+        error_of(response, 422)
+        assert (await client.get("/schedules")).json()["schedules"] == []
