@@ -54,7 +54,7 @@ SchedulesDep = Annotated[Schedules, Depends(get_schedules)]
     status_code=201,
     response_model=ScheduleView,
     summary="Make a schedule",
-    responses={**ERRORS, **INVALID},
+    responses={401: {"model": ErrorBody}, **INVALID},
 )
 async def create_schedule(
     caller: CallerDep,
