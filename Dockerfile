@@ -35,6 +35,9 @@
 #     FINISHLINE_QUOTA_TOKENS_PER_DAY=           per API key: LLM tokens per UTC day
 #     FINISHLINE_QUOTA_COST_USD_PER_DAY=         per API key: USD of priced calls per UTC day
 #     FINISHLINE_USAGE_METRICS_BY_KEY=false      /metrics by API key too (a series per key)
+#     FINISHLINE_SCHEDULES_ENABLED=true          false: schedules record their due times, fire none
+#     FINISHLINE_SCHEDULE_MISFIRE_GRACE_S=3600.0 misfire run_once: the latest missed due time, if this recent
+#     FINISHLINE_SCHEDULE_POLL_S=1.0             how often the scheduler looks for due schedules
 #     FINISHLINE_SHUTDOWN_GRACE_S=30.0           on SIGTERM, how long runs may go on
 #     FINISHLINE_SSE_PING_S=15.0                 keep-alive comment interval on SSE
 #     FINISHLINE_SSE_SEND_TIMEOUT_S=30.0         a client slower than this to accept a write is dropped

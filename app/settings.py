@@ -19,6 +19,7 @@ from app.engine.declarations import declared
 from app.engine.policies import Limits
 from app.identity.settings import CommaList, IdentitySettings, comma_list
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
+from app.schedule_settings import ScheduleSettings
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 RUN_SETTINGS = declared(Limits)
@@ -29,9 +30,10 @@ CAPS: dict[str, str] = {
 """Per-run setting -> the server setting that caps it."""
 
 
-class ServerSettings(IdentitySettings):
+class ServerSettings(ScheduleSettings, IdentitySettings):
     """The server's own settings; `Settings` adds a default and a cap per per-run setting.
-    Who may call (API keys, admin keys, the OIDC issuer) is declared in `IdentitySettings`."""
+    Who may call (API keys, admin keys, the OIDC issuer) is declared in `IdentitySettings`,
+    schedules' settings in `ScheduleSettings`."""
 
     model_config = SettingsConfigDict(
         env_prefix="FINISHLINE_", env_file=".env", extra="ignore", populate_by_name=True

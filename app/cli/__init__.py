@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.cli.exits import EPILOG, ExitCode
+from app.cli.schedule_args import add_parser as add_schedules_parser
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -203,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     threads.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
     threads.add_argument("--cursor", help="the next_cursor of the previous page")
     threads.add_argument("--json", action="store_true", help="the raw JSON")
+
+    add_schedules_parser(commands)
 
     agents = commands.add_parser(
         "agents",

@@ -19,6 +19,7 @@ from app.cli.exits import ExitCode
 from app.cli.follow import Confirm, ask_on, follow_run
 from app.cli.lines import JsonRenderer, LineRenderer, print_raw
 from app.cli.render import RunRenderer
+from app.cli.schedules import schedules
 from app.cli.tables import (
     agent_detail,
     agents_table,
@@ -336,6 +337,7 @@ COMMANDS: dict[str, Command] = {
     "run": run,
     "runs": list_runs,
     "threads": threads,
+    "schedules": schedules,
     "agents": agents,
     "show": show,
     "events": events,

@@ -327,6 +327,8 @@ class RunRecord(BaseModel):
     thread_id: str | None = None
     """The thread (DESIGN §19) whose run it is: POST /runs' `thread_id`, `ag-ui:THREAD` for
     an AG-UI turn's, `a2a:AGENT:CONTEXT` for an A2A task's; None for a run of no thread."""
+    schedule_id: str | None = None
+    """The schedule whose firing started it (DESIGN §21); None for a run a request started."""
 
     @property
     def system_prompt(self) -> str | None:

@@ -27,6 +27,7 @@ from app.engine.events import EventType
 from app.engine.state import RunState
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.schedules.store import ScheduleStore
 from app.runs.threads.index import ThreadIndex
 
 log = structlog.get_logger("finishline.runs")
@@ -176,6 +177,10 @@ class RunStore(Protocol):
     @property
     def threads(self) -> ThreadIndex:
         """Each owner's threads (DESIGN §19): the thread index, beside the runs."""
+
+    @property
+    def schedules(self) -> ScheduleStore:
+        """Each owner's schedules and their firings (DESIGN §21), beside the runs."""
 
     async def open(self) -> None: ...
 

@@ -92,6 +92,10 @@ class RunView(BaseModel):
         description="The thread (conversation, DESIGN §19) whose run it is (GET "
         "/threads/{id}), or null.",
     )
+    schedule_id: str | None = Field(
+        None,
+        description="The schedule whose firing started it (GET /schedules/{id}/firings), or null.",
+    )
     agents: list[str] = Field(
         default_factory=list,
         description="Its sub-agents (tools NAME(task) of its model, DESIGN §15), by name.",
@@ -165,6 +169,7 @@ def to_view(record: RunRecord) -> RunView:
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
         thread_id=record.thread_id,
+        schedule_id=record.schedule_id,
         agents=list(request.agents or ()),
         parent_run_id=record.parent_run_id,
         parent_call_id=record.parent_call_id,

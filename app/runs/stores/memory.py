@@ -28,6 +28,7 @@ from app.runs.store import (
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.memory_schedules import MemorySchedules
 from app.runs.stores.memory_thread_index import MemoryThreadIndex
 
 
@@ -101,6 +102,7 @@ class MemoryRunStore:
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
         self.threads = MemoryThreadIndex()
+        self.schedules = MemorySchedules()
         self._trees: dict[str, set[str]] = {}
         self._deltas = CheckpointDeltas()
         self.fanout = Fanout()

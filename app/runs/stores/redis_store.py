@@ -43,6 +43,7 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.redis_counters import RedisCounters
 from app.runs.stores.redis_errors import redis_client, translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
+from app.runs.stores.redis_schedules import RedisSchedules
 from app.runs.stores.redis_scripts import (
     APPEND,
     CHECKPOINT,
@@ -81,6 +82,7 @@ class RedisRunStore:
         self.redis: Redis = redis_client(url)
         self.counters = RedisCounters(self.redis, prefix)  # quotas' counts (DESIGN §13)
         self.threads = RedisThreadIndex(self.redis, prefix, retention_s)  # DESIGN §19
+        self.schedules = RedisSchedules(self.redis, prefix)  # DESIGN §21
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)

@@ -46,6 +46,7 @@ from app.runs.stores.sqlite_rows import (
     tree_member,
     upsert_run,
 )
+from app.runs.stores.sqlite_schedules import SqliteSchedules
 from app.runs.stores.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
 from app.runs.stores.sqlite_thread_index import SqliteThreadIndex
 from app.runs.stores.sqlite_threads import GroupCommitWriter, ReaderPool
@@ -106,6 +107,7 @@ class SqliteRunStore:
         self._readers = ReaderPool(self._connect_reader, readers)
         self.counters = SqliteCounters(self._read, self._writer, self._check_open)
         self.threads = SqliteThreadIndex(self._read, self._writer, self._check_open)
+        self.schedules = SqliteSchedules(self._read, self._writer, self._check_open)
 
     @property
     def commits(self) -> int:
