@@ -26,6 +26,11 @@ STEPS = (
     ("a run through each stream, next to the plain run (bench/streams.py)", ["bench.streams"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
     ("bearer credential checks: API key and token (bench/auth.py)", ["bench.auth"]),
+    (
+        "wall time next to the floor, quiet and with neighbours (bench/walltime.py)",
+        ["bench.walltime"],
+    ),
+    ("where a run waits: the breakdown (bench/walltime.py --probe)", ["bench.walltime", "--probe"]),
 )
 
 

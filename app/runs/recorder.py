@@ -113,7 +113,7 @@ class RunRecorder:
                 await self.settle(record.id)  # before the step's calls run
                 return
             checkpoint = await self.store.save_checkpoint_soon(record.id, step.step, state)
-            if len(self._queue(record.id, checkpoint)) >= MAX_UNSETTLED:  # else no wait: it
+            if len(self.queue(record.id, checkpoint)) >= MAX_UNSETTLED:  # else no wait: it
                 await self.settle(record.id)  # commits with the run's next events
             return
         if isinstance(step, Suspended):  # the manager's (app.runs.approvals); not an event
@@ -145,7 +145,7 @@ class RunRecorder:
             self.metrics.key_spent(
                 record.owner, call.prompt_tokens, call.completion_tokens, call.cost_usd
             )
-        queued = self._queue(
+        queued = self.queue(
             record.id, await self.store.append_soon(record.id, step.type, step.step, data)
         )
         if call is not None:  # the key's day (DESIGN §13): before the run's next budget check
@@ -153,8 +153,9 @@ class RunRecorder:
         if isinstance(step, Action) or len(queued) >= MAX_UNSETTLED:
             await self.settle(record.id)  # an action is stored before its call can run
 
-    def _queue(self, run_id: str, outcome: Awaitable[Any]) -> list[Awaitable[Any]]:
-        """Note a queued write of the run; what it has in flight."""
+    def queue(self, run_id: str, outcome: Awaitable[Any]) -> list[Awaitable[Any]]:
+        """Note a queued write of the run (its outcome, as `append_soon` returns it): waited
+        for, and its error raised, where the run waits next. What the run has in flight."""
         queued = self._unsettled.setdefault(run_id, [])
         queued.append(outcome)
         return queued

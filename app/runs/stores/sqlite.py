@@ -4,7 +4,7 @@ Durability: the database is in WAL mode and, by default, `synchronous=FULL`, so 
 on disk (the WAL fsynced) before it returns. Every write goes through one writer thread
 (`sqlite_threads.GroupCommitWriter`) that batches whatever is queued into one transaction;
 `create`, `save`, `delete`, `append` and `save_checkpoint` return only after their batch
-committed (`append_soon` hands back a future of it), and an appended event reaches
+committed (the `_soon` ones hand back a future of it), and an appended event reaches
 subscribers only after that commit. A crash (of the process, the OS or the power) can
 therefore lose only writes that were never acknowledged, and nobody has seen them. With
 `synchronous="NORMAL"` the WAL is fsynced at checkpoints only: a process crash still loses
@@ -260,7 +260,7 @@ class SqliteRunStore:
         *,
         record: RunRecord | None = None,
     ) -> Event:
-        event: Event = await (await self.append_soon(run_id, type, step, data, record=record))
+        event: Event = await self._queue_append(run_id, type, step, data, record)
         return event
 
     async def append_soon(
@@ -274,22 +274,25 @@ class SqliteRunStore:
     ) -> Awaitable[Event]:
         """Queued to the writer: it commits with whatever else is queued (group commit).
         While the writer is `QUEUE_LIMIT` writes behind, made before returning, as `append`."""
+        future = self._queue_append(run_id, type, step, data, record)
+        if self._writer.pending > QUEUE_LIMIT:
+            await future
+        return future
+
+    def _queue_append(
+        self, run_id: str, type: EventType, step: int, data: Any, record: RunRecord | None
+    ) -> asyncio.Future[Event]:
+        """The append (with `record`: saved first, in the same transaction), queued."""
         self._check_open()
         save = upsert_run(record) if record is not None else None
         insert = self._event_insert(run_id, type, step, data)
         self._deltas.appended(run_id, type)
 
         def write(conn: sqlite3.Connection) -> Event:
-            if save is not None:  # in the same transaction, before the event
-                save(conn)
+            save(conn)  # type: ignore[misc]  # (only with a record)
             return insert(conn)
 
-        future: asyncio.Future[Event] = self._writer.submit(
-            write if save is not None else insert, self.fanout.publish
-        )
-        if self._writer.pending > QUEUE_LIMIT:
-            await future
-        return future
+        return self._writer.submit(insert if save is None else write, self.fanout.publish)
 
     def _event_insert(
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]
@@ -351,19 +354,16 @@ class SqliteRunStore:
         """Queued to the writer, as `append_soon`: it commits with the run's next events. A
         delta queued behind a checkpoint that then failed is written whole (`checkpoint_upsert`)."""
         self._check_open()
-        write = self._deltas.plan(run_id, state)
-        future: asyncio.Future[None] = self._writer.submit(
-            checkpoint_upsert(run_id, step, write, self._chunked)
-        )
-
-        def failed(done: asyncio.Future[None]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                self._deltas.forget(run_id)
-
-        future.add_done_callback(failed)
+        write = checkpoint_upsert(run_id, step, self._deltas.plan(run_id, state), self._chunked)
+        future: asyncio.Future[None] = self._writer.submit(write)
+        future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
         if self._writer.pending > QUEUE_LIMIT:
             await future
         return future
+
+    def _forget_if_failed(self, run_id: str, done: asyncio.Future[None]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._deltas.forget(run_id)  # the next checkpoint whole
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         return await self._read(partial(checkpoint_query, run_id))
