@@ -53,6 +53,7 @@
 #     FINISHLINE_MAX_BODY_JSON_VALUES=50000      most JSON values in a POST /runs body
 #     FINISHLINE_MAX_SYSTEM_PROMPT_CHARS=100000  longest accepted system_prompt
 #     FINISHLINE_MAX_MODEL_NAME_CHARS=200        longest accepted model name
+#     FINISHLINE_MAX_RUBRIC_CHARS=20000          longest outcome.rubric
 #     FINISHLINE_MAX_TOOLS=64                    most tools per run (tools + http_tools)
 #     FINISHLINE_MAX_TOOL_SCHEMA_BYTES=16384     largest HTTP tool parameters schema
 #     FINISHLINE_MAX_TOOL_SCHEMAS_TOTAL_BYTES=65536  all HTTP tool schemas together
@@ -106,6 +107,7 @@
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
 #     FINISHLINE_MAX_OUTPUT_RETRIES=2            FINISHLINE_MAX_OUTPUT_RETRIES_LIMIT=10
+#     FINISHLINE_MAX_REVISIONS=2                 FINISHLINE_MAX_REVISIONS_LIMIT=10
 #     FINISHLINE_PLANNING_INTERVAL=              FINISHLINE_PLANNING_INTERVAL_LIMIT=100
 #   traces (OpenTelemetry, off unless an endpoint is set; README "Traces")
 #     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318

@@ -47,8 +47,9 @@ Run ReAct LLM agents over HTTP, and know when they are done.
 POST a task to `/runs`; follow every thought, tool call and result over SSE at
 `/runs/{id}/events`; every run ends with exactly one terminal event and one reason
 (finished, answered, max_steps, timeout, token_budget, cost_budget, nudge_limit,
-invalid_output, cancelled, error). With `output_schema`, a run is done only when its answer
-validates against that JSON Schema: `result.output` holds the value.
+invalid_output, outcome_unmet, cancelled, error). With `output_schema`, a run is done only
+when its answer validates against that JSON Schema: `result.output` holds the value. With an
+`outcome`, only when a grader judges that its answer meets the rubric.
 """
 
 

@@ -2,7 +2,7 @@
 
     python -m bench --summary            # print the table (from the committed results)
     python -m bench --summary --quick    # from the *-quick results of `make bench QUICK=1`
-    python -m bench --summary --readme   # also rewrite the tables in README.md and
+    python -m bench --summary --readme   # also rewrite the tables in docs/performance.md and
                                          # bench/README.md from the results
 
 Every figure comes from the JSON the benchmarks wrote in their last run; `make bench` prints
@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import RESULTS, ROOT, fmt
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "performance.md"
 BENCH_README = ROOT / "bench" / "README.md"
 
 
@@ -379,7 +379,7 @@ def blocks(quick: bool) -> dict[str, str]:
 
 def update_readmes(quick: bool) -> None:
     """Rewrite every `<!-- bench-NAME:start -->` … `<!-- bench-NAME:end -->` block of
-    README.md and bench/README.md from the results."""
+    docs/performance.md and bench/README.md from the results."""
     found = blocks(quick)
     for readme in (README, BENCH_README):
         text = readme.read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
-"""The README's "where it stands" table is what the committed bench results say (issues #10,
-#29, #40, #42): nobody edits a figure or a verdict by hand, and a figure without a result
-says so."""
+"""The performance page's "where it stands" table (docs/performance.md) is what the committed
+bench results say (issues #10, #29, #40, #42): nobody edits a figure or a verdict by hand, and
+a figure without a result says so."""
 
 from __future__ import annotations
 

@@ -161,6 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
         "done when it does, and its output is shown as JSON",
     )
     run.add_argument(
+        "--rubric",
+        metavar="TEXT",
+        help="the run's outcome: its answer is graded against this rubric and revised until "
+        "it meets it (exit code 13 when it never does)",
+    )
+    run.add_argument(
+        "--max-revisions",
+        type=int,
+        metavar="N",
+        help="with --rubric: answers after the first the grader may judge unmet",
+    )
+    run.add_argument(
         "--follow",
         action=argparse.BooleanOptionalAction,
         default=True,

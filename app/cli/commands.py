@@ -137,6 +137,12 @@ def run_body(args: argparse.Namespace) -> dict[str, Any]:
         body["model_script"] = load_script(args.script)
     if args.output_schema is not None:  # the service says what is wrong with it, if anything
         body["output_schema"] = load_json(args.output_schema, "--output-schema")
+    if args.rubric is not None:
+        body["outcome"] = {"rubric": args.rubric}
+        if args.max_revisions is not None:
+            body["outcome"]["max_revisions"] = args.max_revisions
+    elif args.max_revisions is not None:  # the service would take it as settings.max_revisions
+        body.setdefault("settings", {})["max_revisions"] = args.max_revisions
     return body
 
 

@@ -171,7 +171,7 @@ class UsageFigures(BaseModel):
     cost_usd: float | None = Field(
         0.0,
         description="What the LLM calls cost in USD, the final call included; null when a "
-        "call's model has no known price (see README, What a run costs).",
+        "call's model has no known price (see docs/guides/budgets.md, What a run costs).",
     )
 
     @model_validator(mode="before")

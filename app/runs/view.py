@@ -69,6 +69,11 @@ class RunView(BaseModel):
         description="The JSON Schema its answer must validate against (the value is "
         "result.output), or null.",
     )
+    outcome: dict[str, Any] | None = Field(
+        None,
+        description="The rubric its answer is graded against and its grader (DESIGN §22; "
+        "max_revisions resolved in settings), or null.",
+    )
     settings: dict[str, Any] = Field(description="Every per-run setting, resolved.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="The request's own data, as sent."
@@ -151,6 +156,7 @@ def to_view(record: RunRecord) -> RunView:
         http_tools=http_tools,
         client_tools=[t.model_dump(mode="json") for t in request.client_tools],
         output_schema=request.output_schema,
+        outcome=None if request.outcome is None else request.outcome.model_dump(mode="json"),
         settings=settings_dict(record.settings),
         metadata=request.metadata,
         result=record.result,
