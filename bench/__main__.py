@@ -27,6 +27,11 @@ STEPS = (
     ("a run with an outcome next to a plain run (bench/outcomes.py)", ["bench.outcomes"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
     ("bearer credential checks: API key and token (bench/auth.py)", ["bench.auth"]),
+    (
+        "wall time next to the floor, quiet and with neighbours (bench/walltime.py)",
+        ["bench.walltime"],
+    ),
+    ("where a run waits: the breakdown (bench/walltime.py --probe)", ["bench.walltime", "--probe"]),
 )
 
 

@@ -281,10 +281,15 @@ class RedisRunStore:
         return stored(run_id, int(seq), type, ts, step, payload)
 
     async def append_soon(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
     ) -> Awaitable[Event]:
-        # each append is one script, fenced by the lease: made at once, not queued
-        return settled(await self.append(run_id, type, step, data))
+        return settled(await self.append(run_id, type, step, data, record=record))  # at once
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         entries: Any = await self.redis.xrange(
@@ -310,6 +315,12 @@ class RedisRunStore:
             self._fence(run_id, outcome)
             if outcome is None:
                 raise RunGoneError(run_id)
+
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        await self.save_checkpoint(run_id, step, state)  # one fenced script, made at once
+        return settled(None)
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
