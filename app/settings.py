@@ -2,8 +2,7 @@
 
 They set the defaults of every per-run setting and the caps that bound what a request may
 ask for (`<setting>_limit`). A request over a cap is refused, never clamped. The per-run ones
-are derived from the engine's `Limits`, where each is declared once (docs/settings.md).
-"""
+are derived from the engine's `Limits`, where each is declared once (docs/settings.md)."""
 
 from __future__ import annotations
 
@@ -31,9 +30,8 @@ CAPS: dict[str, str] = {
 
 
 class ServerSettings(ScheduleSettings, IdentitySettings):
-    """The server's own settings; `Settings` adds a default and a cap per per-run setting.
-    Who may call (API keys, admin keys, the OIDC issuer) is declared in `IdentitySettings`,
-    schedules' settings in `ScheduleSettings`."""
+    """The server's own settings (who may call: `IdentitySettings`; schedules:
+    `ScheduleSettings`); `Settings` adds a default and a cap per per-run setting."""
 
     model_config = SettingsConfigDict(
         env_prefix="FINISHLINE_", env_file=".env", extra="ignore", populate_by_name=True

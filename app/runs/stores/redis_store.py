@@ -6,11 +6,8 @@ goes through sorted-set indexes per owner and status. Every multi-key write is a
 (`redis_scripts`), atomic in Redis: `append` counts the seq and adds the entry in one step,
 so the log has no gap and no duplicate whatever crashes. Durability is Redis's: with
 `appendonly yes` and `appendfsync everysec`, a Redis crash loses at most the last second.
-
-A terminal record (and its events, checkpoint and idempotency key) expires `retention_s`
-after it was saved terminal. Live followers read the run's stream (`redis_follow`), so a
-run executing on any replica streams to followers on every replica.
-"""
+A terminal record (and its events, checkpoint, idempotency key) expires `retention_s` after
+it was saved terminal. Followers on every replica read the run's stream (`redis_follow`)."""
 
 from __future__ import annotations
 

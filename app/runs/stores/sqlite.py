@@ -9,10 +9,8 @@ subscribers only after that commit. A crash (of the process, the OS or the power
 therefore lose only writes that were never acknowledged, and nobody has seen them. With
 `synchronous="NORMAL"` the WAL is fsynced at checkpoints only: a process crash still loses
 nothing acknowledged, a power cut or OS crash may lose the last commits. Group commit keeps
-FULL affordable: under load, many writes share one fsync.
-
-Reads run on a small pool of reader threads, each with its own connection; WAL lets them
-read the last commit while the writer writes.
+FULL affordable: under load, many writes share one fsync. Reads run on a pool of reader
+threads, each with its own connection (WAL: they read the last commit while the writer writes).
 
 One process per file: the writer keeps each run's next `seq` in memory (read from
 `MAX(seq)` on first use) and live fan-out is in-process. The schema and its migrations are in
