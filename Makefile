@@ -16,7 +16,8 @@ LOCK   := requirements
 PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
 PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
-.PHONY: run test lint format bench clean image chromium redis-server postgresql lock lock-check agui-client
+.PHONY: run test lint format bench clean image chromium redis-server postgresql lock lock-check agui-client \
+  docs docs-build docs-gen docs-screenshot
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -133,6 +134,28 @@ test: $(STAMP) chromium redis-server postgresql $(AGUI_CLIENT_STAMP)
 ## bench: engine, event log, service (floors, LangGraph's server) and uvicorn-workers benchmarks into bench/results/ (QUICK=1: a faster pass)
 bench: $(BENCH_STAMP) $(LANGGRAPH_STAMP) redis-server
 	$(BIN)/python -m bench $(if $(QUICK),--quick)
+
+# the docs site (mkdocs.yml, docs/): Material for MkDocs in strict mode, a broken link or anchor
+# fails it; `make test` builds it too (tests/docs/). Its generated blocks come from the
+# declarations (docgen/): `make docs-gen` rewrites them after a new setting, event or endpoint
+DOCS_PORT ?= 8001
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+## docs: build the docs site (strict) and serve it on $(HOST):$(DOCS_PORT), rebuilt on each change
+docs: $(STAMP)
+	$(MKDOCS) serve --strict --dev-addr $(HOST):$(DOCS_PORT)
+
+## docs-build: build the docs site into build/site (strict: any warning fails it)
+docs-build: $(STAMP)
+	$(MKDOCS) build --strict
+
+## docs-gen: rewrite the docs' generated blocks (settings, events, API) from their declarations
+docs-gen: $(STAMP)
+	$(BIN)/python -m docgen
+
+## docs-screenshot: take the README's picture of the viewer again (docs/img/viewer.png), in Chromium
+docs-screenshot: $(STAMP) chromium
+	DOCS_SCREENSHOT=docs/img/viewer.png $(BIN)/pytest -q tests/browser/test_screenshot.py
 
 ## image: build the container image (Dockerfile); `docker compose up` builds and runs it
 image:

@@ -98,13 +98,15 @@ class Admission:
         idempotency_key: str | None = None,
         traceparent: str | None = None,
         joining: Joining | None = None,
+        schedule_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False.
         `traceparent`: the caller's W3C trace context, the parent of the run's trace. A run
         with an idempotency key keeps its `request_hash` (the request's `digest`, computed
         where it was read, else here in a worker thread); one without keeps none: only a
         replay of its key compares it (and A2A's and AG-UI's, whose runs have keys).
-        `joining`: the run is a thread's next (`ThreadMovedError` when the thread moved)."""
+        `joining`: the run is a thread's next (`ThreadMovedError` when the thread moved).
+        `schedule_id`: the schedule whose firing starts it (DESIGN §21)."""
         if self.live.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
         digest: str | None = None
@@ -131,6 +133,7 @@ class Admission:
             record = self._new_record(request, checked, previous, owner, idempotency_key, digest)
             record.id = run_id
             record.thread_id = joining.thread_id if joining is not None else None
+            record.schedule_id = schedule_id
             replayed = await self._store(record, checked, traceparent, joining=joining)
             if replayed is not None:  # no run made: the key's share is given back
                 return replayed, False
@@ -229,6 +232,7 @@ class Admission:
             "settings": settings_dict(record.settings),
             **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
             **({"thread_id": record.thread_id} if record.thread_id else {}),
+            **({"schedule_id": record.schedule_id} if record.schedule_id else {}),
             **({"agent": record.request.agent} if record.request.agent else {}),
             **(
                 {"parent_run_id": record.parent_run_id, "parent_call_id": record.parent_call_id}

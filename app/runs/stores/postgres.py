@@ -22,7 +22,6 @@ Live followers on every replica are woken by `LISTEN/NOTIFY` and read the rows
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -31,16 +30,17 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from app.engine.events import EventType
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
-from app.runs.store import Checkpoint, FirstEvent, StoreError, read_record
-from app.runs.stores.checkpoints import CheckpointDeltas, loaded, stored_count
+from app.runs.store import Checkpoint, FirstEvent, StoreError
+from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
+from app.runs.stores.postgres_reads import checkpoint_query, paged, read_events, record_of
 from app.runs.stores.postgres_rows import (
     Write,
     append_event,
@@ -49,6 +49,7 @@ from app.runs.stores.postgres_rows import (
     tree_member,
     upsert_run,
 )
+from app.runs.stores.postgres_schedules import PostgresSchedules
 from app.runs.stores.postgres_schema import check_schema_name, migrate
 from app.runs.stores.postgres_thread_index import PostgresThreadIndex
 from app.runs.stores.postgres_writer import PostgresWriter
@@ -61,7 +62,6 @@ POOL_TIMEOUT_S = 5.0
 """A request that cannot have a connection this long is refused 503 `store_unavailable`."""
 CHECK_IDLE_S = 2.0
 """A connection idle longer than this is checked (one round trip) before it is handed out."""
-_EVENT_TYPES = {t.value: t for t in EventType}
 
 
 class PostgresRunStore:
@@ -102,9 +102,11 @@ class PostgresRunStore:
             reset=self._note_returned,
             name="finishline",
         )
-        self._writer = PostgresWriter(self.pool.connection)
+        self._chunked: dict[str, int] = {}  # the writer's: messages in chunks, per run
+        self._writer = PostgresWriter(self.pool.connection, on_abort=self._chunked.clear)
         self.counters = PostgresCounters(self.query, self.queue)
         self.threads = PostgresThreadIndex(self.query, self.submit)
+        self.schedules = PostgresSchedules(self.query, self.submit)
         self.follower = PostgresFollower(
             url, self.channel, self.read, self._last_seq, lambda: self.fanout
         )
@@ -122,6 +124,7 @@ class PostgresRunStore:
     def release(self, run_id: str) -> None:
         self._fences.pop(run_id, None)
         self._deltas.forget(run_id)
+        self._chunked.pop(run_id, None)
 
     def fence_of(self, run_id: str) -> str:
         return self._fences.get(run_id, "")
@@ -194,13 +197,13 @@ class PostgresRunStore:
 
     async def get(self, run_id: str) -> RunRecord | None:
         rows = await self.query("SELECT id, owner, record FROM runs WHERE id = %s", (run_id,))
-        return _record(rows[0]) if rows else None
+        return record_of(rows[0]) if rows else None
 
     async def find_by_idempotency_key(self, owner: str | None, key: str) -> RunRecord | None:
         sql = "SELECT id, owner, record FROM runs WHERE idempotency_key = %s AND owner "
         sql += "IS NULL" if owner is None else "= %s"
         rows = await self.query(sql, (key,) if owner is None else (key, owner))
-        return _record(rows[0]) if rows else None
+        return record_of(rows[0]) if rows else None
 
     async def list_runs(
         self,
@@ -229,25 +232,7 @@ class PostgresRunStore:
             if value is not None:  # (a column name of ours: no injection)
                 where.append(f"{column} = %s")
                 params.append(value)
-        found: list[RunRecord] = []
-        cursor = before_id
-        while len(found) < limit:  # again past rows that did not read back
-            want = limit - len(found)
-            clauses = [*where, "id < %s"] if cursor is not None else where
-            sql = "SELECT id, owner, record FROM runs"
-            sql += f" WHERE {' AND '.join(clauses)}" if clauses else ""
-            values = (*params, cursor) if cursor is not None else tuple(params)
-            rows = await self.query(sql + " ORDER BY id DESC LIMIT %s", (*values, want))
-            for row in rows:
-                try:
-                    found.append(_record(row))
-                except RunUnreadableError as exc:
-                    if unreadable is not None:
-                        unreadable.append(exc)
-            if len(rows) < want:
-                break
-            cursor = rows[-1][0]
-        return found
+        return await paged(self.query, where, params, limit, before_id, unreadable)
 
     async def delete(self, run_id: str) -> None:
         self._deltas.forget(run_id)
@@ -255,6 +240,7 @@ class PostgresRunStore:
 
         async def delete(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute("DELETE FROM runs WHERE id = %s", (run_id,))  # cascades
+            self._chunked.pop(run_id, None)
 
         await self.submit(delete)
 
@@ -273,30 +259,41 @@ class PostgresRunStore:
         *,
         record: RunRecord | None = None,
     ) -> Event:
-        fence = self.fence_of(run_id)
-        insert = append_event(run_id, type, step, encode(data), fence, self.channel)
-        self._deltas.appended(run_id, type)
-        if record is None:
-            event: Event = await self.submit(insert, self.published)
-            return event
-        save = upsert_run(record, fence, self.channel)
-
-        async def both(conn: psycopg.AsyncConnection[Any]) -> Event:
-            await save(conn)  # in the same transaction, before the event
-            return await insert(conn)
-
-        saved: Event = await self.submit(both, self.published)
-        return saved
+        event: Event = await self._queue_append(run_id, type, step, data, record)
+        return event
 
     async def append_soon(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
     ) -> Awaitable[Event]:
         """Queued to the writer: it commits with whatever else is queued (group commit)."""
+        return self._queue_append(run_id, type, step, data, record)
+
+    def _queue_append(
+        self, run_id: str, type: EventType, step: int, data: Any, record: RunRecord | None
+    ) -> asyncio.Future[Event]:
+        """The append (with `record`: saved first, in the same transaction), queued."""
         self._check_open()
         fence = self.fence_of(run_id)
-        self._deltas.appended(run_id, type)
         insert = append_event(run_id, type, step, encode(data), fence, self.channel)
-        return self._writer.submit(insert, self.published)
+        save = upsert_run(record, fence, self.channel) if record is not None else None
+        self._deltas.appended(run_id, type)
+        ends = type in TERMINAL_EVENT_TYPES
+
+        async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
+            if save is not None:  # in the same transaction, before the event
+                await save(conn)
+            event = await insert(conn)
+            if ends:  # no checkpoint follows: free the run's entry
+                self._chunked.pop(run_id, None)
+            return event
+
+        return self._writer.submit(write, self.published)
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         return await self.with_connection(lambda conn: read_events(conn, run_id, after, limit))
@@ -312,28 +309,26 @@ class PostgresRunStore:
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         fence = self.fence_of(run_id)
         with self._deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
-            await self.submit(
-                checkpoint_upsert(run_id, step, write.state, write.start, write.chunk, fence)
-            )
+            await self.submit(checkpoint_upsert(run_id, step, write, fence, self._chunked))
+
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        """Queued to the writer, as `append_soon`: it commits with the run's next events. A
+        delta queued behind a checkpoint that then failed is written whole (`checkpoint_upsert`)."""
+        self._check_open()
+        write = self._deltas.plan(run_id, state)
+        upsert = checkpoint_upsert(run_id, step, write, self.fence_of(run_id), self._chunked)
+        future: asyncio.Future[None] = self._writer.submit(upsert)
+        future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
+        return future
+
+    def _forget_if_failed(self, run_id: str, done: asyncio.Future[None]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._deltas.forget(run_id)  # the next checkpoint whole
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
-        async def query(conn: psycopg.AsyncConnection[Any]) -> Checkpoint | None:
-            async with conn.transaction():  # the head and its messages from one snapshot
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                sql = "SELECT step, state, version FROM checkpoints WHERE run_id = %s"
-                found = await (await conn.execute(sql, (run_id,))).fetchone()
-                if found is None:
-                    return None
-                state: dict[str, Any] = json.loads(found[1])
-                count = stored_count(state)
-                chunks: list[str] = []
-                if count is not None:
-                    sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = %s AND start < %s"
-                    cur = await conn.execute(sql + " ORDER BY start", (run_id, count))
-                    chunks = [m for (m,) in await cur.fetchall()]
-                return loaded(found[0], state, chunks, found[2])
-
-        return await self.with_connection(query)
+        return await self.with_connection(lambda conn: checkpoint_query(conn, run_id))
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -390,23 +385,3 @@ class PostgresRunStore:
         self._returned[id(conn)] = time.monotonic()
         if len(self._returned) > 4 * (self.pool.max_size + 1):  # ids of closed ones
             self._returned.clear()
-
-
-async def read_events(
-    conn: psycopg.AsyncConnection[Any], run_id: str, after: int, limit: int
-) -> list[Event]:
-    """The run's events after seq `after`, up to `limit`, read on `conn`."""
-    cur = await conn.execute(
-        "SELECT seq, type, ts, step, data FROM events"
-        " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-        (run_id, after, limit),
-    )
-    return [
-        Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
-        for seq, t, ts, step, d in await cur.fetchall()
-    ]
-
-
-def _record(row: tuple[Any, ...]) -> RunRecord:
-    run_id, owner, raw = row
-    return read_record(run_id, raw, owner=owner)

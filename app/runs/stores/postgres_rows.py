@@ -15,6 +15,7 @@ from psycopg import errors as pg_errors
 
 from app.runs.records import Event, RunRecord
 from app.runs.store import CHECKPOINT_FORMAT, DuplicateRunError, LeaseLostError, RunGoneError
+from app.runs.stores.checkpoints import CheckpointWrite
 from app.runs.stores.events import stored
 
 Conn = psycopg.AsyncConnection[Any]
@@ -128,12 +129,18 @@ def append_event(
 
 
 def checkpoint_upsert(
-    run_id: str, step: int, state: str, start: int, chunk: str | None, fence: str
+    run_id: str, step: int, write: CheckpointWrite, fence: str, stored: dict[str, int]
 ) -> Write:
     """A checkpoint's head, and its chunk of messages since this process's last (`start` 0:
-    a full snapshot, the old chunks dropped)."""
+    a full snapshot, the old chunks dropped). `stored` (the writer's: the run's messages in
+    chunks as of the transaction so far, cleared when a transaction fails): a delta whose
+    earlier chunks are not all there (a queued checkpoint before it failed) is written whole."""
+    count = len(write.messages) if write.messages is not None else None
 
     async def upsert(conn: Conn) -> None:
+        start, chunk = write.start, write.chunk
+        if start and stored.get(run_id) != start:
+            start, chunk = 0, write.whole()
         if fence:  # the run's row locked against a takeover until this commits
             sql = "SELECT 1 FROM runs WHERE id = %s AND lease_token = %s"
             sql += f" AND lease_until >= {NOW_S} FOR SHARE"
@@ -145,7 +152,7 @@ def checkpoint_upsert(
                 "INSERT INTO checkpoints (run_id, step, state, version) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
                 " state = excluded.state, version = excluded.version",
-                (run_id, step, state, CHECKPOINT_FORMAT),
+                (run_id, step, write.state, CHECKPOINT_FORMAT),
             )
         except pg_errors.ForeignKeyViolation as exc:
             raise RunGoneError(run_id) from exc
@@ -157,6 +164,10 @@ def checkpoint_upsert(
                 " ON CONFLICT (run_id, start) DO UPDATE SET messages = excluded.messages",
                 (run_id, start, chunk),
             )
+        if count is None:
+            stored.pop(run_id, None)
+        else:
+            stored[run_id] = count
 
     return upsert
 

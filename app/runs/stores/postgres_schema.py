@@ -9,7 +9,8 @@ both versions: an older replica must not write rows it does not understand.
 
 Indexes: every list and filter of the API reads an index (`tests/runs/test_postgres_plans.py`
 shows the plans): a run's events (the primary key), a key's runs (owner, id), by status,
-follow-ups, children, a thread and its runs, a tree's members, the claimable queue.
+follow-ups, children, a thread and its runs, a tree's members, the claimable queue, a key's
+schedules, the schedules due, a schedule's firings.
 """
 
 from __future__ import annotations
@@ -144,6 +145,29 @@ MIGRATIONS = (
         pos BIGINT NOT NULL,
         content TEXT NOT NULL,
         PRIMARY KEY (run_id, pos)
+    );
+    """,
+    # 2: schedules (DESIGN §21; `postgres_schedules`): a schedule as JSON with its next due
+    # time beside it (indexed: the scheduler asks which are due), and one row per firing,
+    # claimed once under (schedule_id, due_at). `owner` is '' for schedules without one. No
+    # foreign key: a firing claimed as its schedule is deleted is deleted with it after.
+    """
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        next_due_at DOUBLE PRECISION,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX schedules_by_owner ON schedules (owner, id);
+    CREATE INDEX schedules_by_due ON schedules (next_due_at, id) WHERE next_due_at IS NOT NULL;
+    CREATE TABLE schedule_firings (
+        schedule_id TEXT NOT NULL,
+        due_at DOUBLE PRECISION NOT NULL,
+        settled BOOLEAN NOT NULL,
+        claimed_by TEXT NOT NULL,
+        lease_until DOUBLE PRECISION NOT NULL,
+        firing TEXT NOT NULL,
+        PRIMARY KEY (schedule_id, due_at)
     );
     """,
 )

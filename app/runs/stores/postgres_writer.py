@@ -49,8 +49,11 @@ class _Write:
 
 
 class PostgresWriter:
-    def __init__(self, connection: Callable[[], Any]) -> None:
+    def __init__(
+        self, connection: Callable[[], Any], *, on_abort: Callable[[], None] | None = None
+    ) -> None:
         self._connection = connection  # the pool's `connection()` context manager
+        self._on_abort = on_abort  # a transaction failed: forget what its writes derived
         self._queue: deque[_Write] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -140,8 +143,13 @@ class PostgresWriter:
                 write.future.set_result(result)
 
     async def _transaction(self, batch: list[_Write]) -> list[Any]:
-        async with self._connection() as conn, conn.transaction():
-            results = [await write.apply(conn) for write in batch]
+        try:
+            async with self._connection() as conn, conn.transaction():
+                results = [await write.apply(conn) for write in batch]
+        except BaseException:
+            if self._on_abort is not None:
+                self._on_abort()
+            raise
         self.commits += 1
         return results
 

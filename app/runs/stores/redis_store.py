@@ -6,11 +6,8 @@ goes through sorted-set indexes per owner and status. Every multi-key write is a
 (`redis_scripts`), atomic in Redis: `append` counts the seq and adds the entry in one step,
 so the log has no gap and no duplicate whatever crashes. Durability is Redis's: with
 `appendonly yes` and `appendfsync everysec`, a Redis crash loses at most the last second.
-
-A terminal record (and its events, checkpoint and idempotency key) expires `retention_s`
-after it was saved terminal. Live followers read the run's stream (`redis_follow`), so a
-run executing on any replica streams to followers on every replica.
-"""
+A terminal record (and its events, checkpoint, idempotency key) expires `retention_s` after
+it was saved terminal. Followers on every replica read the run's stream (`redis_follow`)."""
 
 from __future__ import annotations
 
@@ -43,6 +40,7 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.redis_counters import RedisCounters
 from app.runs.stores.redis_errors import redis_client, translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
+from app.runs.stores.redis_schedules import RedisSchedules
 from app.runs.stores.redis_scripts import (
     APPEND,
     CHECKPOINT,
@@ -81,6 +79,7 @@ class RedisRunStore:
         self.redis: Redis = redis_client(url)
         self.counters = RedisCounters(self.redis, prefix)  # quotas' counts (DESIGN §13)
         self.threads = RedisThreadIndex(self.redis, prefix, retention_s)  # DESIGN §19
+        self.schedules = RedisSchedules(self.redis, prefix)  # DESIGN §21
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
@@ -279,10 +278,15 @@ class RedisRunStore:
         return stored(run_id, int(seq), type, ts, step, payload)
 
     async def append_soon(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
     ) -> Awaitable[Event]:
-        # each append is one script, fenced by the lease: made at once, not queued
-        return settled(await self.append(run_id, type, step, data))
+        return settled(await self.append(run_id, type, step, data, record=record))  # at once
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         entries: Any = await self.redis.xrange(
@@ -308,6 +312,12 @@ class RedisRunStore:
             self._fence(run_id, outcome)
             if outcome is None:
                 raise RunGoneError(run_id)
+
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        await self.save_checkpoint(run_id, step, state)  # one fenced script, made at once
+        return settled(None)
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
