@@ -101,6 +101,19 @@ PLANS = {
         "SELECT id FROM runs WHERE wait_deadline <= %s ORDER BY wait_deadline LIMIT 100",
         (1.0,),
     ),
+    "a key's schedules": (
+        "SELECT record FROM schedules WHERE owner = %s AND id > %s ORDER BY id LIMIT 50",
+        ("alice", ""),
+    ),
+    "the schedules due": (
+        "SELECT record FROM schedules WHERE next_due_at <= %s ORDER BY next_due_at, id LIMIT 100",
+        (1.0,),
+    ),
+    "a schedule's firings": (
+        "SELECT firing FROM schedule_firings WHERE schedule_id = %s AND due_at < %s"
+        " ORDER BY due_at DESC LIMIT 50",
+        ("sch_x", 1.0),
+    ),
 }
 
 
