@@ -44,12 +44,12 @@ class Replica:
 
     def schedules(self, clock: FakeClock, name: str = "r1", **options: Any) -> Schedules:
         """A scheduler of this replica's on `clock` (`steal` as the app would choose)."""
-        shared = self.settings.store_url.startswith(("redis", "postgresql"))
+        steal = self.state["schedules"].scheduler.options.steal  # the app's own choice
         return Schedules(
             manager=self.state["manager"],
             read=schedule_run_reader(self.settings, self.state["assembly"]),
             options=SchedulerOptions(
-                name=name, steal=not shared, lease_s=self.settings.lease_s, **options
+                name=name, steal=steal, lease_s=self.settings.lease_s, **options
             ),
             clock=clock,
         )
