@@ -1,7 +1,8 @@
 """The Postgres store's schema (DESIGN §18): migrated at start-up under an advisory lock, so
-replicas starting at once on an empty database all come up; a schema newer than the code is
-refused, naming both versions; every list and filter the API has reads an index (`EXPLAIN`:
-no sequential scan of events or runs for a run's events, a key's list, a thread, a tree)."""
+replicas starting at once on an empty database all come up; an older schema is brought up
+to date keeping its rows; a schema newer than the code is refused, naming both versions;
+every list and filter the API has reads an index (`EXPLAIN`: no sequential scan of events
+or runs for a run's events, a key's list, a thread, a tree, the schedules due)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import pytest
 
 from app.runs.records import RunRecord, new_run_id
 from app.runs.replicas.postgres_cluster import _QUEUED, PostgresCoordinator
+from app.runs.schedules.records import Schedule, new_schedule_id
 from app.runs.store import StoreError
 from app.runs.stores.postgres import PostgresRunStore
-from app.runs.stores.postgres_schema import SCHEMA_VERSION
+from app.runs.stores.postgres_rows import INSERT_RUN, run_row
+from app.runs.stores.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from tests.runs.test_redis_held import Member
+from tests.runs.test_store_contract import record
 
 
 async def test_three_replicas_starting_at_once_on_an_empty_database_all_come_up(
@@ -46,6 +50,28 @@ async def test_a_schema_newer_than_the_code_refuses_start_up_naming_both_version
     message = str(refused.value)
     assert f"version {SCHEMA_VERSION + 1}" in message
     assert f"({SCHEMA_VERSION})" in message
+
+
+async def test_a_database_at_schema_1_is_migrated_keeping_its_runs_and_takes_schedules(
+    postgres_url: str,
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        await conn.execute("CREATE SCHEMA finishline")
+        await conn.execute("SET search_path TO finishline")
+        await conn.execute(MIGRATIONS[0])  # as the first Postgres store left it
+        await conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        await conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+        await conn.execute(INSERT_RUN, run_row(old := record()))
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        assert await store.query("SELECT version FROM schema_version", ()) == [(2,)]
+        assert await store.get(old.id) == old
+        schedule = Schedule(id=new_schedule_id(), cron="* * * * *", run={}, next_due_at=60.0)
+        await store.schedules.insert(schedule)
+        assert await store.schedules.due(60.0) == [schedule]
+    finally:
+        await store.close()
 
 
 async def test_the_service_role_is_not_a_superuser(postgres_url: str) -> None:
