@@ -19,7 +19,19 @@ from app.api.auth import StreamTokens
 from app.api.bodylimit import BodyLimit
 from app.api.errors import ErrorBody, install_error_handlers
 from app.api.openapi import enforced_openapi
-from app.api.routes import a2a, agents, agui, events, health, runs, threads, tools, ui, usage
+from app.api.routes import (
+    a2a,
+    agents,
+    agui,
+    events,
+    health,
+    reports,
+    runs,
+    threads,
+    tools,
+    ui,
+    usage,
+)
 from app.assembly import RunAssembly
 from app.engine.prompts import load_prompts
 from app.heap import served_heap
@@ -242,7 +254,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, threads, events, tools, agents, agui, a2a, usage):
+    for module in (runs, threads, events, tools, agents, agui, a2a, usage, reports):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

@@ -148,6 +148,29 @@ MIGRATIONS = (
         SELECT owner, thread_id, 0, run_id FROM threads_v5;
     DROP TABLE threads_v5;
     """,
+    # 9: run summaries (DESIGN §20; `sqlite_reports`): how each ended run ended, written with
+    # its terminal record, deleted with the run; termination reports sum them. Runs that ended
+    # before have none until the backfill (`app.runs.reports.service`) writes theirs.
+    """
+    CREATE TABLE run_summaries (
+        run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+        owner TEXT,
+        agent TEXT,
+        model TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        degraded INTEGER NOT NULL,
+        finish_tool INTEGER NOT NULL,
+        steps INTEGER NOT NULL,
+        duration_s REAL NOT NULL,
+        tokens INTEGER NOT NULL,
+        cost_usd REAL,
+        tally TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX run_summaries_by_owner ON run_summaries (owner, created_at);
+    CREATE INDEX run_summaries_by_time ON run_summaries (created_at);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")

@@ -1,0 +1,68 @@
+"""The shapes of GET /reports/termination (DESIGN §20; `app.runs.reports`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from app.runs.reports.groups import GroupBy
+
+
+class Spread(BaseModel):
+    """Nearest-rank percentiles of a per-run figure; null for a group of no runs."""
+
+    p50: float | None = Field(description="The median: the value at rank ceil(n/2).")
+    p90: float | None = Field(description="The value at rank ceil(0.9 n).")
+
+
+class Usd(BaseModel):
+    """What a group's runs cost, in USD."""
+
+    total: float = Field(description="USD of the group's runs whose cost is known.")
+    per_run: float | None = Field(description="`total` over the runs whose cost is known.")
+    per_completed_run: float | None = Field(
+        description="The completed runs' USD over the completed runs whose cost is known."
+    )
+
+
+class ReportGroup(BaseModel):
+    """How one group's runs ended, and what it took."""
+
+    group: str | None = Field(
+        description="The model, agent profile (null: runs that named none), key id (the "
+        "first characters of an API key's digest, as GET /usage's key_id) or UTC day (the "
+        "day the run was made)."
+    )
+    runs: int = Field(description="Ended runs in the group.")
+    by_status: dict[str, int] = Field(description="Runs by status; every ended status is named.")
+    by_reason: dict[str, int] = Field(description="Runs by stop reason; every reason is named.")
+    degraded: int = Field(description="Runs whose answer was degraded.")
+    finish_tool: int = Field(description="Runs that ended through the finish tool.")
+    interventions: dict[str, int] = Field(description="Interventions by kind, all runs summed.")
+    totals: dict[str, int] = Field(
+        description="nudges, repetition_hints, truncations, context_trims, output_retries, "
+        "retries (LLM call retries) and takeovers, all runs summed."
+    )
+    per_run: dict[str, float] = Field(description="`totals` divided by `runs`.")
+    steps: Spread = Field(description="LLM turns per run.")
+    duration_s: Spread = Field(description="From a run's start to its end, in seconds.")
+    tokens: Spread = Field(description="Tokens per run (prompt + completion).")
+    usd: Usd = Field(description="What the runs cost.")
+    unpriced_calls: int = Field(description="LLM calls whose model had no known price.")
+
+
+class TerminationReport(BaseModel):
+    """How the caller's runs ended, per group (DESIGN §20)."""
+
+    group_by: GroupBy = Field(description="What the groups are.")
+    since: datetime | None = Field(description="The window's start (UTC), as asked.")
+    until: datetime | None = Field(description="The window's end (UTC, excluded), as asked.")
+    model: str | None = Field(description="The model filter, as asked.")
+    agent: str | None = Field(description="The agent profile filter, as asked.")
+    all_keys: bool = Field(
+        description="True when the report covers every key's runs (an admin key, or auth "
+        "off); false: the caller's own."
+    )
+    runs: int = Field(description="Ended runs in the report: GET /runs' count for the filter.")
+    groups: list[ReportGroup] = Field(description="The groups, by name (null first).")

@@ -1,0 +1,113 @@
+"""GET /reports/termination (DESIGN §20) on every store: exact against GET /runs for the same
+filter, per key, group_by=key for admins only, and bad input refused by name."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.kit import cancel, create, finishing, hanging, run_to_end, scripted, settings
+from tests.fakes.service import api_client
+
+KEY_A, KEY_B, ADMIN = "key-a-" + "a" * 20, "key-b-" + "b" * 20, "admin-" + "c" * 20
+A = {"Authorization": f"Bearer {KEY_A}"}
+B = {"Authorization": f"Bearer {KEY_B}"}
+AD = {"Authorization": f"Bearer {ADMIN}"}
+ENDED = "completed,incomplete,failed,cancelled"
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return url
+    return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+async def listed(client: httpx.AsyncClient, headers: dict[str, str], **params: Any) -> list[dict]:
+    response = await client.get(
+        "/runs", params={"status": ENDED, "limit": 200, **params}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+    return list(response.json()["runs"])
+
+
+async def report(client: httpx.AsyncClient, headers: dict[str, str], **params: Any) -> dict:
+    response = await client.get("/reports/termination", params=params, headers=headers)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def a_mix_of_runs(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+    """Runs that end finished, answered, max_steps, nudge_limit, error and cancelled."""
+    await run_to_end(client, finishing("42"), headers)
+    await run_to_end(client, scripted({"content": "4"}, settings={"stop_tool": False}), headers)
+    plain = {"content": "still thinking"}
+    limits = {"max_steps": 1, "max_nudges": 5}
+    await run_to_end(client, scripted(plain, plain, settings=limits), headers)
+    await run_to_end(client, scripted(plain, plain, settings={"max_nudges": 1}), headers)
+    await run_to_end(client, scripted(), headers)  # the script runs out: an error
+    await run_to_end(client, {"task": "say hi", "model": "demo"}, headers)
+    run = await create(client, hanging(), headers)
+    await cancel(client, run["id"], headers)
+    await run_to_end(client, {"task": "x", "model": "scripted"} | {"model_script": []}, headers)
+
+
+async def test_the_report_counts_exactly_the_runs_get_runs_lists(store_url: str) -> None:
+    config = settings(store_url=store_url, api_keys=[KEY_A, KEY_B], admin_keys=[ADMIN])
+    async with api_client(config) as client:
+        await a_mix_of_runs(client, A)
+        await run_to_end(client, finishing("b's"), B)
+        runs = await listed(client, A)
+        assert len(runs) >= 8
+        got = await report(client, A)
+        assert got["runs"] == len(runs)
+        assert got["all_keys"] is False
+        for group in got["groups"]:
+            mine = [r for r in runs if r["model"] == group["group"]]
+            assert group["runs"] == len(mine) == len(await listed(client, A, model=group["group"]))
+            reasons = Counter(r["result"]["reason"] for r in mine if r.get("result"))
+            assert {k: v for k, v in group["by_reason"].items() if v} == dict(reasons)
+            statuses = Counter(r["status"] for r in mine)
+            assert {k: v for k, v in group["by_status"].items() if v} == dict(statuses)
+        newest = runs[0]["created_at"]
+        since = await report(client, A, since=newest)
+        assert since["runs"] == len(await listed(client, A, since=newest)) == 1
+        until = await report(client, A, until=newest)
+        assert until["runs"] == len(await listed(client, A, until=newest)) == len(runs) - 1
+        by_day = await report(client, A, group_by="day")
+        assert sum(g["runs"] for g in by_day["groups"]) == len(runs)
+
+        assert (await report(client, B))["runs"] == 1  # a key sees its own runs
+        admin = await report(client, AD, group_by="key")
+        assert admin["all_keys"] is True
+        assert admin["runs"] == len(runs) + 1
+        assert sorted(g["runs"] for g in admin["groups"]) == [1, len(runs)]
+
+
+async def test_group_by_key_is_for_admin_keys_only() -> None:
+    async with api_client(settings(api_keys=[KEY_A], admin_keys=[ADMIN])) as client:
+        response = await client.get("/reports/termination?group_by=key", headers=A)
+        assert response.status_code == 403, response.text
+        assert "admin" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("group_by=week", "group_by"),
+        ("since=yesterday", "since"),
+        ("until=0.5", "until"),
+        ("since=2026-02-30", "since"),
+        ("since=2026-03-02&until=2026-03-01", "until"),
+    ],
+)
+async def test_bad_report_queries_are_422_naming_the_field(query: str, field: str) -> None:
+    async with api_client(settings()) as client:
+        response = await client.get(f"/reports/termination?{query}")
+        assert response.status_code == 422, response.text
+        assert field in response.text
