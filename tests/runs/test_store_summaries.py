@@ -232,3 +232,15 @@ async def forget_summary(store: Store, run_id: str) -> None:
         await store.redis.hdel(store.prefix + "run:" + run_id, "summary")
         await store.redis.zrem(store.prefix + "sum:all", run_id)
         await store.redis.zrem(store.prefix + "sum:o5:alice", run_id)
+
+
+async def test_percentiles_are_nearest_rank_on_every_store(store: Store) -> None:
+    for steps in (7, 1, 10, 4, 2, 9, 3, 8, 6, 5, 11):  # 11 runs: ranks 6 and 10
+        run = await ended(store, StopReason.FINISHED, model="m2")
+        run.usage = Usage(steps=steps, total_tokens=steps * 10, cost_usd=0.5)
+        await store.save(run)
+    await ended(store, StopReason.FINISHED, model="m3")
+    groups = await report(store)
+    assert groups["m2"]["steps"] == {"p50": 6, "p90": 10}
+    assert groups["m2"]["tokens"] == {"p50": 60, "p90": 100}
+    assert groups["m3"]["steps"] == {"p50": 3, "p90": 3}

@@ -4,7 +4,8 @@ or UTC day), how they ended and what it took. Sums over `RunSummary`s, made by a
 summary at a time, SQLite feeds it partial sums its own GROUP BY made (`add`) and the
 per-run figures percentiles need (`sample`). Either way the figures are the same.
 
-Percentiles are nearest-rank: p50 of n sorted values is the value at rank ceil(n/2).
+Percentiles are nearest-rank: p50 of n sorted values is the value at rank ceil(n/2), p90
+at rank ceil(9n/10).
 USD: the sum of the runs whose cost is known; `per_run` divides it by those runs,
 `per_completed_run` the completed ones' sum by the completed runs whose cost is known;
 `unpriced_calls` counts the LLM calls whose model had no price (their runs' cost is unknown).
@@ -12,7 +13,6 @@ USD: the sum of the runs whose cost is known; `per_run` divides it by those runs
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,6 +35,10 @@ PER_RUN = {
     "takeovers": "takeovers",
 }
 """The figures a report gives per run, and the tally counter each one is."""
+
+
+FIGURES = ("steps", "duration_s", "tokens")
+"""The per-run figures a report gives percentiles of."""
 
 
 class GroupBy(StrEnum):
@@ -63,10 +67,12 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
         return {"p50": None, "p90": None}
     ordered = sorted(values)
     n = len(ordered)
-    return {
-        "p50": ordered[max(1, math.ceil(0.5 * n)) - 1],
-        "p90": ordered[max(1, math.ceil(0.9 * n)) - 1],
-    }
+    return {"p50": ordered[rank(n, 50) - 1], "p90": ordered[rank(n, 90) - 1]}
+
+
+def rank(n: int, q: int) -> int:
+    """The nearest rank of the q-th percentile of n values: ceil(q n / 100), in integers."""
+    return max(1, (q * n + 99) // 100)
 
 
 @dataclass(slots=True)
@@ -84,6 +90,8 @@ class _Group:
     steps: list[float] = field(default_factory=list)
     duration_s: list[float] = field(default_factory=list)
     tokens: list[float] = field(default_factory=list)
+    spreads: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Percentiles a store worked out itself (`spread`), by figure."""
 
 
 class ReportBuilder:
@@ -130,6 +138,11 @@ class ReportBuilder:
         into.duration_s.append(duration_s)
         into.tokens.append(tokens)
 
+    def spread(self, group: str | None, figure: str, spread: dict[str, float | None]) -> None:
+        """A figure's percentiles over the group's runs (`percentiles`), as a store worked
+        them out instead of a `sample` per run: one of `FIGURES`."""
+        self._groups.setdefault(group, _Group()).spreads[figure] = spread
+
     def add_summary(self, summary: RunSummary) -> None:
         group = group_of(summary, self.group_by)
         priced = summary.cost_usd is not None
@@ -166,9 +179,9 @@ class ReportBuilder:
             "interventions": interventions,
             "totals": totals,
             "per_run": {k: (v / g.runs if g.runs else 0.0) for k, v in totals.items()},
-            "steps": percentiles(g.steps),
-            "duration_s": percentiles(g.duration_s),
-            "tokens": percentiles(g.tokens),
+            "steps": g.spreads.get("steps") or percentiles(g.steps),
+            "duration_s": g.spreads.get("duration_s") or percentiles(g.duration_s),
+            "tokens": g.spreads.get("tokens") or percentiles(g.tokens),
             "usd": {
                 "total": round(g.usd, 12),
                 "per_run": round(g.usd / g.priced_runs, 12) if g.priced_runs else None,

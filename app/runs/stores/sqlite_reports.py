@@ -16,7 +16,7 @@ from typing import Any
 
 from app.runs.errors import RunUnreadableError
 from app.runs.records import RunRecord
-from app.runs.reports.groups import GroupBy, ReportBuilder
+from app.runs.reports.groups import FIGURES, GroupBy, ReportBuilder, percentiles
 from app.runs.reports.summaries import TALLIED, RunFilter, RunSummary, summarize, tally_of
 from app.runs.store import read_record
 
@@ -33,7 +33,7 @@ _INSERT = """
 _GROUPS = {
     GroupBy.MODEL: "model",
     GroupBy.AGENT: "agent",
-    GroupBy.KEY: "owner",
+    GroupBy.KEY: "NULLIF(owner, '')",
     GroupBy.DAY: "substr(created_at, 1, 10)",
 }
 
@@ -52,7 +52,7 @@ def insert_summary(conn: sqlite3.Connection, summary: RunSummary) -> None:
         _INSERT,
         (
             summary.run_id,
-            summary.owner,
+            summary.owner or "",
             summary.agent,
             summary.model,
             summary.created_at.isoformat(),
@@ -87,7 +87,10 @@ def where_matching(
     `run_summaries` (where model and agent are columns)."""
     where: list[str] = []
     params: list[Any] = []
-    if not any_owner:
+    if not any_owner and summaries:
+        where.append("owner = ?")  # ('' for none)
+        params.append(owner or "")
+    elif not any_owner:
         where.append("owner IS NULL" if owner is None else "owner = ?")
         params += [] if owner is None else [owner]
     if matching is None:
@@ -138,8 +141,15 @@ def report_query(
                     usd=usd,
                     priced_runs=priced,
                 )
+            per_group: dict[Any, tuple[list[float], list[float], list[float]]] = {}
             for grp, steps, duration_s, tokens in conn.execute(figures, params):
-                report.sample(grp, steps, duration_s, tokens)
+                lists = per_group.get(grp) or per_group.setdefault(grp, ([], [], []))
+                lists[0].append(steps)
+                lists[1].append(duration_s)
+                lists[2].append(tokens)
+            for grp, lists in per_group.items():
+                for figure, values in zip(FIGURES, lists, strict=True):
+                    report.spread(grp, figure, percentiles(values))
         finally:
             conn.execute("COMMIT")
         return report.groups()
