@@ -26,6 +26,7 @@ STEPS = (
     ("a run through each stream, next to the plain run (bench/streams.py)", ["bench.streams"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
     ("bearer credential checks: API key and token (bench/auth.py)", ["bench.auth"]),
+    ("a termination report over 100,000 runs on SQLite (bench/reports.py)", ["bench.reports"]),
 )
 
 

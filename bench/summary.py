@@ -301,6 +301,7 @@ def blocks(quick: bool) -> dict[str, str]:
         "streams": _body("streams", quick),
         "agui": _body("agui", quick),
         "auth": _body("auth", quick),
+        "reports": _body("reports", quick),
     }
 
 
