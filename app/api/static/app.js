@@ -1,12 +1,13 @@
 // The viewer's entry point: load what the server offers, then route on the URL's hash
-// ("#/runs/<id>" shows that run, "#/threads/<id>" that thread, anything else the form), so a
-// reload restores the view.
+// ("#/runs/<id>" shows that run, "#/threads/<id>" that thread, "#/report" the termination
+// report, anything else the form), so a reload restores the view.
 
 import { auth, get } from "./api.js";
 import { askForKey } from "./auth.js";
 import { RunForm } from "./form.js";
 import { RunList } from "./runs.js";
 import { RunView } from "./runview.js";
+import { ReportView } from "./report.js";
 import { ThreadList, ThreadView } from "./threads.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -14,6 +15,8 @@ const $ = (selector) => document.querySelector(selector);
 const newRun = $("#new-run");
 const runSection = $("#run-view");
 const threadSection = $("#thread-view");
+const reportSection = $("#report-view");
+const report = new ReportView(reportSection);
 const banner = $("#banner");
 
 const runs = new RunList($("#runs"));
@@ -45,7 +48,9 @@ function route({ initial = false } = {}) {
   const id = match ? decodeURIComponent(match[1]) : null;
   const threadMatch = /^#\/threads\/([^/?#]+)$/.exec(location.hash);
   const threadId = threadMatch ? decodeURIComponent(threadMatch[1]) : null;
-  newRun.hidden = Boolean(id || threadId);
+  const reporting = location.hash === "#/report";
+  newRun.hidden = Boolean(id || threadId || reporting);
+  reportSection.hidden = !reporting;
   runSection.hidden = !id;
   threadSection.hidden = !threadId;
   runs.select(id);
@@ -54,6 +59,10 @@ function route({ initial = false } = {}) {
     thread.close();
     if (view.id !== id) view.open(id);
     if (!initial) $("#run-title")?.focus();
+  } else if (reporting) {
+    view.close();
+    thread.close();
+    report.open().then(() => { if (!initial) $("#report-title")?.focus(); });
   } else if (threadId) {
     view.close();
     thread.open(threadId);
