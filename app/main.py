@@ -23,6 +23,7 @@ from app.api.routes import (
     a2a,
     agents,
     agui,
+    compare,
     events,
     health,
     reports,
@@ -254,7 +255,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, threads, events, tools, agents, agui, a2a, usage, reports):
+    for module in (compare, runs, threads, events, tools, agents, agui, a2a, usage, reports):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

@@ -66,3 +66,45 @@ class TerminationReport(BaseModel):
     )
     runs: int = Field(description="Ended runs in the report: GET /runs' count for the filter.")
     groups: list[ReportGroup] = Field(description="The groups, by name (null first).")
+
+
+class RunOutcome(BaseModel):
+    """One compared run: how it ended and what it took."""
+
+    id: str = Field(description="The run's id.")
+    model: str = Field(description="The model it ran on.")
+    agent: str | None = Field(description="The agent profile it named; null for none.")
+    task: str = Field(description="Its task.")
+    status: str = Field(description="Its status.")
+    reason: str | None = Field(description="Why it ended; null while it has not.")
+    degraded: bool | None = Field(description="Its answer was degraded; null while running.")
+    answer: str | None = Field(description="Its answer; null for none.")
+    steps: int = Field(description="LLM turns.")
+    total_tokens: int = Field(description="Tokens spent.")
+    cost_usd: float | None = Field(description="USD; null when a call had no known price.")
+    duration_s: float | None = Field(description="Start to end; null while it has not ended.")
+
+
+class ComparedStep(BaseModel):
+    """What one run did at one step."""
+
+    thought: str | None = Field(description="Its thought (the first 500 characters).")
+    tools: list[str | None] = Field(description="The tools it called, in order.")
+    errors: int = Field(description="Tool results that were errors.")
+    interventions: list[str | None] = Field(description="Interventions it got, by kind.")
+
+
+class AlignedStep(BaseModel):
+    """One step number, across the compared runs."""
+
+    step: int = Field(description="The step number (1 is the first).")
+    runs: list[ComparedStep | None] = Field(
+        description="Per run, in the order asked, its step; null where it had none."
+    )
+
+
+class CompareView(BaseModel):
+    """Runs side by side (GET /runs/compare)."""
+
+    runs: list[RunOutcome] = Field(description="The runs, in the order asked.")
+    steps: list[AlignedStep] = Field(description="Their steps, aligned by number.")

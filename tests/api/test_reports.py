@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.api.kit import cancel, create, finishing, hanging, run_to_end, scripted, settings
+from tests.api.kit import finish as finish_reply
 from tests.fakes.service import api_client
 
 KEY_A, KEY_B, ADMIN = "key-a-" + "a" * 20, "key-b-" + "b" * 20, "admin-" + "c" * 20
@@ -111,3 +112,53 @@ async def test_bad_report_queries_are_422_naming_the_field(query: str, field: st
         response = await client.get(f"/reports/termination?{query}")
         assert response.status_code == 422, response.text
         assert field in response.text
+
+
+async def test_compare_puts_runs_side_by_side_with_their_steps_aligned(store_url: str) -> None:
+    calc = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}
+    config = settings(store_url=store_url, api_keys=[KEY_A, KEY_B])
+    async with api_client(config) as client:
+        two_steps = scripted(calc, finish_reply("42"), tools=["calculator"])
+        first = await run_to_end(client, two_steps, A)
+        second = await run_to_end(client, finishing("41"), A)
+        other = await run_to_end(client, finishing("b's"), B)
+        response = await client.get(
+            "/runs/compare", params={"ids": f"{first['id']},{second['id']}"}, headers=A
+        )
+        assert response.status_code == 200, response.text
+        view = response.json()
+        assert [r["id"] for r in view["runs"]] == [first["id"], second["id"]]
+        assert [r["answer"] for r in view["runs"]] == ["42", "41"]
+        assert [r["reason"] for r in view["runs"]] == ["finished", "finished"]
+        assert [s["step"] for s in view["steps"]] == [1, 2]
+        one, two = view["steps"]
+        assert one["runs"][0]["tools"] == ["calculator"]
+        assert one["runs"][1] is not None
+        assert two["runs"][1] is None  # the second run ended at its first step
+
+        foreign = await client.get(
+            "/runs/compare", params={"ids": f"{first['id']},{other['id']}"}, headers=A
+        )
+        assert foreign.status_code == 404, foreign.text
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        "run_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        "a,b",
+        "run_01ARZ3NDEKTSV4RRFFQ69G5FAV,run_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+    ],
+)
+async def test_compare_wants_two_to_four_distinct_run_ids(ids: str) -> None:
+    async with api_client(settings()) as client:
+        response = await client.get("/runs/compare", params={"ids": ids})
+        assert response.status_code == 422, response.text
+        assert "ids" in response.text
+
+
+async def test_compare_of_five_runs_is_refused() -> None:
+    ids = ",".join(f"run_01ARZ3NDEKTSV4RRFFQ69G5FA{c}" for c in "VWXYZ")
+    async with api_client(settings()) as client:
+        response = await client.get("/runs/compare", params={"ids": ids})
+        assert response.status_code == 422, response.text

@@ -65,3 +65,35 @@ async def test_the_report_page_shows_each_models_reasons_as_a_table_and_a_chart(
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         await page.locator("#report-view").screenshot(path=ARTIFACTS / "report.png")
         shutil.copyfile(ARTIFACTS / "report.png", SCREENSHOT)
+
+
+async def test_the_compare_page_puts_two_runs_side_by_side_with_steps_aligned(
+    browser: Browser,
+) -> None:
+    calc = FakeReply.call("calculator", {"expression": "6*7"})
+    replies = [calc, FakeReply.finish("42"), FakeReply.finish("41")]
+    async with (
+        FakeLLMServer(replies) as llm,
+        open_viewer(browser, llm_base_url=llm.base_url) as v,
+    ):
+        ids = []
+        for model, tools in (("model-a", ["calculator"]), ("model-b", [])):
+            body = {"task": "What is 6*7?", "model": model, "tools": tools}
+            run = (await v.client.post("/runs", json=body)).json()
+            await v.client.get(f"/runs/{run['id']}/wait", params={"timeout_s": 10})
+            ids.append(run["id"])
+
+        page = v.page
+        await page.goto(f"/#/compare/{ids[0]},{ids[1]}")
+        await v.ready()
+        await expect(page.locator("#compare-title")).to_have_text("Runs side by side")
+        table = page.locator("#compare-table")
+        await expect(table.locator("thead th")).to_have_count(3)
+        model = table.locator('tr[data-fact="model"] td')
+        await expect(model).to_have_text(["model-a", "model-b"])
+        await expect(table.locator('tr[data-fact="answer"] td')).to_have_text(["42", "41"])
+        first = table.locator('tr[data-step="1"] td')
+        await expect(first.nth(0)).to_contain_text("tools: calculator")
+        second = table.locator('tr[data-step="2"] td')
+        await expect(second.nth(1)).to_have_text("–")  # model-b ended at its first step
+        await page.locator("#compare-view").screenshot(path=ARTIFACTS / "compare.png")

@@ -8,10 +8,13 @@ run that ends meanwhile has its summary written with its terminal record as alwa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
+from app.runs.records import Event, RunRecord
+from app.runs.reports.compare import compared
 from app.runs.reports.groups import GroupBy
 from app.runs.reports.summaries import RunFilter, summarize, tally_of
 from app.runs.store import RunStore
@@ -51,7 +54,7 @@ class Reports:
                     after = run_id
                     if record is None:  # unreadable (logged when read): left out
                         continue
-                    tally = tally_of(await self._events(run_id))
+                    tally = tally_of((e.type, e.data) for e in await self._events(run_id))
                     await self.store.save_summary(summarize(record, tally))
                     made += 1
                 if len(found) < PAGE:
@@ -63,12 +66,16 @@ class Reports:
             log.info("summaries_backfilled", summarized=made)
         return made
 
-    async def _events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-        events: list[tuple[str, dict[str, Any]]] = []
+    async def compare(self, records: Sequence[RunRecord]) -> dict[str, Any]:
+        """The runs side by side (`compare.compared`), their events read whole."""
+        return compared([(record, await self._events(record.id)) for record in records])
+
+    async def _events(self, run_id: str) -> list[Event]:
+        events: list[Event] = []
         after = 0
         while True:
             page = await self.store.read(run_id, after=after, limit=EVENTS_PAGE)
-            events += [(e.type, e.data) for e in page]
+            events += page
             if len(page) < EVENTS_PAGE:
                 return events
             after = page[-1].seq

@@ -81,11 +81,16 @@ class RedisSummaries:
             if not ids:
                 break
             async with self.redis.pipeline(transaction=False) as pipe:
-                for run_id in ids:
-                    pipe.hmget(self.prefix + "run:" + run_id, ["record", "tag", "summary"])
+                for run_id in ids:  # which have a summary: most, read without their records
+                    pipe.hexists(self.prefix + "run:" + run_id, "summary")
+                summarized: list[int] = await pipe.execute()
+            missing = [i for i, done in zip(ids, summarized, strict=True) if not done]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for run_id in missing:
+                    pipe.hmget(self.prefix + "run:" + run_id, ["record", "tag"])
                 rows: list[list[str | None]] = await pipe.execute()
-            for run_id, (raw, tag, summary) in zip(ids, rows, strict=True):
-                if raw is None or summary is not None or len(found) == limit:
+            for run_id, (raw, tag) in zip(missing, rows, strict=True):
+                if raw is None or len(found) == limit:
                     continue
                 try:
                     found.append((run_id, read_record(run_id, raw, owner=tag_owner(tag))))

@@ -1,0 +1,55 @@
+"""GET /runs/compare: two to four of the caller's runs side by side (DESIGN §20). Its own
+router, included before /runs/{run_id}'s, whose path it would otherwise match."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+
+from app.api.deps import CallerDep, ManagerDep
+from app.api.errors import REFUSING, ApiError, ErrorBody
+from app.api.report_schemas import CompareView
+from app.runs.reports.compare import MAX_RUNS, MIN_RUNS
+
+router = APIRouter(tags=["runs"])
+IDS = r"^run_[0-9A-Z]{26}(,run_[0-9A-Z]{26}){1,3}$"
+
+
+@router.get(
+    "/runs/compare",
+    response_model=CompareView,
+    summary="Two to four runs side by side",
+    description="Each run's outcome (model, agent, status, reason, degraded, answer, steps, "
+    "tokens, USD, duration) and their steps aligned by step number: per step, what each run "
+    "did (its thought, the tools it called, errors, interventions), null where a run had no "
+    "such step. Every run must be the caller's (404 otherwise). The viewer shows it at "
+    "#/compare/A,B.",
+    responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+)
+async def compare_runs(
+    manager: ManagerDep,
+    caller: CallerDep,
+    ids: Annotated[
+        str,
+        Query(pattern=IDS, description=f"{MIN_RUNS} to {MAX_RUNS} run ids, comma-separated."),
+    ],
+) -> CompareView:
+    wanted = ids.split(",")
+    if len(set(wanted)) != len(wanted):
+        raise ApiError(422, "validation_error", "ids: a run is named twice", field="ids")
+    records = [
+        await manager.get(run_id, caller.owner, any_owner=caller.any_owner) for run_id in wanted
+    ]
+    return CompareView.model_validate(await manager.reports.compare(records))
+
+
+@router.api_route(
+    "/runs/compare",
+    methods=["POST", "PUT", "PATCH", "DELETE"],
+    include_in_schema=False,
+    name=REFUSING,
+)
+async def not_a_run() -> None:
+    """405 for the path's other methods (not /runs/{run_id}'s DELETE of a run `compare`)."""
+    raise HTTPException(405)
