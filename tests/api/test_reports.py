@@ -162,3 +162,19 @@ async def test_compare_of_five_runs_is_refused() -> None:
     async with api_client(settings()) as client:
         response = await client.get("/runs/compare", params={"ids": ids})
         assert response.status_code == 422, response.text
+
+
+async def test_a_waiting_run_cancelled_is_counted_with_its_approval_wait(store_url: str) -> None:
+    """The run ends through the waiting side of the store (not the recorder's append), and
+    its summary is written there too."""
+    calc = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}, "id": "c1"}]}
+    config = settings(store_url=store_url, approval_tools=["calculator"])
+    async with api_client(config) as client:
+        run = await create(client, scripted(calc, finish_reply("2"), tools=["calculator"]))
+        waiting = await client.get(f"/runs/{run['id']}/wait", params={"timeout_s": 10})
+        assert waiting.json()["status"] == "requires_action", waiting.text
+        await cancel(client, run["id"])
+        got = await report(client, {})
+        assert got["runs"] == 1
+        assert got["groups"][0]["by_reason"]["cancelled"] == 1
+        assert got["groups"][0]["by_status"]["cancelled"] == 1
