@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.runs.reports.groups import GroupBy
+from app.runs.settingspec import RunSettingsIn
 
 
 class Spread(BaseModel):
@@ -108,3 +110,31 @@ class CompareView(BaseModel):
 
     runs: list[RunOutcome] = Field(description="The runs, in the order asked.")
     steps: list[AlignedStep] = Field(description="Their steps, aligned by number.")
+
+
+class ReplayIn(BaseModel):
+    """POST /runs/{id}/replay's body (optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    settings: RunSettingsIn | None = Field(
+        None,
+        description="Settings to replay with instead of the run's own (a lower max_steps, "
+        "say): the replay shows where the run would have gone another way.",
+    )
+
+
+class Divergence(BaseModel):
+    """Where the replay first made another event than the run recorded."""
+
+    seq: int = Field(description="The place in the compared events (1: the first step.started).")
+    recorded: dict[str, Any] | None = Field(description="The recorded event; null: none left.")
+    replayed: dict[str, Any] | None = Field(description="The replayed one; null: none made.")
+
+
+class ReplayView(BaseModel):
+    """Whether today's engine makes the same events from the run's recorded replies."""
+
+    identical: bool = Field(description="Every compared event is the same.")
+    events: int = Field(description="Events the replay made (tokens excepted).")
+    first_divergence: Divergence | None = Field(description="null when identical.")

@@ -74,7 +74,7 @@ class RunManager:
         max_agent_runs: int = 20,
     ) -> None:
         self.store = backend.store
-        self.reports = Reports(self.store)  # DESIGN §20
+        self.reports = Reports(self.store, assembler)  # DESIGN §20
         self.live = backend.live
         self.placement = backend.placement
         self.inbox = backend.inbox

@@ -1,5 +1,6 @@
-"""GET /runs/compare: two to four of the caller's runs side by side (DESIGN §20). Its own
-router, included before /runs/{run_id}'s, whose path it would otherwise match."""
+"""GET /runs/compare: two to four of the caller's runs side by side, and POST
+/runs/{id}/replay (DESIGN §20). Its own router, included before /runs/{run_id}'s, whose path
+`/runs/compare` would otherwise match."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from app.api.deps import CallerDep, ManagerDep
 from app.api.errors import REFUSING, ApiError, ErrorBody
-from app.api.report_schemas import CompareView
+from app.api.report_schemas import CompareView, ReplayIn, ReplayView
 from app.runs.reports.compare import MAX_RUNS, MIN_RUNS
 
 router = APIRouter(tags=["runs"])
@@ -53,3 +54,25 @@ async def compare_runs(
 async def not_a_run() -> None:
     """405 for the path's other methods (not /runs/{run_id}'s DELETE of a run `compare`)."""
     raise HTTPException(405)
+
+
+@router.post(
+    "/runs/{run_id}/replay",
+    response_model=ReplayView,
+    summary="Replay an ended run on today's engine",
+    description="Runs the loop again on the run's recorded model replies and tool results: "
+    "no model or tool is called, no token spent, nothing stored. Answers whether the engine "
+    "makes the same events (`identical`) or where it first differs. `settings` replay with "
+    "other values than the run's (caps do not apply: nothing runs). 409 run_not_ended for a "
+    "run that has not ended. See docs/guides/reports.md.",
+    responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+)
+async def replay_run(
+    run_id: str, manager: ManagerDep, caller: CallerDep, body: ReplayIn | None = None
+) -> ReplayView:
+    record = await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
+    settings = None
+    if body is not None and body.settings is not None:
+        given = body.settings.model_fields_set
+        settings = {name: getattr(body.settings, name) for name in given}
+    return ReplayView.model_validate(await manager.reports.replay(record, settings))

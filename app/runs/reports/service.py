@@ -8,14 +8,25 @@ run that ends meanwhile has its summary written with its terminal record as alwa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
+from app.runs.errors import RunNotEndedError
+from app.runs.ports import RunAssembler
 from app.runs.records import Event, RunRecord
 from app.runs.reports.compare import compared
 from app.runs.reports.groups import GroupBy
+from app.runs.reports.replay import (
+    ReplayModel,
+    divergence,
+    recorded_replies,
+    replay_tools,
+    replayed,
+    shown,
+)
 from app.runs.reports.summaries import RunFilter, summarize, tally_of
 from app.runs.store import RunStore
 
@@ -26,8 +37,9 @@ EVENTS_PAGE = 1000
 
 
 class Reports:
-    def __init__(self, store: RunStore) -> None:
+    def __init__(self, store: RunStore, assembler: RunAssembler | None = None) -> None:
         self.store = store
+        self.assembler = assembler
 
     async def termination(
         self, *, owner: str | None, any_owner: bool, matching: RunFilter, group_by: GroupBy
@@ -69,6 +81,31 @@ class Reports:
     async def compare(self, records: Sequence[RunRecord]) -> dict[str, Any]:
         """The runs side by side (`compare.compared`), their events read whole."""
         return compared([(record, await self._events(record.id)) for record in records])
+
+    async def replay(
+        self, record: RunRecord, settings: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The ended run's replay (`replay` module): `{identical, events, first_divergence}`;
+        `settings` change the run's own for the replay. `RunNotEndedError` for a run that has
+        not ended. Nothing is stored, no model or tool is called."""
+        if not record.status.terminal:
+            raise RunNotEndedError(record.id)
+        assert self.assembler is not None, "replay needs the run assembler"
+        events = await self._events(record.id)
+        run = record.model_copy(deep=True)
+        if settings:
+            run.settings = dataclasses.replace(run.settings, **settings)
+        inputs = await self.assembler.inputs(run)
+        try:
+            answer = record.result.answer if record.result is not None else None
+            real = inputs.model
+            replies = recorded_replies(events, answer)
+            inputs.model = ReplayModel(real.name, getattr(real, "price", None), replies)
+            replay_tools(inputs, events)
+            made = await replayed(inputs, record.id)
+        finally:
+            await inputs.aclose()
+        return divergence(shown(events), made)
 
     async def _events(self, run_id: str) -> list[Event]:
         events: list[Event] = []
