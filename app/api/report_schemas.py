@@ -138,3 +138,28 @@ class ReplayView(BaseModel):
     identical: bool = Field(description="Every compared event is the same.")
     events: int = Field(description="Events the replay made (tokens excepted).")
     first_divergence: Divergence | None = Field(description="null when identical.")
+
+
+class ForkIn(BaseModel):
+    """POST /runs/{id}/fork's body: where to fork, and what the fork changes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at_step: int = Field(
+        ge=1,
+        description="The step to fork at: the fork's conversation is the run's before it (1: "
+        "the same task from the start). At most the run's steps.",
+    )
+    model: str | None = Field(None, description="Another model for the fork.")
+    agent: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+        description="Another agent profile: its values are the fork's defaults (the run's "
+        "request is not carried, its task excepted).",
+    )
+    settings: RunSettingsIn | None = Field(
+        None, description="Settings changed for the fork, merged over the run's key by key."
+    )
+    system_prompt: str | None = Field(None, description="Another system prompt (at_step 1 only).")
+    tools: list[str] | None = Field(None, description="Other tools, by name (GET /tools).")
+    task: str | None = Field(None, min_length=1, description="Another task (at_step 1 only).")

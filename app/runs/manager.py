@@ -74,7 +74,6 @@ class RunManager:
         max_agent_runs: int = 20,
     ) -> None:
         self.store = backend.store
-        self.reports = Reports(self.store, assembler)  # DESIGN §20
         self.live = backend.live
         self.placement = backend.placement
         self.inbox = backend.inbox
@@ -111,6 +110,7 @@ class RunManager:
             traces=traces,
             find=self.get,
         )
+        self.reports = Reports(self.store, assembler, self.admission)  # DESIGN §20
         self.tree = RunTree(
             store=self.store,
             admission=self.admission,

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from app.engine.policies import Limits
 from app.runs.records import (
+    ForkedFrom,
     PendingApproval,
     RunErrorInfo,
     RunRecord,
@@ -87,6 +88,9 @@ class RunView(BaseModel):
         description="The thread (conversation, DESIGN §19) whose run it is (GET "
         "/threads/{id}), or null.",
     )
+    forked_from: ForkedFrom | None = Field(
+        None, description="A fork's origin (POST /runs/{id}/fork): the run and step; or null."
+    )
     agents: list[str] = Field(
         default_factory=list,
         description="Its sub-agents (tools NAME(task) of its model, DESIGN §15), by name.",
@@ -159,6 +163,7 @@ def to_view(record: RunRecord) -> RunView:
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
         thread_id=record.thread_id,
+        forked_from=record.forked_from,
         agents=list(request.agents or ()),
         parent_run_id=record.parent_run_id,
         parent_call_id=record.parent_call_id,

@@ -10,8 +10,9 @@ from fastapi import APIRouter, HTTPException, Query
 
 from app.api.deps import CallerDep, ManagerDep
 from app.api.errors import REFUSING, ApiError, ErrorBody
-from app.api.report_schemas import CompareView, ReplayIn, ReplayView
+from app.api.report_schemas import CompareView, ForkIn, ReplayIn, ReplayView
 from app.runs.reports.compare import MAX_RUNS, MIN_RUNS
+from app.runs.view import RunView, to_view
 
 router = APIRouter(tags=["runs"])
 IDS = r"^run_[0-9A-Z]{26}(,run_[0-9A-Z]{26}){1,3}$"
@@ -76,3 +77,25 @@ async def replay_run(
         given = body.settings.model_fields_set
         settings = {name: getattr(body.settings, name) for name in given}
     return ReplayView.model_validate(await manager.reports.replay(record, settings))
+
+
+@router.post(
+    "/runs/{run_id}/fork",
+    status_code=202,
+    response_model=RunView,
+    summary="Fork an ended run at a step, with changes",
+    description="A new run (202) whose conversation is the ended run's as it stood before "
+    "`at_step` (its model replies and recorded tool results: nothing is called again), then "
+    "goes on live with the changes given (model, agent, settings, tools; system_prompt and "
+    "task at step 1 only). `forked_from {run_id, step}` on the new run and its run.queued "
+    "event. Quotas and caps apply as to any run. 409 run_not_ended for a run that has not "
+    "ended; 422 for a step it did not reach. See docs/guides/reports.md.",
+    responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+)
+async def fork_run(run_id: str, body: ForkIn, manager: ManagerDep, caller: CallerDep) -> RunView:
+    record = await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
+    overrides = body.model_dump(exclude_unset=True, exclude={"at_step", "settings"})
+    if body.settings is not None:
+        given = body.settings.model_fields_set
+        overrides["settings"] = {n: getattr(body.settings, n) for n in given}
+    return to_view(await manager.reports.fork(record, body.at_step, overrides, caller.owner))

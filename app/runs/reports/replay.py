@@ -190,6 +190,14 @@ def _answer(replay: list[dict[str, Any]], seq: int, was: Any, now: Any) -> dict[
     return {"identical": False, "events": len(replay), "first_divergence": first}
 
 
+def on_record(inputs: RunInputs, events: Sequence[Event], answer: str | None) -> None:
+    """Give `inputs` the recorded model and tools in place of the real ones."""
+    real = inputs.model
+    replies = recorded_replies(events, answer)
+    inputs.model = ReplayModel(real.name, getattr(real, "price", None), replies)
+    replay_tools(inputs, events)
+
+
 def replay_tools(inputs: RunInputs, events: Sequence[Event]) -> None:
     """Give `inputs` the recorded tools in place of the real ones (`update_plan` stays: it
     only writes the run's plan)."""
@@ -200,3 +208,27 @@ def replay_tools(inputs: RunInputs, events: Sequence[Event]) -> None:
         else ReplayTool(tool, results.get(tool.name, deque()), inputs.prompts.tool_failed)
         for tool in inputs.tools
     ]
+
+
+SPENT = ("llm_calls", "tool_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
+async def state_before(inputs: RunInputs, run_id: str, step: int) -> dict[str, Any]:
+    """The engine's state as the run stood before `step` (2 or more): its checkpoint after
+    step - 1, replayed. A fork spent none of it: its spending counters start at zero."""
+    kept: dict[str, Any] | None = None
+    steps = react(inputs, run_id=run_id)
+    try:
+        async for made in steps:
+            if isinstance(made, Checkpoint) and made.step == step - 1:
+                if not made.state.get("acting"):
+                    kept = made.state
+            elif made.step >= step or isinstance(made, Finished):
+                break
+    finally:
+        await steps.aclose()  # type: ignore[attr-defined]
+    if kept is None:
+        raise ValueError(f"the run has no state after its step {step - 1}")
+    fresh = {**kept, **dict.fromkeys(SPENT, 0)}
+    fresh.update(unpriced_calls=0, last_call_cost_usd=0.0, elapsed_s=0.0, model=None)
+    return fresh
