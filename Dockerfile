@@ -35,6 +35,9 @@
 #     FINISHLINE_QUOTA_TOKENS_PER_DAY=           per API key: LLM tokens per UTC day
 #     FINISHLINE_QUOTA_COST_USD_PER_DAY=         per API key: USD of priced calls per UTC day
 #     FINISHLINE_USAGE_METRICS_BY_KEY=false      /metrics by API key too (a series per key)
+#     FINISHLINE_SCHEDULES_ENABLED=true          false: schedules record their due times, fire none
+#     FINISHLINE_SCHEDULE_MISFIRE_GRACE_S=3600.0 misfire run_once: the latest missed due time, if this recent
+#     FINISHLINE_SCHEDULE_POLL_S=1.0             how often the scheduler looks for due schedules
 #     FINISHLINE_SHUTDOWN_GRACE_S=30.0           on SIGTERM, how long runs may go on
 #     FINISHLINE_SSE_PING_S=15.0                 keep-alive comment interval on SSE
 #     FINISHLINE_SSE_SEND_TIMEOUT_S=30.0         a client slower than this to accept a write is dropped
@@ -53,6 +56,7 @@
 #     FINISHLINE_MAX_BODY_JSON_VALUES=50000      most JSON values in a POST /runs body
 #     FINISHLINE_MAX_SYSTEM_PROMPT_CHARS=100000  longest accepted system_prompt
 #     FINISHLINE_MAX_MODEL_NAME_CHARS=200        longest accepted model name
+#     FINISHLINE_MAX_RUBRIC_CHARS=20000          longest outcome.rubric
 #     FINISHLINE_MAX_TOOLS=64                    most tools per run (tools + http_tools)
 #     FINISHLINE_MAX_TOOL_SCHEMA_BYTES=16384     largest HTTP tool parameters schema
 #     FINISHLINE_MAX_TOOL_SCHEMAS_TOTAL_BYTES=65536  all HTTP tool schemas together
@@ -106,6 +110,7 @@
 #     FINISHLINE_FINAL_ANSWER_ON_LIMIT=true      FINISHLINE_STREAM_TOKENS=false
 #     FINISHLINE_PROMPT_LANGUAGE=en
 #     FINISHLINE_MAX_OUTPUT_RETRIES=2            FINISHLINE_MAX_OUTPUT_RETRIES_LIMIT=10
+#     FINISHLINE_MAX_REVISIONS=2                 FINISHLINE_MAX_REVISIONS_LIMIT=10
 #     FINISHLINE_PLANNING_INTERVAL=              FINISHLINE_PLANNING_INTERVAL_LIMIT=100
 #   traces (OpenTelemetry, off unless an endpoint is set; README "Traces")
 #     OTEL_EXPORTER_OTLP_ENDPOINT=               OTLP/HTTP collector, e.g. http://collector:4318

@@ -16,7 +16,8 @@ LOCK   := requirements
 PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
 PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
-.PHONY: run test lint format bench clean image chromium redis-server lock lock-check agui-client report-demo
+.PHONY: run test lint format bench clean image chromium redis-server lock lock-check agui-client \
+  docs docs-build docs-gen docs-screenshot report-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -127,6 +128,28 @@ bench: $(BENCH_STAMP) $(LANGGRAPH_STAMP) redis-server
 ## report-demo: fixed tasks through finishline against BASE_URL's MODEL (any OpenAI-compatible endpoint), then the termination report (not part of `make test`)
 report-demo: $(STAMP)
 	$(BIN)/python -m bench.report_demo --base-url "$(BASE_URL)" --model "$(MODEL)"
+
+# the docs site (mkdocs.yml, docs/): Material for MkDocs in strict mode, a broken link or anchor
+# fails it; `make test` builds it too (tests/docs/). Its generated blocks come from the
+# declarations (docgen/): `make docs-gen` rewrites them after a new setting, event or endpoint
+DOCS_PORT ?= 8001
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+## docs: build the docs site (strict) and serve it on $(HOST):$(DOCS_PORT), rebuilt on each change
+docs: $(STAMP)
+	$(MKDOCS) serve --strict --dev-addr $(HOST):$(DOCS_PORT)
+
+## docs-build: build the docs site into build/site (strict: any warning fails it)
+docs-build: $(STAMP)
+	$(MKDOCS) build --strict
+
+## docs-gen: rewrite the docs' generated blocks (settings, events, API) from their declarations
+docs-gen: $(STAMP)
+	$(BIN)/python -m docgen
+
+## docs-screenshot: take the README's picture of the viewer again (docs/img/viewer.png), in Chromium
+docs-screenshot: $(STAMP) chromium
+	DOCS_SCREENSHOT=docs/img/viewer.png $(BIN)/pytest -q tests/browser/test_screenshot.py
 
 ## image: build the container image (Dockerfile); `docker compose up` builds and runs it
 image:

@@ -2,11 +2,11 @@
 
 `FINISHLINE_AGENTS` is JSON, or `@path` naming a JSON file: an object from profile name to
 `{"description", "system_prompt"?, "model"?, "tools"?, "mcp_servers"?, "http_tools"?,
-"settings"?, "approval"?, "output_schema"?, "agents"?}` (`planning_interval` and every other
-per-run setting go in `settings`). Each field is validated as the same field of `POST /runs`
-(by the request's own model, `RunRequest`): an unknown field, a bad value or a bad name stops
-start-up with one line per problem, each naming the profile and the field. What depends on the
-server (caps, tool names, allowed hosts, the model) is checked at start-up next, by
+"settings"?, "approval"?, "output_schema"?, "outcome"?, "agents"?}` (`planning_interval` and
+every other per-run setting go in `settings`). Each field is validated as the same field of
+`POST /runs` (by the request's own model, `RunRequest`): an unknown field, a bad value or a bad
+name stops start-up with one line per problem, each naming the profile and the field. What
+depends on the server (caps, tool names, allowed hosts, the model) is checked at start-up next, by
 `app.assembly.RunAssembly.check_profiles`. The file is read once, when the settings are made:
 a request that names a profile reads nothing.
 
@@ -41,6 +41,7 @@ PROFILE_FIELDS = (
     "settings",
     "approval",
     "output_schema",
+    "outcome",
     "agents",
 )
 """What a profile may set besides its description: the fields of DESIGN §14, named as in

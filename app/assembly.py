@@ -17,11 +17,12 @@ from app.agents import apply_profile
 from app.caps import check_sizes
 from app.compiling import checked_output, client_tool_of, compile_schemas, compiled_off_loop
 from app.engine.policies import Limits, PromptLanguage
-from app.engine.ports import Tool
+from app.engine.ports import ChatModel, Tool
 from app.engine.prompts import TASK_FINISHED, UPDATE_PLAN, Prompts
 from app.engine.replycap import CappedModel
 from app.llm.models import SCRIPTED, ModelFactory, ModelUnavailableError
 from app.offload import off_loop
+from app.outcomes import check_outcome_sizes, checked_outcome, outcome_of
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest, RunInputs
 from app.runs.records import RunRecord
@@ -59,6 +60,8 @@ class RunAssembly:
             # a profile's own sizes were checked at start-up, the request's when it was read:
             # only HTTP tools beside the other's tools can add up past a cap, checked below
             request = self.with_profile(request)
+        if request.outcome is not None:
+            check_outcome_sizes(request, self.settings)
         if sized and not (
             request.http_tools or request.client_tools or request.output_schema or request.agents
         ):
@@ -103,6 +106,7 @@ class RunAssembly:
             request = profile.defaults
             try:
                 check_sizes(request, self.settings)
+                check_outcome_sizes(request, self.settings)
                 checked_output(request)
                 self._check(request, compile_schemas(request.http_tools), profile=True)
             except InvalidRunError as exc:
@@ -114,6 +118,7 @@ class RunAssembly:
         self, request: RunRequest, *, depth: int, inline: bool, priced: bool, profile: bool
     ) -> CheckedRequest:
         """A sub-agent's child request, checked as a request (`app.subagents`)."""
+        check_outcome_sizes(request, self.settings)
         checked_output(request)
         schemas = compile_schemas(request.http_tools)  # remembered: compiled off the loop
         return self._check(
@@ -134,6 +139,7 @@ class RunAssembly:
         `inline`, `priced`: a sub-agent's, see `app.subagents.check_agents`."""
         server = self.settings  # the sizes were checked first (`app.caps.check_sizes`)
         limits = self.resolve_settings(request.settings)
+        limits = checked_outcome(request, limits, self.models, server)
         try:
             self.registry.resolve(request.tools)
         except UnknownToolError as exc:
@@ -297,9 +303,12 @@ class RunAssembly:
         output = None
         if request.output_schema is not None:  # compiled once per run, off the event loop
             output = await off_loop(checked_output, request)
+
+        def capped(chat: ChatModel) -> ChatModel:  # what one reply brings in (engine.replycap)
+            return CappedModel(chat, self.settings.max_reply_chars, prompts)
+
         return RunInputs(
-            # what one reply brings into the run is capped (app.engine.replycap)
-            model=CappedModel(model, self.settings.max_reply_chars, prompts),
+            model=capped(model),
             tools=tools,
             limits=limits,
             prompts=prompts,
@@ -307,6 +316,7 @@ class RunAssembly:
             task=request.task,
             system_prompt=record.system_prompt,
             output=output,
+            outcome=outcome_of(request, self.models, record.model, capped),
         )
 
     def _mcp_named(self, name: str) -> bool:

@@ -43,6 +43,7 @@ def describe_profile(profile: AgentProfile, assembly: RunAssembly) -> dict[str, 
         "tools": list(tools.values()),
         "settings": settings_dict(limits),
         "output_schema": request.output_schema,
+        "outcome": None if request.outcome is None else request.outcome.model_dump(mode="json"),
         "approval_tools": sorted(assembly.approval_tools(request)),
     }
 

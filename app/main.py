@@ -28,11 +28,13 @@ from app.api.routes import (
     health,
     reports,
     runs,
+    schedules,
     threads,
     tools,
     ui,
     usage,
 )
+from app.api.schedule_runs import schedule_run_reader
 from app.assembly import RunAssembly
 from app.engine.prompts import load_prompts
 from app.heap import served_heap
@@ -40,11 +42,14 @@ from app.identity.bearer import open_authenticator
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
 from app.posting import FetcherPoster
-from app.runs.backends import Capacity, ReplicaOptions, open_backend, open_store
+from app.runs.backends import Capacity, ReplicaOptions, open_backend, open_store, redis_store_of
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.runs.quotas.seam import QuotaLimits
 from app.runs.replicas.cluster import replica_name
+from app.runs.schedules.metrics import ScheduleMetrics
+from app.runs.schedules.scheduler import SchedulerOptions
+from app.runs.schedules.service import Schedules
 from app.runs.webhooks import WebhookSender
 from app.settings import Settings, get_settings
 from app.tools.bounds import ConnectionBounds
@@ -60,8 +65,9 @@ Run ReAct LLM agents over HTTP, and know when they are done.
 POST a task to `/runs`; follow every thought, tool call and result over SSE at
 `/runs/{id}/events`; every run ends with exactly one terminal event and one reason
 (finished, answered, max_steps, timeout, token_budget, cost_budget, nudge_limit,
-invalid_output, cancelled, error). With `output_schema`, a run is done only when its answer
-validates against that JSON Schema: `result.output` holds the value.
+invalid_output, outcome_unmet, cancelled, error). With `output_schema`, a run is done only
+when its answer validates against that JSON Schema: `result.output` holds the value. With an
+`outcome`, only when a grader judges that its answer meets the rubric.
 """
 
 
@@ -130,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         assembly = RunAssembly(settings=settings, registry=registry, models=models, prompts=prompts)
         metrics = RunMetrics(per_key=settings.usage_metrics_by_key)
+        replica = replica_name()
         try:  # a bad agent profile stops start-up here, before the store opens
             assembly.check_profiles()
             backend = open_backend(
@@ -141,7 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     max_pending_messages=settings.max_pending_messages,
                 ),
                 replica=ReplicaOptions(
-                    replica_name(),
+                    replica,
                     lease_s=settings.lease_s,
                     max_attempts=settings.max_run_attempts,
                 ),
@@ -182,6 +189,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_agent_depth=settings.max_agent_depth,
             max_agent_runs=settings.max_agent_runs,
         )
+        scheduled = Schedules(
+            manager=manager,
+            read=schedule_run_reader(settings, assembly),
+            options=SchedulerOptions(
+                name=replica,
+                enabled=settings.schedules_enabled,
+                lease_s=settings.lease_s,
+                steal=redis_store_of(store) is None,  # one process: a claim not ours is dead
+                grace_s=settings.schedule_misfire_grace_s,
+                poll_s=settings.schedule_poll_s,
+            ),
+            metrics=ScheduleMetrics(metrics.registry),
+        )
         secret = (
             settings.token_secret.get_secret_value().encode() if settings.token_secret else None
         )
@@ -202,6 +222,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 manager.start(tasks)
                 authenticator.start(tasks)  # the issuer's keys load meanwhile: no wait
                 interrupted = await manager.recover()
+                scheduler = tasks.create_task(scheduled.scheduler.serve(), name="scheduler")
                 undo = drain_on_sigterm(lambda: manager.begin_drain(settings.shutdown_grace_s))
                 log.info(
                     "service_started",
@@ -224,8 +245,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             "authenticator": authenticator,
                             "tracing": tracing,
                             "a2a": a2a_agents,  # A2A endpoints (app.api.a2a), or None
+                            "schedules": scheduled,
                         }
                 finally:
+                    scheduler.cancel()
                     undo()
                     authenticator.stop()
                     await manager.drain(settings.shutdown_grace_s)
@@ -255,7 +278,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (compare, runs, threads, events, tools, agents, agui, a2a, usage, reports):
+    for module in (
+        compare,
+        runs,
+        threads,
+        schedules,
+        events,
+        tools,
+        agents,
+        agui,
+        a2a,
+        usage,
+        reports,
+    ):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

@@ -19,8 +19,8 @@ from app.engine.typed import json_path
 from app.tools.base import MAX_MESSAGE_CHARS, compiled_schema
 
 if TYPE_CHECKING:  # jsonschema is imported where a schema is first checked (app.tools.base)
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 
 class InvalidSchemaError(FinishlineError, ValueError):
@@ -45,7 +45,7 @@ def _message(error: ValidationError) -> str:
 class JsonOutputSchema:
     """`OutputSchema` with a Draft 2020-12 validator built once."""
 
-    def __init__(self, schema: Mapping[str, Any], validator: Draft202012Validator) -> None:
+    def __init__(self, schema: Mapping[str, Any], validator: Validator) -> None:
         self.schema = schema
         self._validator = validator
 
@@ -59,53 +59,16 @@ class JsonOutputSchema:
             ]
         except Unresolvable as exc:  # a reference the check at creation could not follow
             return [OutputError("$", f"cannot be checked: the schema's {_shorten(str(exc))}")]
-
-
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
-
-
-def _local_refs(schema: Mapping[str, Any]) -> list[str]:
-    """The `$ref`s to a place in the schema itself (`#…`), outside subschemas with an `$id`
-    of their own (whose references resolve against that id)."""
-    refs: list[str] = []
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            if node is not schema and "$id" in node:
-                continue
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#"):
-                refs.append(ref)
-            stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
-    return refs
-
-
-def _unresolved(schema: Mapping[str, Any]) -> str | None:
-    """The first local `$ref` that points nowhere, as a problem; None when all resolve."""
-    from referencing import Registry
-    from referencing.exceptions import Unresolvable
-    from referencing.jsonschema import DRAFT202012
-
-    resource = DRAFT202012.create_resource(schema)
-    uri = resource.id() or ""
-    resolver = Registry().with_resource(uri, resource).resolver(base_uri=uri)
-    for ref in _local_refs(schema):
-        try:
-            resolver.lookup(ref)
-        except Unresolvable:
-            return f": the $ref {ref!r} points to nothing in the schema"
-    return None
+        except RecursionError:  # (a parsed answer nests at most 64 deep: app.engine.jsontext)
+            return [OutputError("$", "nests too deep to check against the schema")]
 
 
 def output_schema(schema: Mapping[str, Any]) -> JsonOutputSchema:
     """The schema checked and compiled (remembered by content; milliseconds a property on a
     miss, so call it off the event loop). InvalidSchemaError says what is wrong and where:
-    not a Draft 2020-12 schema, or a reference within it that points nowhere."""
+    not a Draft 2020-12 schema, or a reference that leaves it, points nowhere or loops
+    (`app.tools.schemaguard`)."""
     compiled = compiled_schema(schema)
-    problem = compiled.problem or _unresolved(compiled.schema)
-    if compiled.validator is None or problem is not None:
-        raise InvalidSchemaError(f"is not a valid JSON Schema (draft 2020-12){problem}")
+    if compiled.validator is None:
+        raise InvalidSchemaError(f"is not a valid JSON Schema (draft 2020-12){compiled.problem}")
     return JsonOutputSchema(compiled.schema, compiled.validator)

@@ -2,8 +2,7 @@
 
 They set the defaults of every per-run setting and the caps that bound what a request may
 ask for (`<setting>_limit`). A request over a cap is refused, never clamped. The per-run ones
-are derived from the engine's `Limits`, where each is declared once (docs/settings.md).
-"""
+are derived from the engine's `Limits`, where each is declared once (docs/settings.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ from app.engine.declarations import declared
 from app.engine.policies import Limits
 from app.identity.settings import CommaList, IdentitySettings, comma_list
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
+from app.schedule_settings import ScheduleSettings
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 RUN_SETTINGS = declared(Limits)
@@ -29,9 +29,9 @@ CAPS: dict[str, str] = {
 """Per-run setting -> the server setting that caps it."""
 
 
-class ServerSettings(IdentitySettings):
-    """The server's own settings; `Settings` adds a default and a cap per per-run setting.
-    Who may call (API keys, admin keys, the OIDC issuer) is declared in `IdentitySettings`."""
+class ServerSettings(ScheduleSettings, IdentitySettings):
+    """The server's own settings (who may call: `IdentitySettings`; schedules:
+    `ScheduleSettings`); `Settings` adds a default and a cap per per-run setting."""
 
     model_config = SettingsConfigDict(
         env_prefix="FINISHLINE_", env_file=".env", extra="ignore", populate_by_name=True
@@ -154,9 +154,8 @@ class ServerSettings(IdentitySettings):
         description="Most JSON values (commas, arrays and objects) a POST /runs body may hold; "
         "past it, 422.",
     )
-    max_system_prompt_chars: int = Field(
-        100_000, ge=1, description="Longest accepted system_prompt."
-    )
+    max_system_prompt_chars: int = Field(100_000, ge=1, description="Longest system_prompt.")
+    max_rubric_chars: int = Field(20_000, ge=1, description="Longest outcome.rubric.")
     max_model_name_chars: int = Field(200, ge=1, description="Longest accepted model name.")
     max_tools: int = Field(
         64,
@@ -221,7 +220,8 @@ class ServerSettings(IdentitySettings):
         default_factory=dict,
         description="Prices of models by the name a run uses, over genai-prices' (JSON, or "
         '@path to a JSON file): {"MODEL": {"input_per_mtok": USD, "output_per_mtok": USD, '
-        '"cached_input_per_mtok": USD}} (cached optional). See README, "What a run costs".',
+        '"cached_input_per_mtok": USD}} (cached optional). See docs/guides/budgets.md, '
+        '"What a run costs".',
     )
     scripted_model_enabled: bool = Field(
         True, description="Allow runs with model 'scripted' and a model_script."
@@ -254,7 +254,7 @@ class ServerSettings(IdentitySettings):
         default_factory=dict,
         description="MCP servers whose tools runs may use (JSON, or @path to a JSON file): "
         '{"NAME": {"url": "https://…/mcp", "headers": {…}}} or '
-        '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See README.',
+        '{"NAME": {"command": ["prog", "arg"], "env": {…}, "cwd": "…"}}. See docs/guides/tools.md.',
     )
     mcp_max_result_bytes: int = Field(
         1_000_000,
@@ -267,7 +267,7 @@ class ServerSettings(IdentitySettings):
         description="Agent profiles runs may name (JSON, or @path to a JSON file): "
         '{"NAME": {"description": "…", "system_prompt": "…", "model": "…", "tools": […], '
         '"settings": {…}, …}}; a request\'s "agent": "NAME" takes one as its defaults. Read '
-        "once at start-up; a bad profile stops it. See README.",
+        "once at start-up; a bad profile stops it. See docs/guides/agents.md.",
     )
     a2a_default_agent: str | None = Field(
         None,

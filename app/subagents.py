@@ -21,7 +21,7 @@ from app.engine.delegating import AgentTool, ChildStarter
 from app.llm.models import ModelFactory
 from app.runs.errors import InvalidRunError
 from app.runs.ports import CheckedRequest
-from app.runs.spec import HttpToolIn, RunRequest
+from app.runs.spec import HttpToolIn, RunRequest, child_request
 from app.settings import Settings
 from app.tools.a2a_agent import RemoteAgent
 from app.tools.fetcher import HttpFetcher
@@ -92,7 +92,7 @@ def check_agents(
                 "(the run a request starts is depth 0)",
                 cap=server.max_agent_depth,
             )
-        child = spec.child_request(PLACEHOLDER_TASK, model)
+        child = child_request(spec, PLACEHOLDER_TASK, model)
         with under(where):
             if child.agent is not None:
                 child = assembly.with_profile(child)

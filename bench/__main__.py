@@ -1,6 +1,6 @@
 """`python -m bench [--quick]`: every benchmark in turn, results in bench/results/, then the
 table of issues #10's and #29's targets. `python -m bench --summary [--quick] [--readme]`: that
-table alone, from the results already there (`--readme` also rewrites it in README.md)."""
+table alone, from the results already there (`--readme` also rewrites it in docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,14 @@ STEPS = (
     ("AG-UI stream cost next to the native stream (bench/agui.py)", ["bench.agui"]),
     ("a sub-agent's child run next to a top-level run (bench/subagents.py)", ["bench.subagents"]),
     ("a run through each stream, next to the plain run (bench/streams.py)", ["bench.streams"]),
+    ("a run with an outcome next to a plain run (bench/outcomes.py)", ["bench.outcomes"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
     ("bearer credential checks: API key and token (bench/auth.py)", ["bench.auth"]),
+    (
+        "wall time next to the floor, quiet and with neighbours (bench/walltime.py)",
+        ["bench.walltime"],
+    ),
+    ("where a run waits: the breakdown (bench/walltime.py --probe)", ["bench.walltime", "--probe"]),
     ("a termination report over 100,000 runs on SQLite (bench/reports.py)", ["bench.reports"]),
 )
 

@@ -11,13 +11,14 @@ stack for the same reason: it follows whatever the store does), written with the
 - `POST /runs`: the key's day counts a run (`counters.add_usage`, queued: GET /usage), then
   the record and its `run.queued` in one write (`create(first_event=)`), the answer after it
   commits;
-- `run.started` with the running record (`append(record=)`);
+- `run.started` with the running record, queued (`append_soon(record=)`);
 - per step: `step.started`, `llm.call` and the call added to the key's day (`add_usage`),
   `thought` queued (`append_soon`), `action` queued and
   every queued write waited for before the tool runs; `observation` queued; the step's
   checkpoint (the engine's state: messages and counters, incremental as the store makes it),
-  then everything queued waited for;
-- the end: the terminal record and `run.completed` in one write.
+  queued too (`save_checkpoint_soon`: nothing waited for before the next model call);
+- the end: everything queued waited for, then the terminal record and `run.completed` in one
+  write.
 
 Events carry the payloads finishline's do (the same keys), so the bytes stored and streamed
 are comparable. An event is streamed only once committed (the store's future resolved), as
@@ -96,8 +97,10 @@ class _Writer:
             e = future.result()
             self.run.committed(e.seq, e.type.value, e.ts, e.step, e.data)
 
-    async def soon(self, kind: EventType, step: int, data: dict[str, Any]) -> None:
-        future = await self.store.append_soon(self.run.run_id, kind, step, data)
+    async def soon(
+        self, kind: EventType, step: int, data: dict[str, Any], record: RunRecord | None = None
+    ) -> None:
+        future = await self.store.append_soon(self.run.run_id, kind, step, data, record=record)
         asyncio.ensure_future(future).add_done_callback(self._publish)
         self.queued.append(future)
 
@@ -149,7 +152,7 @@ async def _execute(
     ]
     usage = record.usage
     record.status, record.started_at = RunStatus.RUNNING, utcnow()
-    await w.now(EventType.RUN_STARTED, 0, {}, record)
+    await w.soon(EventType.RUN_STARTED, 0, {}, record)
     step = 0
     while True:
         step += 1
@@ -198,7 +201,8 @@ async def _execute(
             await w.soon(EventType.ACTION, step, action)
             await w.settle()  # an action is stored before its call can run
             if call.name == "task_finished":
-                await store.save_checkpoint(run.run_id, step, _state(messages, step, usage))
+                state = _state(messages, step, usage)
+                w.queued.append(await store.save_checkpoint_soon(run.run_id, step, state))
                 await w.settle()
                 record.status, record.ended_at = RunStatus.COMPLETED, utcnow()
                 answer = arguments.get("answer")
@@ -224,8 +228,8 @@ async def _execute(
             }
             await w.soon(EventType.OBSERVATION, step, observed)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        await store.save_checkpoint(run.run_id, step, _state(messages, step, usage))
-        await w.settle()
+        state = _state(messages, step, usage)
+        w.queued.append(await store.save_checkpoint_soon(run.run_id, step, state))
 
 
 def _ended(run: _Run, task: asyncio.Task[None], tasks: set[asyncio.Task[None]]) -> None:

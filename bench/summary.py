@@ -1,8 +1,8 @@
-"""Where finishline stands against issues #10's and #29's targets, from bench/results/*.json.
+"""Where finishline stands against its issues' targets (#10, #29, #40, #42), from results.
 
     python -m bench --summary            # print the table (from the committed results)
     python -m bench --summary --quick    # from the *-quick results of `make bench QUICK=1`
-    python -m bench --summary --readme   # also rewrite the tables in README.md and
+    python -m bench --summary --readme   # also rewrite the tables in docs/performance.md and
                                          # bench/README.md from the results
 
 Every figure comes from the JSON the benchmarks wrote in their last run; `make bench` prints
@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import RESULTS, ROOT, fmt
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "performance.md"
 BENCH_README = ROOT / "bench" / "README.md"
 
 
@@ -94,6 +94,28 @@ def _auth(data: dict[str, Any]) -> list[float]:
     if "token" not in checks or "key" not in checks:
         return [math.nan]
     return [checks["token"]["instructions"] / checks["key"]["instructions"]]
+
+
+def _walltime(
+    figure: str, key: str, side: str = "finishline"
+) -> Callable[[dict[str, Any]], list[float]]:
+    """Issue #42: `key` of `figure` of finishline ÷ the floor's, quiet / with neighbours."""
+    cell = "first@100" if figure == "first_ms" else "run@10"
+
+    def values(data: dict[str, Any]) -> list[float]:
+        conditions = data["walltime"].get("cells", {}).get(cell, {})
+        out = []
+        for condition in ("quiet", "neighbours"):
+            sides = conditions.get(condition, {})
+            if side not in sides or "floor" not in sides:
+                out.append(math.nan)
+            elif figure == "runs_per_s":
+                out.append(sides[side]["runs_per_s"] / sides["floor"]["runs_per_s"])
+            else:
+                out.append(sides[side][figure][key] / sides["floor"][figure][key])
+        return out
+
+    return values
 
 
 def _pair(unit: str, digits: int = 2) -> Callable[[list[float]], str]:
@@ -235,8 +257,57 @@ FIGURES = (
         _pair("x"),
         40,
     ),
+    Figure(
+        "first event p50 at 100 clients (0 ms model) ÷ the floor's, quiet / with neighbours",
+        "≤ 2x",
+        _walltime("first_ms", "p50"),
+        lambda v: v <= 2.0,
+        _pair("x"),
+        42,
+    ),
+    Figure(
+        "first event p99 at 100 clients (0 ms model) ÷ the floor's, quiet / with neighbours",
+        "–",
+        _walltime("first_ms", "p99"),
+        None,
+        _pair("x"),
+        42,
+    ),
+    Figure(
+        "run p50 at 10 clients (50 ms model) ÷ the floor's, quiet / with neighbours",
+        "≤ 1.15x",
+        _walltime("run_ms", "p50"),
+        lambda v: v <= 1.15,
+        _pair("x"),
+        42,
+    ),
+    Figure(
+        "run p99 at 10 clients (50 ms model) ÷ the floor's, quiet / with neighbours",
+        "–",
+        _walltime("run_ms", "p99"),
+        None,
+        _pair("x"),
+        42,
+    ),
+    Figure(
+        "runs/s at 10 clients (50 ms model) ÷ the floor's, quiet / with neighbours",
+        "≥ 0.9x",
+        _walltime("runs_per_s", ""),
+        lambda v: v >= 0.9,
+        _pair("x"),
+        42,
+    ),
 )
-NAMES = ("service", "engine", "http_client", "startup", "first_event", "streams", "auth")
+NAMES = (
+    "service",
+    "engine",
+    "http_client",
+    "startup",
+    "first_event",
+    "streams",
+    "auth",
+    "walltime",
+)
 
 
 def rows(quick: bool = False) -> list[list[str]]:
@@ -301,13 +372,15 @@ def blocks(quick: bool) -> dict[str, str]:
         "streams": _body("streams", quick),
         "agui": _body("agui", quick),
         "auth": _body("auth", quick),
+        "walltime": _body("walltime", quick),
+        "walltime_probe": _body("walltime-probe", quick),
         "reports": _body("reports", quick),
     }
 
 
 def update_readmes(quick: bool) -> None:
     """Rewrite every `<!-- bench-NAME:start -->` … `<!-- bench-NAME:end -->` block of
-    README.md and bench/README.md from the results."""
+    docs/performance.md and bench/README.md from the results."""
     found = blocks(quick)
     for readme in (README, BENCH_README):
         text = readme.read_text(encoding="utf-8")
@@ -322,6 +395,6 @@ def update_readmes(quick: bool) -> None:
 def write(quick: bool) -> str:
     text = markdown(quick)
     (RESULTS / f"summary{'-quick' if quick else ''}.md").write_text(
-        "# Issues #10's and #29's targets\n\n" + text + "\n", encoding="utf-8"
+        "# Issues #10's, #29's, #40's and #42's targets\n\n" + text + "\n", encoding="utf-8"
     )
     return text

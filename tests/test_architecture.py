@@ -5,6 +5,7 @@ settings, tools or models (only the engine and itself), and no module imports it
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,54 @@ def test_the_runs_layer_keeps_its_rooms() -> None:
     top = sorted(p.name for p in (APP / "runs").glob("*.py"))
     assert len(top) <= 24, top
     assert not [name for name in top if name.startswith(("redis", "sqlite", "memory"))]
+
+
+ARCHITECTURE = APP.parent / "docs" / "architecture.md"
+
+
+def _block(name: str) -> list[str]:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index(f"<!-- {name}:start -->\n") + len(f"<!-- {name}:start -->\n")
+    return text[start : text.index(f"<!-- {name}:end -->", start)].strip().splitlines()[2:]
+
+
+def import_rows() -> list[str]:
+    """The import rules above as docs/architecture.md's table shows them."""
+
+    def names(modules: tuple[str, ...]) -> str:
+        return ", ".join(f"`{m}`" for m in modules) if modules else "–"
+
+    return [
+        f"| `app/{layer}` | {names(ONLY.get(layer, ()))} | {names(FORBIDDEN[layer])} |"
+        for layer in sorted(FORBIDDEN)
+    ]
+
+
+def test_the_architecture_page_shows_the_import_rules_the_test_enforces() -> None:
+    # on a new rule: paste the expected rows (the assertion shows them) into the page
+    assert _block("imports") == import_rows()
+
+
+def test_the_architecture_page_maps_every_room_of_app() -> None:
+    """Every module and package at the top of app/, and every sub-package of a package
+    there, is a row of the rooms table (a new room is mapped in the commit that makes it)."""
+    rooms = {line.split("|")[1].strip().strip("`") for line in _block("rooms")}
+    packages = [p for p in APP.iterdir() if (p / "__init__.py").exists()]
+    expected = {
+        *(f"app/{p.name}" for p in APP.glob("*.py") if p.name != "__init__.py"),
+        *(f"app/{p.name}/" for p in packages),
+        *(
+            f"app/{p.name}/{sub.name}/"
+            for p in packages
+            for sub in p.iterdir()
+            if (sub / "__init__.py").exists()
+        ),
+    }
+    assert sorted(expected - rooms) == []
+    assert sorted(rooms - expected) == []
+
+
+def test_every_path_the_architecture_page_names_exists() -> None:
+    named = set(re.findall(r"`(app/[\w/.]+)`", ARCHITECTURE.read_text(encoding="utf-8")))
+    assert named
+    assert sorted(p for p in named if not (APP.parent / p).exists()) == []

@@ -21,7 +21,7 @@ from bench import durable_floor
 from bench.service_client import scripted_body
 from tests.fakes.serving import Served
 
-WRITES = ("create", "append", "append_soon", "save_checkpoint")
+WRITES = ("create", "append", "append_soon", "save_checkpoint", "save_checkpoint_soon")
 COUNTS = ("add_usage", "admitted", "unadmitted")
 """The key's books (GET /usage, quotas): written by a run too, in the same commits."""
 
@@ -36,7 +36,7 @@ def recording(calls: list[tuple[str, str]], name: str, cls: type = SqliteRunStor
         elif name == "create":
             first = kwargs.get("first_event")
             calls.append((name, str(first[0]) if first else ""))
-        elif name == "save_checkpoint":
+        elif name.startswith("save_checkpoint"):
             calls.append((name, ""))
         else:
             record = "+record" if kwargs.get("record") is not None else ""
@@ -80,5 +80,6 @@ async def test_the_durable_floor_writes_what_a_finishline_run_writes(
     assert calls == finishline
     assert finishline[:2] == [("add_usage", ""), ("create", "run.queued")]
     assert finishline[-1] == ("append", "run.completed+record")
-    assert sum(1 for name, _ in finishline if name == "save_checkpoint") == 5
+    assert sum(1 for name, _ in finishline if name == "save_checkpoint_soon") == 5
+    assert ("append_soon", "run.started+record") in finishline
     assert sum(1 for name, _ in finishline if name == "add_usage") == 6  # the run, 5 calls

@@ -39,6 +39,7 @@ from app.runs.errors import (
     RunNotWaitingError,
     RunsError,
     RunUnreadableError,
+    ScheduleNotFoundError,
     ShuttingDownError,
     StoreUnavailableError,
     ThreadBusyError,
@@ -111,6 +112,7 @@ RUNS_ERRORS: dict[type[RunsError], tuple[int, str]] = {
     RunNotWaitingError: (409, "run_not_waiting"),
     ThreadBusyError: (409, "thread_busy"),  # its latest run has not ended (DESIGN §19)
     ThreadNotFoundError: (404, "not_found"),
+    ScheduleNotFoundError: (404, "not_found"),  # DESIGN §21
     AmbiguousCallError: (409, "ambiguous_call"),  # a call id several runs of a tree wait on
     RunUnreadableError: (409, "run_unreadable"),  # the server's data: docs/decisions.md
     IdempotencyConflictError: (409, "idempotency_conflict"),

@@ -176,7 +176,7 @@ BEARER_SCHEME = {
     "type": "http",
     "scheme": "bearer",
     "description": "An API key of this server, or (with an OIDC issuer set) an access token "
-    "of its identity provider: a JWT signed RS256 or ES256. See the README, 'Authentication'.",
+    "of its identity provider: a JWT signed RS256 or ES256. See docs/guides/security.md.",
 }
 AUTH_RESPONSES: dict[str, dict[str, Any]] = {
     "401": {

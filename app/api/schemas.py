@@ -249,6 +249,9 @@ class AgentInfo(BaseModel):
     output_schema: dict[str, Any] | None = Field(
         None, description="The JSON schema its answers must validate against, if any."
     )
+    outcome: dict[str, Any] | None = Field(
+        None, description="The rubric its answers are graded against and its grader, if any."
+    )
     approval_tools: list[str] = Field(
         default_factory=list, description="Its tools whose calls wait for a person's approval."
     )

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.cli.exits import EPILOG, ExitCode
+from app.cli.schedule_args import add_parser as add_schedules_parser
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -161,6 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
         "done when it does, and its output is shown as JSON",
     )
     run.add_argument(
+        "--rubric",
+        metavar="TEXT",
+        help="the run's outcome: its answer is graded against this rubric and revised until "
+        "it meets it (exit code 13 when it never does)",
+    )
+    run.add_argument(
+        "--max-revisions",
+        type=int,
+        metavar="N",
+        help="with --rubric: answers after the first the grader may judge unmet",
+    )
+    run.add_argument(
         "--follow",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -191,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     threads.add_argument("--limit", type=int, default=20, help="how many, 1 to 200 (default 20)")
     threads.add_argument("--cursor", help="the next_cursor of the previous page")
     threads.add_argument("--json", action="store_true", help="the raw JSON")
+
+    add_schedules_parser(commands)
 
     report = commands.add_parser(
         "report",

@@ -121,6 +121,14 @@ class Api:
         given = {k: v for k, v in params.items() if v is not None}
         return self._json("GET", "/reports/termination", params=given)
 
+    def schedules(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """/schedules and below (DESIGN §21); {} for an answer with no body (a delete)."""
+        with _translated(self.base_url):
+            response = self._client.request(method, "/schedules" + path, **kwargs)
+        if response.status_code >= 400:
+            raise _refusal(response)
+        return response.json() if response.content else {}
+
     def list_agents(self) -> dict[str, Any]:
         return self._json("GET", "/agents")
 

@@ -19,6 +19,7 @@ from app.cli.exits import ExitCode
 from app.cli.follow import Confirm, ask_on, follow_run
 from app.cli.lines import JsonRenderer, LineRenderer, print_raw
 from app.cli.render import RunRenderer
+from app.cli.schedules import schedules
 from app.cli.tables import (
     agent_detail,
     agents_table,
@@ -138,6 +139,12 @@ def run_body(args: argparse.Namespace) -> dict[str, Any]:
         body["model_script"] = load_script(args.script)
     if args.output_schema is not None:  # the service says what is wrong with it, if anything
         body["output_schema"] = load_json(args.output_schema, "--output-schema")
+    if args.rubric is not None:
+        body["outcome"] = {"rubric": args.rubric}
+        if args.max_revisions is not None:
+            body["outcome"]["max_revisions"] = args.max_revisions
+    elif args.max_revisions is not None:  # the service would take it as settings.max_revisions
+        body.setdefault("settings", {})["max_revisions"] = args.max_revisions
     return body
 
 
@@ -350,6 +357,7 @@ COMMANDS: dict[str, Command] = {
     "run": run,
     "runs": list_runs,
     "threads": threads,
+    "schedules": schedules,
     "agents": agents,
     "report": termination_report,
     "show": show,

@@ -1,7 +1,7 @@
 """The exit codes of `finishline`: one per way a followed run can end, then the CLI's own.
 
 Scripts branch on them, so they are part of the interface: documented in `finishline --help`
-and in the README, and never renumbered.
+and in docs/guides/cli.md, and never renumbered.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     UNREACHABLE = 10  # cannot connect, or the stream was lost and reconnecting failed
     COST_BUDGET = 11
     INVALID_OUTPUT = 12  # the answers kept failing the run's output_schema
+    OUTCOME_UNMET = 13  # the answers kept failing the run's outcome rubric (its grader)
     DETACHED = 130  # Ctrl-C while following, run left going
 
 
@@ -37,6 +38,7 @@ REASON_EXIT_CODES: dict[StopReason, ExitCode] = {
     StopReason.COST_BUDGET: ExitCode.COST_BUDGET,
     StopReason.NUDGE_LIMIT: ExitCode.NUDGE_LIMIT,
     StopReason.INVALID_OUTPUT: ExitCode.INVALID_OUTPUT,
+    StopReason.OUTCOME_UNMET: ExitCode.OUTCOME_UNMET,
     StopReason.CANCELLED: ExitCode.CANCELLED,
     StopReason.ERROR: ExitCode.FAILED,
 }
@@ -75,6 +77,7 @@ exit codes:
   10   cannot connect to the service, or the event stream was lost
   11   the run ended with cost_budget
   12   the run ended with invalid_output (its answers failed the output schema)
+  13   the run ended with outcome_unmet (its answers failed the outcome's rubric)
   130  detached with Ctrl-C; the run goes on
 
 environment:

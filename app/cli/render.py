@@ -187,6 +187,7 @@ class RunRenderer:
             EventType.ACTION: self._action,
             EventType.OBSERVATION: self._observation,
             EventType.INTERVENTION: self._intervention,
+            EventType.OUTCOME_GRADED: self._graded,
             EventType.USER_MESSAGE: self._user_message,
             EventType.AGENT_STARTED: self._agent_started,
             EventType.AGENT_FINISHED: self._agent_finished,
@@ -331,6 +332,17 @@ class RunRenderer:
             style="yellow",
         )
         self._print(_row("intervention", "bold black on yellow", text))
+
+    def _graded(self, event: Event) -> None:
+        met = bool(event.get("satisfied"))
+        text = Text.assemble(
+            ("rubric met" if met else "rubric not met", "bold"),
+            (" (the final answer at a limit)" if event.get("final") else "", "dim"),
+            ": ",
+            head(str(event.get("feedback", "")), lines=4),
+            style="green" if met else "yellow",
+        )
+        self._print(_row("grader", "bold black on green" if met else "bold black on yellow", text))
 
     def _user_message(self, event: Event) -> None:
         body = Text(head(str(event.get("content", "")), lines=4), style="magenta")

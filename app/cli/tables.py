@@ -146,6 +146,8 @@ def agent_detail(agent: dict[str, Any]) -> RenderableType:
         facts.add_row("approval", ", ".join(agent["approval_tools"]))
     if agent.get("output_schema") is not None:
         facts.add_row("output", Text(_value(agent["output_schema"])))
+    if agent.get("outcome") is not None:
+        facts.add_row("rubric", Text(str(agent["outcome"].get("rubric"))))
     settings = Table.grid(padding=(0, 2))
     settings.add_column(no_wrap=True)
     settings.add_column()
@@ -191,6 +193,8 @@ def run_detail(run: dict[str, Any]) -> RenderableType:
     facts.add_row("tools", ", ".join(tools) or "none")
     if run.get("output_schema") is not None:
         facts.add_row("schema", Text(_value(run["output_schema"])))
+    if run.get("outcome") is not None:
+        facts.add_row("rubric", Text(str(run["outcome"].get("rubric"))))
     facts.add_row("created", local_time(run.get("created_at")))
     facts.add_row("started", local_time(run.get("started_at")))
     facts.add_row("ended", local_time(run.get("ended_at")) + _duration(run))

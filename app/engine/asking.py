@@ -5,14 +5,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 from app.engine.context import RunContext
 from app.engine.errors import LLMError, LLMTimeoutError
 from app.engine.guard import DeadlineError
 from app.engine.policies import StopReason, call_over_cost_budget, day_spent, planning_due
-from app.engine.ports import Reply, ToolSpec
+from app.engine.ports import ChatModel, Message, Reply, ToolSpec
 from app.engine.steps import LLMCalled, LLMRetry, Step, Thought, TokenDelta
-from app.engine.tokens import estimate_reply_tokens
+from app.engine.tokens import estimate_reply_tokens, estimate_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Aside:
+    """A call in a context of its own (the grader's, DESIGN §22): `messages` instead of the
+    run's conversation, to `model`. It counts in the run's usage, cost and budgets like any
+    call of the run, at `model`'s price; it is not streamed and its text is no thought."""
+
+    model: ChatModel
+    messages: Sequence[Message]
 
 
 class LLMGaveUpError(LLMError):
@@ -30,6 +41,7 @@ async def ask(
     *,
     final: bool = False,
     force_tool: str | None = None,
+    aside: Aside | None = None,
 ) -> AsyncIterator[Step | Reply]:
     """One model call for `run`: token deltas as they stream, the `llm.call` record, the
     thought, then the `Reply`. Retries transient failures with backoff (Retry-After wins),
@@ -37,10 +49,15 @@ async def ask(
     `deadline` interrupts the call, CancelRequestedError on a cancel. `force_tool`: the tool
     the reply must call, where the model can be forced (a planning call). With an output
     schema, a call whose reply may be the answer (the final call; every call with the stop
-    tool off) asks for JSON matching it, where the model can be asked."""
+    tool off) asks for JSON matching it, where the model can be asked. `aside`: the call is
+    that one instead of the run's next (see `Aside`)."""
     st, limits = run.state, run.limits
     output = run.output
     schema = output.schema if output is not None and (final or not limits.stop_tool) else None
+    model: ChatModel = run.model
+    messages: Sequence[Message] = st.messages
+    if aside is not None:
+        model, messages, schema = aside.model, aside.messages, None
     attempt = 0
     while True:
         call_deadline = min(run.clock() + limits.llm_timeout_s, deadline)
@@ -48,11 +65,11 @@ async def ask(
         started = time.perf_counter()
         error: LLMError
         try:
-            if limits.stream_tokens:
+            if limits.stream_tokens and aside is None:
                 deltas: asyncio.Queue[str] = asyncio.Queue()
                 task = asyncio.ensure_future(
-                    run.model.complete(
-                        st.messages,
+                    model.complete(
+                        messages,
                         specs,
                         on_delta=deltas.put_nowait,
                         force_tool=force_tool,
@@ -64,8 +81,8 @@ async def ask(
                 reply = task.result()
             else:
                 with run.guard.scope(call_deadline):
-                    reply = await run.model.complete(
-                        st.messages, specs, force_tool=force_tool, answer_schema=schema
+                    reply = await model.complete(
+                        messages, specs, force_tool=force_tool, answer_schema=schema
                     )
         except DeadlineError:
             if bounded_by_run:
@@ -74,8 +91,8 @@ async def ask(
         except LLMError as exc:
             error = exc
         else:
-            yield account(run, reply, started, final)
-            if reply.content:
+            yield account(run, reply, started, final, aside)
+            if reply.content and aside is None:
                 run.log.info("thought_emitted", chars=len(reply.content), final=final)
                 yield Thought(st.step, reply.content)
             yield reply
@@ -98,16 +115,22 @@ async def ask(
         await run.guard.sleep(delay, deadline)
 
 
-def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCalled:
+def account(
+    run: RunContext, reply: Reply, started: float, final: bool, aside: Aside | None = None
+) -> LLMCalled:
     """Count the call, its tokens (estimated when the provider reported none) and its cost
-    (from those tokens at the run's price, resolved once; None when it has none)."""
+    (from those tokens at the run's price, resolved once; None when it has none; an aside's
+    at its model's)."""
     st = run.state
     usage = reply.usage
     if usage is None:
-        usage = estimate_reply_tokens(st.prompt_estimate + run.spec_tokens, reply)
+        sent = st.prompt_estimate + run.spec_tokens
+        if aside is not None:
+            sent = estimate_tokens(aside.messages)
+        usage = estimate_reply_tokens(sent, reply)
     st.llm_calls += 1
     st.add_tokens(usage)
-    price = run.price
+    price = run.price if aside is None else aside.model.price
     cost: float | None = None
     if price is not None:
         cost = spent = price.cost(usage)
@@ -117,7 +140,7 @@ def account(run: RunContext, reply: Reply, started: float, final: bool) -> LLMCa
         st.unpriced_calls += 1
     return LLMCalled(  # positional, in field order: keywords cost more to match
         st.step,
-        run.model.name,
+        (run.model if aside is None else aside.model).name,
         int((time.perf_counter() - started) * 1000),  # duration_ms
         usage.prompt_tokens,
         usage.completion_tokens,

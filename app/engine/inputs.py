@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from app.engine.delegating import SubAgents
+from app.engine.grading import Outcome
 from app.engine.history import PreviousRun
 from app.engine.pending import Decision
 from app.engine.policies import Limits
@@ -35,6 +36,8 @@ class RunInputs:
     system_prompt: str | None = None
     output: OutputSchema | None = None
     """The run's `output_schema`, compiled (DESIGN §12); None: the answer is any text."""
+    outcome: Outcome | None = None
+    """The rubric the run's answer is graded against, and its grader (DESIGN §22)."""
 
     async def aclose(self) -> None:
         for closer in self.closers:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Any, Unpack
+from typing import Unpack
 
 import structlog
 
@@ -19,40 +19,32 @@ from app.engine.acting import ToolStep
 from app.engine.approving import settle_pending
 from app.engine.asking import ask, budget_spent
 from app.engine.context import RunContext
+from app.engine.ending import Ending
 from app.engine.errors import LLMError
+from app.engine.grading import Outcome
 from app.engine.guard import CancelRequestedError, DeadlineError, Guard
 from app.engine.history import open_conversation
 from app.engine.inputs import RunHandles, RunInputs
 from app.engine.planning import planning_turns
 from app.engine.policies import (
-    LIMIT_INTERVENTIONS,
     InterventionKind,
     Limits,
     StopReason,
-    final_call_allowed,
     nudges_exhausted,
     over_budget,
     past_deadline,
     planning_due,
 )
-from app.engine.ports import ChatModel, OutputError, OutputSchema, Reply, Tool, ToolContext
+from app.engine.ports import ChatModel, OutputSchema, Reply, Tool, ToolContext
 from app.engine.ports import system_clock as _system_clock
 from app.engine.progress import progress_text
 from app.engine.prompts import BUILTIN, TASK_FINISHED, UPDATE_PLAN, Prompts
 from app.engine.specs import assistant_message, only_finish, reply_of, tool_specs
 from app.engine.specs import task_finished_spec as task_finished_spec  # re-exported
 from app.engine.state import RunState
-from app.engine.steps import (
-    Checkpoint,
-    Finished,
-    RunError,
-    Step,
-    StepStarted,
-    Suspended,
-    UserMessage,
-)
+from app.engine.steps import Checkpoint, Finished, Step, StepStarted, Suspended, UserMessage
 from app.engine.trim import trim_notice
-from app.engine.typed import CheckedAnswer, check_text, invalid_answer_text, limit_text, rejected
+from app.engine.typed import check_text, invalid_answer_text, rejected
 
 log = structlog.get_logger("finishline.engine")
 
@@ -67,6 +59,7 @@ def run_react(
     prompts: Prompts | None = None,
     approval: Collection[str] = (),
     output: OutputSchema | None = None,
+    outcome: Outcome | None = None,
     **handles: Unpack[RunHandles],
 ) -> AsyncIterator[Step]:
     """`react` with its inputs as keywords, defaults for all but the task and the model."""
@@ -74,6 +67,7 @@ def run_react(
     prompts = prompts or BUILTIN[limits.prompt_language]
     inputs = RunInputs(model, list(tools), limits, prompts, frozenset(approval))
     inputs.task, inputs.system_prompt, inputs.output = task, system_prompt, output
+    inputs.outcome = outcome
     return react(inputs, **handles)
 
 
@@ -96,11 +90,13 @@ def react(inputs: RunInputs, **handles: Unpack[RunHandles]) -> AsyncIterator[Ste
     return ReactRun(inputs, handles).steps()
 
 
-class ReactRun:
-    """One run of the loop; what the parts of a step need is held once, in `self.run`."""
+class ReactRun(Ending):
+    """One run of the loop; what the parts of a step need is held once, in `self.run`. How
+    it ends (an answer graded, a limit, an interruption) is `app.engine.ending.Ending`."""
 
     def __init__(self, inputs: RunInputs, handles: RunHandles) -> None:
         self.task, self.system_prompt = inputs.task, inputs.system_prompt
+        self.outcome = inputs.outcome
         self.recorded = handles.get("recorded") or {}
         self.decisions = {d.call_id: d for d in handles.get("decisions", ())}
         self.suspended: Suspended | None = None
@@ -151,7 +147,7 @@ class ReactRun:
             structlog.contextvars.bind_contextvars(run_id=self.run.tool_ctx.run_id)
         self.started = self.run.clock() - st.elapsed_s
         self.run.deadline = self.started + limits.max_time_s
-        self.checkpointed = (st.step, len(st.messages))
+        self.checkpointed: tuple[int, int] | None = (st.step, len(st.messages))
         item: Step
         try:
             if st.pending:  # resumed after a person decided: settle the waiting calls first
@@ -242,6 +238,7 @@ class ReactRun:
             return self._end(StopReason.NUDGE_LIMIT, last.get("content") or None, degraded=True)
 
         st.step += 1
+        st.verdict = None  # a verdict holds for the answer it judged, which is behind us
         inject = self.run.inject
         self.run.enter_step()
         steps: list[Step] = [StepStarted(st.step, limits.max_steps)]
@@ -287,7 +284,7 @@ class ReactRun:
             if not reply.tool_calls:
                 st.append({"role": "assistant", "content": reply.content or ""})
                 if not limits.stop_tool:
-                    for item in self._answered(reply.content or ""):
+                    async for item in self._answered(reply.content or ""):
                         yield item
                 return
             st.nudges_in_row = 0
@@ -302,98 +299,34 @@ class ReactRun:
         finally:
             st.acting = False
         if acting.finished is not None:
-            for ending in self._end(StopReason.FINISHED, acting.finished, output=acting.output):
-                yield ending
+            calls = tuple(call.id for call in reply.tool_calls)
+            finished = self._accept(StopReason.FINISHED, acting.finished, acting.output, calls)
+            async for item in finished:
+                yield item
         elif acting.invalid is not None and acting.invalid_ends:
             for ending in self._invalid_output(acting.invalid):
                 yield ending
         elif acting.pending:
             self.suspended = Suspended(st.step, tuple(acting.pending))
 
-    def _answered(self, text: str) -> list[Step]:
+    async def _answered(self, text: str) -> AsyncIterator[Step]:
         """A plain reply with the stop tool off: the answer; with an output schema, only JSON
         that validates (the conversation keeps its JSON text), else an invalid answer."""
         run, st = self.run, self.run.state
         if run.output is None:
-            return self._end(StopReason.ANSWERED, text)
+            async for item in self._accept(StopReason.ANSWERED, text):
+                yield item
+            return
         checked = check_text(run.output, text)
         if checked.valid:
             st.replace(len(st.messages) - 1, {"role": "assistant", "content": checked.text})
-            return self._end(StopReason.ANSWERED, checked.text, output=checked.output)
+            async for item in self._accept(StopReason.ANSWERED, checked.text, checked.output):
+                yield item
+            return
         left, ended = rejected(run, checked)
         if ended:
-            return self._invalid_output(checked)
+            for item in self._invalid_output(checked):
+                yield item
+            return
         told = invalid_answer_text(run.prompts.invalid_output_reply, checked, left)
-        return [run.inject(InterventionKind.INVALID_OUTPUT, told)]
-
-    def _invalid_output(self, checked: CheckedAnswer) -> list[Step]:
-        """The answers kept failing the schema: the run ends with the last one's errors."""
-        errors = checked.errors
-        return self._end(StopReason.INVALID_OUTPUT, checked.text, degraded=True, invalid=errors)
-
-    async def _stopped(self, exc: Exception) -> AsyncIterator[Step]:
-        """The end of a run that cancel, the deadline or a failing model interrupted."""
-        if isinstance(exc, DeadlineError):
-            async for step in self._final_answer(StopReason.TIMEOUT):
-                yield step
-        else:  # a failing model ends it with error, a cancel with cancelled
-            error = RunError(exc.kind, exc.message) if isinstance(exc, LLMError) else None
-            reason = StopReason.ERROR if error else StopReason.CANCELLED
-            for ending in self._end(reason, error=error):
-                yield ending
-
-    async def _final_answer(self, reason: StopReason) -> AsyncIterator[Step]:
-        """Graceful degradation at a limit: one more call, without tools, for a best answer."""
-        if not final_call_allowed(self.run.state.tree_cost_usd, self.run.limits):
-            for ending in self._end(reason):
-                yield ending
-            return
-        prompt = limit_text(self.run.prompts, reason.value, self.run.output)
-        yield self.run.inject(LIMIT_INTERVENTIONS[reason], prompt)
-        reply: Reply | None = None
-        try:
-            deadline = self.run.clock() + self.run.limits.final_answer_timeout_s
-            async for item in ask(self.run, (), deadline, final=True):
-                if isinstance(item, Reply):
-                    reply = item
-                else:
-                    yield item
-        except CancelRequestedError:
-            for ending in self._end(StopReason.CANCELLED):
-                yield ending
-            return
-        except (DeadlineError, LLMError) as exc:
-            self.run.log.warning(
-                "final_answer_failed", reason=reason.value, error=str(exc) or "deadline"
-            )
-        answer = reply.content if reply is not None and reply.content else None
-        if answer is not None:
-            self.run.state.append({"role": "assistant", "content": answer})
-        for ending in self._end(reason, answer, degraded=answer is not None):
-            yield ending
-
-    def _end(
-        self,
-        reason: StopReason,
-        answer: str | None = None,
-        *,
-        degraded: bool = False,
-        error: RunError | None = None,
-        output: Any = None,
-        invalid: tuple[OutputError, ...] | None = None,
-    ) -> list[Step]:
-        """The run's last steps: its final conversation, for a follow-up to start from (when
-        not checkpointed as it is already), then the one `Finished`. With an output schema, a
-        degraded answer (at a limit, at nudge_limit) is checked here: its value, or why not."""
-        st = self.run.state
-        if degraded and answer is not None and self.run.output is not None and invalid is None:
-            checked = check_text(self.run.output, answer)
-            answer, output, invalid = checked.text, checked.output, checked.errors or None
-        usage = st.usage()
-        self.ended = True
-        self.run.log.info("run_finished", reason=reason.value, degraded=degraded, **usage.to_dict())
-        last: list[Step] = []
-        if self.checkpointed != (st.step, len(st.messages)):
-            last.append(self._checkpoint())
-        last.append(Finished(st.step, reason, answer, degraded, usage, error, output, invalid))
-        return last
+        yield run.inject(InterventionKind.INVALID_OUTPUT, told)

@@ -25,6 +25,7 @@ class StopReason(StrEnum):
     COST_BUDGET = "cost_budget"  # max_cost_usd spent, or the next call would pass it
     NUDGE_LIMIT = "nudge_limit"  # max_nudges stop prompts in a row went unheeded
     INVALID_OUTPUT = "invalid_output"  # answers kept failing output_schema (max_output_retries)
+    OUTCOME_UNMET = "outcome_unmet"  # the answers kept failing the outcome's rubric (§22)
     CANCELLED = "cancelled"  # somebody cancelled the run
     ERROR = "error"  # the model was unreachable after retries, or a bug
 
@@ -32,16 +33,17 @@ class StopReason(StrEnum):
 class InterventionKind(StrEnum):
     """A message the runtime injected into the conversation, and why."""
 
-    STOP_PROMPT = "stop_prompt"
-    REPETITION = "repetition"
-    PROGRESS = "progress"
-    TIMEOUT = "timeout"
-    MAX_STEPS = "max_steps"
-    TOKEN_BUDGET = "token_budget"
-    CONTEXT_TRIM = "context_trim"
+    STOP_PROMPT = "stop_prompt"  # the model stopped without task_finished: asked to finish
+    REPETITION = "repetition"  # the N-th identical tool call: a hint instead of running it
+    PROGRESS = "progress"  # a progress message before a step (the `progress` setting)
+    TIMEOUT = "timeout"  # the deadline passed: asked for a final answer
+    MAX_STEPS = "max_steps"  # max_steps used up: asked for a final answer
+    TOKEN_BUDGET = "token_budget"  # the token budget spent: asked for a final answer
+    CONTEXT_TRIM = "context_trim"  # over max_context_tokens: the oldest tool results elided
     PLANNING = "planning"  # a planning call's prompt (plan-then-execute), or its nudge
-    COST_BUDGET = "cost_budget"
+    COST_BUDGET = "cost_budget"  # the cost budget spent: asked for a final answer
     INVALID_OUTPUT = "invalid_output"  # an answer that failed the run's output_schema
+    OUTCOME_UNMET = "outcome_unmet"  # the grader's feedback on an answer that missed the rubric
 
 
 LIMIT_INTERVENTIONS = {
@@ -143,6 +145,13 @@ class Limits:
         ge=0,
         cap=10,
     )
+    max_revisions: int = setting(
+        2,
+        "With an outcome: answers after the first the grader may judge unmet before the run "
+        "ends with outcome_unmet (outcome.max_revisions sets it too).",
+        ge=0,
+        cap=10,
+    )
     planning_interval: int | None = setting(
         None,
         "Plan-then-execute: a planning call (update_plan) before step 1 and every N steps "
@@ -211,6 +220,12 @@ def output_retries_exhausted(invalid_answers: int, limits: Limits) -> StopReason
     """After an answer that failed the output schema (`invalid_answers` of them so far): the
     model had its `max_output_retries` further tries already."""
     return StopReason.INVALID_OUTPUT if invalid_answers > limits.max_output_retries else None
+
+
+def revisions_exhausted(revisions: int, limits: Limits) -> StopReason | None:
+    """After the grader judged an answer unmet (`revisions` unmet verdicts so far, this one
+    included): the model had its `max_revisions` revisions already (DESIGN §22)."""
+    return StopReason.OUTCOME_UNMET if revisions > limits.max_revisions else None
 
 
 def planning_due(step: int, limits: Limits) -> bool:

@@ -15,6 +15,8 @@ from app.engine.policies import PromptLanguage
 
 TASK_FINISHED = "task_finished"
 UPDATE_PLAN = "update_plan"
+SUBMIT_VERDICT = "submit_verdict"
+"""The grader's one tool: its verdict on an answer (DESIGN §22, `app.engine.grading`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,10 @@ class Prompts:
     invalid_output: str
     invalid_output_reply: str
     output_schema_prompt: str
+    grader_system_prompt: str
+    grader_request: str
+    verdict_description: str
+    outcome_unmet: str
     agent_status: str
     agent_degraded: str
     agent_no_answer: str
@@ -162,6 +168,23 @@ EN = Prompts(
         "Give the final answer as a JSON value alone, with no other text, matching this JSON "
         "Schema:\n{schema}"
     ),
+    grader_system_prompt=(
+        "You grade an answer against a rubric. You see the task, the rubric and the answer, "
+        "nothing else. Be strict: the answer is satisfactory only when it meets every point "
+        "of the rubric. Give your verdict with the submit_verdict tool."
+    ),
+    grader_request=(
+        "Task:\n{task}\n\nRubric:\n{rubric}\n\nAnswer:\n{answer}\n\n"
+        "Does the answer meet every point of the rubric? Call submit_verdict with `satisfied` "
+        "and `feedback`: what is missing or wrong, precisely enough to fix it (or, when it "
+        "is satisfactory, why)."
+    ),
+    verdict_description="Your verdict on the answer against the rubric.",
+    outcome_unmet=(
+        "The answer does not meet the task's requirements yet. A reviewer says:\n{feedback}\n"
+        "Revise the answer and give it again, whole, the way you gave this one "
+        "({revisions_left} revisions left)."
+    ),
     agent_status="[Sub-agent {agent} (run {run}): {status}, {reason}.]",
     agent_degraded=(
         "[Sub-agent {agent} (run {run}) stopped at a limit ({reason}): this is its best answer "
@@ -257,6 +280,20 @@ ZH = Prompts(
     ),
     output_schema_prompt=(
         "最终答案请只给出一个 JSON 值，不要附加其他文字，并符合以下 JSON Schema：\n{schema}"
+    ),
+    grader_system_prompt=(
+        "你负责按评分标准评判一个答案。你只看到任务、评分标准和答案。请严格评判："
+        "只有答案满足评分标准的每一项时才算合格。请用 submit_verdict 工具给出结论。"
+    ),
+    grader_request=(
+        "任务：\n{task}\n\n评分标准：\n{rubric}\n\n答案：\n{answer}\n\n"
+        "答案是否满足评分标准的每一项？请调用 submit_verdict，给出 `satisfied` 和 `feedback`："
+        "缺少或错误之处，要具体到足以改正（合格时说明理由）。"
+    ),
+    verdict_description="你按评分标准对答案给出的结论。",
+    outcome_unmet=(
+        "答案尚未满足任务要求。评审意见：\n{feedback}\n"
+        "请修改答案，并按原来的方式完整地重新给出（还可修改 {revisions_left} 次）。"
     ),
     agent_status="[子代理 {agent}（运行 {run}）：{status}，{reason}。]",
     agent_degraded=(

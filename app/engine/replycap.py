@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from app.engine import jsontext
 from app.engine.ports import (
     ChatModel,
     DeltaSink,
@@ -65,7 +66,7 @@ def restored_call(call: ToolCall) -> ToolCall:
     if not call.arguments.startswith('{"' + DROPPED):
         return call
     try:
-        size = json.loads(call.arguments)[DROPPED]
+        size = jsontext.loads(call.arguments)[DROPPED]
     except (ValueError, KeyError, TypeError):
         return call
     return replace(call, oversize=size) if isinstance(size, int) and size > 0 else call

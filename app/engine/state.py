@@ -128,6 +128,11 @@ class RunState:
     nudges_in_row: int = 0
     invalid_answers: int = 0
     """Answers that failed the run's output schema so far (`max_output_retries`)."""
+    revisions: int = 0
+    """Answers the grader judged unmet so far (an outcome's `max_revisions`, DESIGN §22)."""
+    verdict: dict[str, Any] | None = None
+    """The grader's verdict on the conversation's last answer, once given and until the model
+    answers again: a run resumed from a checkpoint holding it does not ask again."""
     elapsed_s: float = 0.0
     """Time the run had used when this state was restored (0 for a fresh run)."""
     call_counts: dict[str, int] = field(default_factory=dict)
@@ -278,10 +283,15 @@ class RunState:
         }
 
     def _tree_fields(self) -> dict[str, Any]:
+        graded = (
+            {"revisions": self.revisions, "verdict": self.verdict}
+            if self.revisions or self.verdict is not None
+            else {}
+        )
         if self.children is None and self.tree_stop is None:
-            return {}  # a run without sub-agents: nothing to keep
+            return graded  # a run without sub-agents: nothing of theirs to keep
         children = self.children.to_dict() if self.children else None
-        return {"children": children, "tree_stop": self.tree_stop}
+        return {"children": children, "tree_stop": self.tree_stop, **graded}
 
     @classmethod
     def from_checkpoint(cls, data: dict[str, Any]) -> RunState:
@@ -311,4 +321,6 @@ class RunState:
             model_state=data.get("model"),
             children=ChildSpend.from_dict(data["children"]) if data.get("children") else None,
             tree_stop=data.get("tree_stop"),
+            revisions=int(data.get("revisions", 0)),
+            verdict=data.get("verdict"),
         )

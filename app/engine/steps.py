@@ -239,6 +239,22 @@ class Intervention(_Event):
 
 
 @dataclass(slots=True)
+class OutcomeGraded(_Event):
+    """The grader's verdict on an answer (DESIGN §22). `revision`: the answer's number after
+    the first (0: the first answer); `final`: the degraded final answer at a limit, graded
+    once for the record (the run ends either way); `valid`: False when the grader gave no
+    valid verdict after its retries (counted unmet)."""
+
+    type: ClassVar[EventType] = EventType.OUTCOME_GRADED
+    step: int
+    satisfied: bool
+    feedback: str
+    revision: int
+    final: bool = False
+    valid: bool = True
+
+
+@dataclass(slots=True)
 class UserMessage(_Event):
     """A person's message (steering) joined the conversation, right before an LLM call.
     `delivered` is False for one that came after the run's last LLM call (logged, not seen)."""
@@ -305,6 +321,7 @@ Step = (
     | AgentStarted
     | AgentFinished
     | Intervention
+    | OutcomeGraded
     | UserMessage
     | ApprovalRequested
     | Suspended

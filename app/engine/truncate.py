@@ -35,6 +35,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from app.engine import jsontext
 from app.engine.prompts import EN
 
 NOTE_MAX_CHARS = 300
@@ -97,8 +98,8 @@ def _cut_json(result: str, budget: int) -> str | None:
     if budget < 2 or stripped[:1] not in ("[", "{"):
         return None
     try:
-        return _fit(json.loads(stripped), budget)
-    except (ValueError, RecursionError):  # not JSON, or nested too deep to walk
+        return _fit(jsontext.loads(stripped), budget)
+    except ValueError:  # not JSON, or nested too deep to walk (jsontext)
         return None
 
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine import jsontext
 from app.engine.context import RunContext
 from app.engine.policies import output_retries_exhausted
 from app.engine.ports import OutputError, OutputSchema, ToolSpec
@@ -53,10 +54,6 @@ class CheckedAnswer:
 
 _TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 """An answer's JSON text (made once: `json.dumps` with options makes an encoder per call)."""
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _unfenced(text: str) -> str:
@@ -143,10 +140,13 @@ def check_value(schema: OutputSchema, value: Any) -> CheckedAnswer:
 def check_text(schema: OutputSchema, text: str) -> CheckedAnswer:
     """A text answer (a plain reply, the degraded final answer): JSON that validates."""
     try:
-        value = json.loads(_unfenced(text), parse_constant=_no_constants)
+        value = jsontext.loads(_unfenced(text), constants=False)
+    except jsontext.TooDeepError as exc:
+        return CheckedAnswer(text, None, (OutputError("$", str(exc)),))
     except ValueError as exc:
-        why = f"{exc.msg} at position {exc.pos}" if isinstance(exc, json.JSONDecodeError) else exc
-        return CheckedAnswer(text, None, (OutputError("$", f"is not JSON: {why}"),))
+        return CheckedAnswer(
+            text, None, (OutputError("$", f"is not JSON: {jsontext.problem(exc)}"),)
+        )
     return check_value(schema, value)
 
 

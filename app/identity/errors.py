@@ -42,23 +42,31 @@ class IdentityError(FinishlineError):
 
 
 class MissingCredentialsError(IdentityError):
+    """No `Authorization: Bearer …` where the server needs one."""
+
     def __init__(self) -> None:
         super().__init__("missing Authorization: Bearer <API key or access token>")
 
 
 class InvalidApiKeyError(IdentityError):
+    """A bearer value that is no key of the server's (and no JWT, with an issuer set)."""
+
     def __init__(self, *, tokens: bool = False) -> None:
         what = "invalid API key" + (", and not a JWT access token" if tokens else "")
         super().__init__(what)
 
 
 class InvalidTokenError(IdentityError):
+    """An access token (JWT) refused: `details.problem` says why (signature, exp, aud, …)."""
+
     def __init__(self, problem: TokenProblem, message: str) -> None:
         super().__init__(message)
         self.problem = problem
 
 
 class InsufficientScopeError(IdentityError):
+    """A token without the `finishline:` scope the request needs."""
+
     def __init__(self, scope: str) -> None:
         super().__init__(
             f"this request needs the {scope} scope; the token carries finishline: scopes without it"
@@ -67,6 +75,8 @@ class InsufficientScopeError(IdentityError):
 
 
 class IssuerUnavailableError(IdentityError):
+    """The issuer's signing keys are not known yet (it is down): tokens cannot be checked."""
+
     def __init__(self, why: str, retry_after_s: int) -> None:
         super().__init__(
             "access tokens cannot be checked yet: the identity provider's signing keys are "

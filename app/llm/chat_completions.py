@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeGuard
 
+from app.engine import jsontext
 from app.engine.errors import LLMResponseError
 from app.engine.ports import Reply, TokenUsage, ToolCall
 
@@ -84,7 +85,7 @@ def error_message(body: str, fallback: str) -> str:
     `{"error": "..."}`, `{"detail": ...}` or `{"message": ...}` shapes of other servers, else
     the body text itself; `fallback` (the status phrase) when the body is empty."""
     try:
-        payload = json.loads(body)
+        payload = jsontext.loads(body)
     except ValueError:
         payload = None
     if isinstance(payload, dict):

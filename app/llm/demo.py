@@ -9,7 +9,9 @@ up to match it (`app.llm.demo_values`): as task_finished's `answer` (whose param
 schema), or as JSON text when asked for one (`answer_schema`: the stop tool off, the final
 call). Offered sub-agents (tools of one `task` parameter, DESIGN §15), it routes: its first
 turn hands the task to each of them at once, and it answers from what they said (a router and
-its workers, on the demo model alone).
+its workers, on the demo model alone). With an outcome (DESIGN §22) it grades too, and revises
+once: as the grader it finds a first text answer unmet, and a revised one met; as the agent,
+told its answer was unmet, it answers again, marked revised (`REVISED`).
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.engine.ports import FREE, DeltaSink, Message, Price, Reply, ToolCall, ToolSpec
-from app.engine.prompts import TASK_FINISHED, UPDATE_PLAN
+from app.engine.prompts import SUBMIT_VERDICT, TASK_FINISHED, UPDATE_PLAN
 from app.llm.demo_values import example
 
 DEMO_NOTICE = (
     "I am finishline's built-in demo model, not a real LLM: no model endpoint is configured, "
     "so I follow a fixed script to show how a run streams."
 )
+REVISED = "(revised after review)"
+"""How the demo marks an answer it gave again after an unmet verdict; its grader meets it."""
+_DEMO_FINISH = "demo_3_task_finished"
 _ARITHMETIC = re.compile(r"[\d(][\d\s+\-*/%.()^]*[\d)]")
 
 
@@ -101,6 +106,8 @@ class DemoModel:
         names = {t.name for t in tools}
         if force_tool == UPDATE_PLAN and UPDATE_PLAN in names:
             reply = self._planned(messages)
+        elif force_tool == SUBMIT_VERDICT and SUBMIT_VERDICT in names:
+            reply = self._graded(messages)
         else:
             agents = [t.name for t in tools if _is_agent(t)]
             reply = self._next(messages, tools, answer_schema, agents)
@@ -125,6 +132,22 @@ class DemoModel:
         call = ToolCall(f"demo_plan_{planned}", UPDATE_PLAN, json.dumps(_plan(done)))
         return Reply(content=text, tool_calls=(call,), finish_reason="tool_calls")
 
+    @staticmethod
+    def _graded(messages: Sequence[Message]) -> Reply:
+        """A grader's verdict: a first text answer of the demo's own is unmet (so the loop
+        shows), a revised one or any other answer met."""
+        request = str(messages[-1]["content"]) if messages else ""
+        unmet = "[demo model]" in request and REVISED not in request
+        feedback = (
+            "[demo grader] A first answer never passes the demo grader, so that you see the "
+            "loop: revise it once against the rubric."
+            if unmet
+            else "[demo grader] The answer meets the rubric, as far as the demo model can tell."
+        )
+        verdict = {"satisfied": not unmet, "feedback": feedback}
+        call = ToolCall("demo_verdict", SUBMIT_VERDICT, json.dumps(verdict))
+        return Reply(content=None, tool_calls=(call,), finish_reason="tool_calls")
+
     def _next(
         self,
         messages: Sequence[Message],
@@ -135,7 +158,11 @@ class DemoModel:
         tools = {t.name for t in specs}
         task = next((m["content"] for m in messages if m["role"] == "user"), "")
         turns = _work_turns(messages)
-        results = [m["content"] for m in messages if m["role"] == "tool"]
+        results = [
+            m["content"]
+            for m in messages
+            if m["role"] == "tool" and m.get("tool_call_id") != _DEMO_FINISH  # (a verdict's)
+        ]
         if not tools:  # the degraded final call: answer from what we have
             return Reply(content=self._text(results, answer_schema), finish_reason="stop")
         if agents:  # a router: the task to each sub-agent at once, then their answers
@@ -157,12 +184,26 @@ class DemoModel:
         if finish is not None:
             parameters = finish.parameters  # its `answer`: the text, or the output schema
             answer = self._typed(parameters["properties"]["answer"], results, root=parameters)
+            told = [m for m in messages if m.get("tool_call_id") == _DEMO_FINISH]
+            if told and isinstance(answer, str):  # an unmet verdict: the answer again, revised
+                return Reply(
+                    content="The reviewer found my answer unmet, so I revise it.",
+                    tool_calls=(_call(4, TASK_FINISHED, {"answer": f"{answer} {REVISED}"}),),
+                    finish_reason="tool_calls",
+                )
             return Reply(
                 content="I have what I need, so I will finish.",
                 tool_calls=(_call(3, TASK_FINISHED, {"answer": answer}),),
                 finish_reason="tool_calls",
             )
-        return Reply(content=self._text(results, answer_schema), finish_reason="stop")
+        text = self._text(results, answer_schema)
+        answered = any(
+            m["role"] == "assistant" and str(m.get("content") or "").startswith("[demo model]")
+            for m in messages
+        )
+        if answered and answer_schema is None:  # told its answer was unmet: revised
+            text = f"{text} {REVISED}"
+        return Reply(content=text, finish_reason="stop")
 
     def _text(self, results: list[str], schema: Mapping[str, Any] | None) -> str:
         """The answer as text: JSON matching `schema` when asked for one."""

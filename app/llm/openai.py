@@ -51,6 +51,7 @@ from typing import Any, Self
 import httpx
 import structlog
 
+from app.engine import jsontext
 from app.engine.errors import (
     LLMConnectionError,
     LLMResponseError,
@@ -301,7 +302,7 @@ async def _status_error(response: httpx.Response) -> LLMStatusError:
 
 def _json_body(response: httpx.Response, content: bytes) -> Any:
     try:
-        return json.loads(content)
+        return jsontext.loads(content)
     except ValueError as exc:
         text = _text(response, content)
         raise LLMResponseError(
@@ -318,7 +319,7 @@ def _text(response: httpx.Response, content: bytes) -> str:
 
 def _json_chunk(data: str) -> Any:
     try:
-        return json.loads(data)
+        return jsontext.loads(data)
     except ValueError as exc:
         raise LLMResponseError(f"stream chunk is not JSON: {snippet(data)}") from exc
 

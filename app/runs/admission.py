@@ -109,6 +109,7 @@ class Admission:
         idempotency_key: str | None = None,
         traceparent: str | None = None,
         joining: Joining | None = None,
+        schedule_id: str | None = None,
         fork: Fork | None = None,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False.
@@ -118,7 +119,8 @@ class Admission:
         with an idempotency key keeps its `request_hash` (the request's `digest`, computed
         where it was read, else here in a worker thread); one without keeps none: only a
         replay of its key compares it (and A2A's and AG-UI's, whose runs have keys).
-        `joining`: the run is a thread's next (`ThreadMovedError` when the thread moved)."""
+        `joining`: the run is a thread's next (`ThreadMovedError` when the thread moved).
+        `schedule_id`: the schedule whose firing starts it (DESIGN §21)."""
         if self.live.draining:
             raise ShuttingDownError("the server is shutting down and takes no new runs")
         digest: str | None = None
@@ -145,6 +147,7 @@ class Admission:
             record = self._new_record(request, checked, previous, owner, idempotency_key, digest)
             record.id = run_id
             record.thread_id = joining.thread_id if joining is not None else None
+            record.schedule_id = schedule_id
             record.forked_from = fork[0] if fork is not None else None
             replayed = await self._store(record, checked, traceparent, joining=joining)
             if replayed is not None:  # no run made: the key's share is given back
@@ -246,6 +249,7 @@ class Admission:
             "settings": settings_dict(record.settings),
             **({"previous_run_id": record.previous_run_id} if record.previous_run_id else {}),
             **({"thread_id": record.thread_id} if record.thread_id else {}),
+            **({"schedule_id": record.schedule_id} if record.schedule_id else {}),
             **({"agent": record.request.agent} if record.request.agent else {}),
             **(
                 {"forked_from": record.forked_from.model_dump()}

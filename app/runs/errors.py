@@ -83,6 +83,10 @@ class ThreadNotFoundError(RunNotFoundError):
     """No such thread, or not this caller's (DESIGN §19)."""
 
 
+class ScheduleNotFoundError(RunNotFoundError):
+    """No such schedule, or not this caller's (DESIGN §21)."""
+
+
 class RunNotWaitingError(RunsError):
     """The run is not waiting for a decision on that call (DESIGN §9)."""
 

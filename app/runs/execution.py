@@ -163,8 +163,14 @@ class Execution:
                     started["resumed"] = True
                 elif record.tree is not None:  # a child's deadline: its parent's at the latest
                     state = RunState(elapsed_s=_queued_s(record))
-                # the record running and its event in one write
-                await self.store.append(record.id, EventType.RUN_STARTED, 0, started, record=record)
+                # the record running and its event in one write, queued: the first model
+                # call need not wait for its commit (its error fails the run where it waits)
+                self.recorder.queue(
+                    record.id,
+                    await self.store.append_soon(
+                        record.id, EventType.RUN_STARTED, 0, started, record=record
+                    ),
+                )
                 log.info("run_started", resumed=state is not None)
             else:  # taken over from a replica that stopped: from its last checkpoint
                 state = await self._recovered(active)

@@ -212,6 +212,7 @@ class RunManager:
         traceparent: str | None = None,
         thread_id: str | None = None,
         multitask: Multitask = Multitask.REJECT,
+        schedule_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False
         (`Admission.create`); with `thread_id`, that thread's next run (`Threads.start`)."""
@@ -223,12 +224,11 @@ class RunManager:
                 multitask=multitask,
                 idempotency_key=idempotency_key,
                 traceparent=traceparent,
+                schedule_id=schedule_id,
             )
+        key, parent = idempotency_key, traceparent
         return await self.admission.create(
-            request,
-            owner=owner,
-            idempotency_key=idempotency_key,
-            traceparent=traceparent,
+            request, owner=owner, idempotency_key=key, traceparent=parent, schedule_id=schedule_id
         )
 
     async def get(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:

@@ -4,8 +4,11 @@ checkpoint), and the run's end makes the record terminal with its terminal event
 Events are queued to the store (`append_soon`) and the run goes on while they are made
 durable, many in one commit; a subscriber sees each only once it is durable. The run waits
 for everything it queued (and fails if a write failed) where it matters: before a tool call
-can run (at its `action`), at a checkpoint, before it waits for a person, at its end, and
-when `MAX_UNSETTLED` writes are in flight."""
+can run (at its `action`), at a checkpoint taken while a step's calls are in flight (a
+resume elsewhere must find it before a non-idempotent call runs), before it waits for a
+person, at its end, and when `MAX_UNSETTLED` writes are in flight. Every other checkpoint is
+queued too (`save_checkpoint_soon`): it commits with the run's next events, and the run goes
+on to its next model call without waiting for a commit."""
 
 from __future__ import annotations
 
@@ -105,8 +108,13 @@ class RunRecorder:
             if state.get("acting") and not self.in_flight_checkpoints:
                 return
             record.usage = Usage(**checkpoint_usage(state).to_dict())
-            await self.store.save_checkpoint(record.id, step.step, state)  # after the queued
-            await self.settle(record.id)
+            if state.get("acting"):  # a resume elsewhere may not run a non-idempotent call
+                await self.store.save_checkpoint(record.id, step.step, state)  # twice: stored
+                await self.settle(record.id)  # before the step's calls run
+                return
+            checkpoint = await self.store.save_checkpoint_soon(record.id, step.step, state)
+            if len(self.queue(record.id, checkpoint)) >= MAX_UNSETTLED:  # else no wait: it
+                await self.settle(record.id)  # commits with the run's next events
             return
         if isinstance(step, Suspended):  # the manager's (app.runs.approvals); not an event
             await self.settle(record.id)
@@ -138,12 +146,20 @@ class RunRecorder:
             self.metrics.key_spent(
                 record.owner, call.prompt_tokens, call.completion_tokens, call.cost_usd
             )
-        queued = self._unsettled.setdefault(record.id, [])
-        queued.append(await self.store.append_soon(record.id, step.type, step.step, data))
+        queued = self.queue(
+            record.id, await self.store.append_soon(record.id, step.type, step.step, data)
+        )
         if call is not None:  # the key's day (DESIGN §13): before the run's next budget check
             queued.append(await self.quotas.spend(record.owner, call))
         if isinstance(step, Action) or len(queued) >= MAX_UNSETTLED:
             await self.settle(record.id)  # an action is stored before its call can run
+
+    def queue(self, run_id: str, outcome: Awaitable[Any]) -> list[Awaitable[Any]]:
+        """Note a queued write of the run (its outcome, as `append_soon` returns it): waited
+        for, and its error raised, where the run waits next. What the run has in flight."""
+        queued = self._unsettled.setdefault(run_id, [])
+        queued.append(outcome)
+        return queued
 
     async def end(
         self,

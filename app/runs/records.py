@@ -171,7 +171,7 @@ class UsageFigures(BaseModel):
     cost_usd: float | None = Field(
         0.0,
         description="What the LLM calls cost in USD, the final call included; null when a "
-        "call's model has no known price (see README, What a run costs).",
+        "call's model has no known price (see docs/guides/budgets.md, What a run costs).",
     )
 
     @model_validator(mode="before")
@@ -334,6 +334,8 @@ class RunRecord(BaseModel):
     thread_id: str | None = None
     """The thread (DESIGN §19) whose run it is: POST /runs' `thread_id`, `ag-ui:THREAD` for
     an AG-UI turn's, `a2a:AGENT:CONTEXT` for an A2A task's; None for a run of no thread."""
+    schedule_id: str | None = None
+    """The schedule whose firing started it (DESIGN §21); None for a run a request started."""
 
     @property
     def system_prompt(self) -> str | None:

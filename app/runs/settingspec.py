@@ -1,6 +1,9 @@
 """A run's settings as a request gives them (`settings` of POST /runs): one optional field
 per setting declared on `Limits`, with the same bounds; an omitted one takes the server's
-default, and the server's caps are checked by `app.assembly`."""
+default, and the server's caps are checked by `app.assembly`. Beside them, the run's
+`outcome` (DESIGN §22): the rubric its answer is graded against, how many revisions the model
+gets (`max_revisions`, the setting's value for the run), and the grader; `app.outcomes` checks
+what depends on the server (the rubric's length, the cap, the grader's model)."""
 
 from __future__ import annotations
 
@@ -52,3 +55,58 @@ else:
         **{name: _request_field(item) for name, item in declared(Limits).items()},
     )
 """One optional field per setting of `Limits`, with its bounds; nothing else."""
+
+
+class GraderIn(BaseModel):
+    """The grader: one LLM call in a context of its own (the task, the rubric, the answer)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = Field(
+        None,
+        min_length=1,
+        description="The grader's model; default: the run's. A model with no known price "
+        "cannot grade a run with a cost budget.",
+    )
+    system_prompt: str | None = Field(
+        None,
+        min_length=1,
+        description="The grader's system prompt; default: the built-in one (a strict grader "
+        "that answers with a verdict tool).",
+    )
+
+
+class OutcomeIn(BaseModel):
+    """The answer is accepted only when the grader judges that it meets `rubric`."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "rubric": "Names three risks, each with a mitigation; under 200 words.",
+                    "max_revisions": 1,
+                }
+            ]
+        },
+    )
+
+    rubric: str = Field(
+        min_length=1,
+        description="What a good answer does, for the grader (length capped by "
+        "FINISHLINE_MAX_RUBRIC_CHARS).",
+    )
+    max_revisions: int | None = Field(
+        None,
+        ge=0,
+        description="Answers after the first the grader may judge unmet; the next unmet one "
+        "ends the run incomplete with outcome_unmet. Default: settings.max_revisions "
+        "(FINISHLINE_MAX_REVISIONS); at most FINISHLINE_MAX_REVISIONS_LIMIT.",
+    )
+    grader: GraderIn = Field(default_factory=GraderIn, description="The grader's model and prompt.")
+
+    @field_validator("max_revisions", mode="before")
+    @classmethod
+    def _json_integer(cls, value: Any) -> Any:
+        return json_integer(value)

@@ -12,12 +12,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
     PrivateAttr,
-    SerializerFunctionWrapHandler,
     StringConstraints,
     field_validator,
-    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -29,185 +26,25 @@ from app.runs.jsonsafe import (
     json_integer,
     json_problem,
 )
-from app.runs.settingspec import RunSettingsIn
+from app.runs.settingspec import GraderIn, OutcomeIn, RunSettingsIn
 from app.runs.toolspec import (
+    AGENT_NAME,
+    CHILD_FIELDS,
+    MAX_AGENTS,
+    MAX_LIST_ITEMS,
+    AgentIn,
     ApprovalIn,
     ClientToolIn,
     HttpToolIn,
     ScriptedReplyIn,
     ScriptedToolCallIn,
     ScriptedUsageIn,
+    agent_names_only,
 )
-
-MAX_LIST_ITEMS = {"tools": 256, "http_tools": 256, "client_tools": 256, "model_script": 1000}
-"""Fixed ceilings on the lists of a request, checked before anything in them is validated,
-so a huge list is refused in microseconds. Server settings (max_tools, max_script_replies)
-set the working caps below these."""
-
-
-AGENT_NAME = r"^[A-Za-z0-9_-]{1,64}$"
-"""A sub-agent's name is the name of the tool the parent's model calls: a tool name."""
-PROFILE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
-MAX_AGENTS = 64
-"""Fixed ceiling on a run's sub-agents; each is a tool, so FINISHLINE_MAX_TOOLS bounds them too."""
-
-
-def _agent_names_only(schema: dict[str, Any]) -> None:
-    """In the schema of a field of agents by name: no key but a name (`AGENT_NAME`)."""
-    for branch in schema.get("anyOf", [schema]):
-        if "patternProperties" in branch:
-            branch["additionalProperties"] = False
-
-
-_TEXT: dict[str, JsonValue] = {"type": "string"}
-_CHILD_FIELDS = (
-    "system_prompt",
-    "model",
-    "tools",
-    "mcp_servers",
-    "http_tools",
-    "settings",
-    "approval",
-    "model_script",
-    "output_schema",
-    "agents",
-    "agent",
-)
-"""The fields of a sub-agent that its child run's request takes as they are."""
-
-
-class AgentIn(BaseModel):
-    """A sub-agent (DESIGN §15): offered to the run's model as a tool named as its key, with
-    one parameter, `task`. Calling it starts a child run, made of these fields as a request
-    of its own (`agent` names a profile of this server, as in POST /runs), or calls the
-    remote A2A agent at `a2a_url`."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        json_schema_extra={
-            # what `_one_kind` checks, said in the schema too
-            "allOf": [
-                {
-                    "anyOf": [
-                        {"required": ["description"], "properties": {"description": _TEXT}},
-                        {"required": ["agent"], "properties": {"agent": _TEXT}},
-                    ]
-                },
-                {
-                    "anyOf": [
-                        {"not": {"required": ["a2a_url"]}},
-                        {"properties": {"a2a_url": {"type": "null"}}},
-                        {"propertyNames": {"enum": ["a2a_url", "description"]}},
-                    ]
-                },
-            ],
-            "examples": [
-                {
-                    "description": "Does arithmetic. Give it one expression to compute.",
-                    "tools": ["calculator"],
-                },
-                {"agent": "researcher"},
-                {
-                    "description": "The billing team's agent.",
-                    "a2a_url": "https://agents.example.com/a2a/billing",
-                },
-            ],
-        },
-    )
-
-    description: str | None = Field(
-        None,
-        min_length=1,
-        max_length=2000,
-        description="What it does, for the model: the tool's description. Required, unless "
-        "`agent` names a profile (the profile's description is the default).",
-    )
-    agent: str | None = Field(
-        None,
-        pattern=PROFILE_NAME,
-        description="An agent profile of this server (GET /agents): the child run's defaults, "
-        "as for POST /runs; the fields given here replace the profile's.",
-    )
-    a2a_url: str | None = Field(
-        None,
-        max_length=2000,
-        description="A remote A2A agent's JSON-RPC URL (host allow-listed like HTTP tools): "
-        "the call sends it the task and its answer is the observation. Takes no other field "
-        "but `description`.",
-    )
-    system_prompt: str | None = Field(None, description="The child run's system prompt.")
-    model: str | None = Field(
-        None, description="The child run's model; default: the parent run's (or the profile's)."
-    )
-    tools: list[str] = Field(
-        default_factory=list,
-        max_length=MAX_LIST_ITEMS["tools"],
-        description="Registered tools of the child run.",
-    )
-    mcp_servers: list[str] = Field(
-        default_factory=list, max_length=64, description="MCP servers of the child run."
-    )
-    http_tools: list[HttpToolIn] = Field(
-        default_factory=list,
-        max_length=MAX_LIST_ITEMS["http_tools"],
-        description="HTTP tools of the child run.",
-    )
-    settings: RunSettingsIn = Field(
-        default_factory=RunSettingsIn,
-        description="The child run's settings; its time, tokens and cost are also bounded by "
-        "what the parent has left.",
-    )
-    approval: ApprovalIn | None = Field(
-        None, description="Tools of the child run whose calls wait for a person."
-    )
-    model_script: list[ScriptedReplyIn] | None = Field(
-        None,
-        max_length=MAX_LIST_ITEMS["model_script"],
-        description="The child run's scripted replies (model 'scripted').",
-    )
-    output_schema: dict[str, Any] | None = Field(
-        None,
-        description="The child run's output schema (typed answers): the observation the "
-        "parent's model gets is then the child's validated answer, as JSON.",
-    )
-    agents: dict[Annotated[str, StringConstraints(pattern=AGENT_NAME)], AgentIn] = Field(
-        default_factory=dict,
-        max_length=MAX_AGENTS,
-        description="The child run's own sub-agents (depth: FINISHLINE_MAX_AGENT_DEPTH).",
-        json_schema_extra=_agent_names_only,
-    )
-
-    @model_serializer(mode="wrap")
-    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The fields given, as given (stored so: it reads back as the same agent)."""
-        data: dict[str, Any] = handler(self)
-        return {name: value for name, value in data.items() if name in self.model_fields_set}
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Self:
-        given = self.model_fields_set - {"description"}
-        if self.a2a_url is not None and given != {"a2a_url"}:
-            others = ", ".join(sorted(given - {"a2a_url"}))
-            raise ValueError(f"a remote agent (a2a_url) takes only a description, not {others}")
-        if self.description is None and self.agent is None:
-            raise ValueError("description: required (what the agent does, for the model)")
-        return self
-
-    def child_request(self, task: str, parent_model: str | None = None) -> RunRequest:
-        """The request of the child run a call with `task` starts (not for `a2a_url`). An
-        agent that names no model, no profile and no script runs on `parent_model`."""
-        given = {name for name in _CHILD_FIELDS if name in self.model_fields_set}
-        fields = RunRequest.model_fields
-        values = {n: f.get_default(call_default_factory=True) for n, f in fields.items()}
-        values |= {name: getattr(self, name) for name in given} | {"task": task}
-        if given.isdisjoint({"model", "agent", "model_script"}) and parent_model is not None:
-            values["model"] = parent_model
-            given.add("model")
-        return RunRequest.model_construct({"task", *given}, **values)
-
 
 DEEP_FIELDS = ("metadata", "http_tools", "client_tools", "model_script", "output_schema", "agents")
+
+
 """The free-form JSON fields of a request, held to MAX_JSON_DEPTH."""
 
 
@@ -289,7 +126,8 @@ class RunRequest(BaseModel):
         "and the run goes on (`settings.max_output_retries` more tries, then the run ends "
         "incomplete with invalid_output). The value is `result.output`, its JSON text "
         "`result.answer`. An invalid schema is a 422; its size is capped like an HTTP tool's "
-        "`parameters`.",
+        "`parameters`. A `$ref` resolves only within the schema (nothing is fetched); "
+        "patterns are matched by RE2 (no backreferences or lookaround).",
         json_schema_extra={
             "examples": [
                 {
@@ -302,6 +140,15 @@ class RunRequest(BaseModel):
                 }
             ]
         },
+    )
+    outcome: OutcomeIn | None = Field(
+        None,
+        description="Done means a good answer (DESIGN §22): the answer is graded against "
+        "`rubric` by one LLM call in a context of its own (event `outcome.graded`); an unmet "
+        "one gets the grader's feedback (intervention `outcome_unmet`) and the run goes on, up "
+        "to `max_revisions` revisions, then ends incomplete with outcome_unmet and its last "
+        "answer. With output_schema, the schema is checked first. The grader's calls count in "
+        "the run's usage, cost, budgets and deadline.",
     )
     webhook_events: list[Literal["ended", "requires_action"]] | None = Field(
         None,
@@ -321,7 +168,7 @@ class RunRequest(BaseModel):
     agents: dict[Annotated[str, StringConstraints(pattern=AGENT_NAME)], AgentIn] | None = Field(
         None,
         max_length=MAX_AGENTS,
-        json_schema_extra=_agent_names_only,
+        json_schema_extra=agent_names_only,
         description="Sub-agents (router and workers, DESIGN §15): each is a tool NAME(task) for "
         "this run's model; a call starts a child run (parent_run_id: this run), whose answer "
         "is the call's result. The tree shares this run's deadline and budgets.",
@@ -380,13 +227,29 @@ class RunRequest(BaseModel):
         return value
 
 
+def child_request(agent: AgentIn, task: str, parent_model: str | None = None) -> RunRequest:
+    """The request of the child run a call of `agent` with `task` starts (not for an
+    `a2a_url` agent). An agent that names no model, no profile and no script runs on
+    `parent_model`."""
+    given = {name for name in CHILD_FIELDS if name in agent.model_fields_set}
+    fields = RunRequest.model_fields
+    values = {n: f.get_default(call_default_factory=True) for n, f in fields.items()}
+    values |= {name: getattr(agent, name) for name in given} | {"task": task}
+    if given.isdisjoint({"model", "agent", "model_script"}) and parent_model is not None:
+        values["model"] = parent_model
+        given.add("model")
+    return RunRequest.model_construct({"task", *given}, **values)
+
+
 __all__ = [
     "MAX_JSON_DEPTH",
     "STRICT",
     "AgentIn",
     "ApprovalIn",
     "ClientToolIn",
+    "GraderIn",
     "HttpToolIn",
+    "OutcomeIn",
     "RunRequest",
     "RunSettingsIn",
     "ScriptedReplyIn",

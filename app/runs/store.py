@@ -5,9 +5,10 @@ checkpoints. Implementations: `MemoryRunStore` (memory://), `SqliteRunStore` (sq
 
 Ordering contract: `append` assigns the next `seq` of the run (1, 2, 3 … no gaps) and returns
 only once the event is durable; events are appended, and published to subscribers, in the
-order `append` (or `append_soon`) was called for that run. `append_soon` queues the append
-and hands back what to await for its outcome, so a caller can go on while it is made durable;
-no event is published before it is durable either way. `subscribe` replays everything after
+order `append` (or `append_soon`) was called for that run. `append_soon` (and
+`save_checkpoint_soon`) queue the write and hand back what to await for its outcome, so a
+caller can go on while it is made durable (and one commit can carry many writes); no event is
+published before it is durable either way. `subscribe` replays everything after
 `after`, then follows live, without loss or duplicates, and ends after the terminal event;
 `subscribe_batches` does the same, handing over everything it has ready at once.
 """
@@ -29,6 +30,7 @@ from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.reports.groups import GroupBy
 from app.runs.reports.summaries import RunFilter, RunSummary
+from app.runs.schedules.store import ScheduleStore
 from app.runs.threads.index import ThreadIndex
 
 log = structlog.get_logger("finishline.runs")
@@ -179,6 +181,10 @@ class RunStore(Protocol):
     def threads(self) -> ThreadIndex:
         """Each owner's threads (DESIGN §19): the thread index, beside the runs."""
 
+    @property
+    def schedules(self) -> ScheduleStore:
+        """Each owner's schedules and their firings (DESIGN §21), beside the runs."""
+
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -268,11 +274,18 @@ class RunStore(Protocol):
         does and in the same write, before the event: both are stored, or neither."""
 
     async def append_soon(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
     ) -> Awaitable[Event]:
-        """Queue the run's next event, as `append` would store it, behind every write asked
-        of this store before; return what to await for the stored event (or the error). A
-        store whose writes are not queued makes the append before it returns."""
+        """Queue the run's next event, as `append` would store it (with `record`: the record
+        saved in the same write, before the event), behind every write asked of this store
+        before; return what to await for the stored event (or the error). A store whose
+        writes are not queued makes the append before it returns."""
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 
@@ -285,6 +298,18 @@ class RunStore(Protocol):
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         """Replace the run's checkpoint (in `CHECKPOINT_FORMAT`)."""
+
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        """Queue `save_checkpoint`, as `append_soon` queues an append: behind every write
+        asked of this store before, ahead of every one asked after (so it commits with the
+        run's next events, never after them); return what to await for it stored (or the
+        error). The caller awaits that only where a rule needs the checkpoint durable (before
+        a non-idempotent call runs); a run's writes stay in order either way. A store whose
+        writes are not queued saves it before it returns (`settled`). Planning an incremental
+        write here (`stores.checkpoints`) must hold even if a queued write before it fails:
+        the next one must not be a delta on chunks that were never stored."""
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         """The run's last checkpoint, whatever format it was stored in; None for none."""

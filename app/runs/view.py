@@ -70,6 +70,11 @@ class RunView(BaseModel):
         description="The JSON Schema its answer must validate against (the value is "
         "result.output), or null.",
     )
+    outcome: dict[str, Any] | None = Field(
+        None,
+        description="The rubric its answer is graded against and its grader (DESIGN §22; "
+        "max_revisions resolved in settings), or null.",
+    )
     settings: dict[str, Any] = Field(description="Every per-run setting, resolved.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="The request's own data, as sent."
@@ -87,6 +92,10 @@ class RunView(BaseModel):
         None,
         description="The thread (conversation, DESIGN §19) whose run it is (GET "
         "/threads/{id}), or null.",
+    )
+    schedule_id: str | None = Field(
+        None,
+        description="The schedule whose firing started it (GET /schedules/{id}/firings), or null.",
     )
     forked_from: ForkedFrom | None = Field(
         None, description="A fork's origin (POST /runs/{id}/fork): the run and step; or null."
@@ -155,6 +164,7 @@ def to_view(record: RunRecord) -> RunView:
         http_tools=http_tools,
         client_tools=[t.model_dump(mode="json") for t in request.client_tools],
         output_schema=request.output_schema,
+        outcome=None if request.outcome is None else request.outcome.model_dump(mode="json"),
         settings=settings_dict(record.settings),
         metadata=request.metadata,
         result=record.result,
@@ -163,6 +173,7 @@ def to_view(record: RunRecord) -> RunView:
         webhook=record.webhook,
         previous_run_id=record.previous_run_id,
         thread_id=record.thread_id,
+        schedule_id=record.schedule_id,
         forked_from=record.forked_from,
         agents=list(request.agents or ()),
         parent_run_id=record.parent_run_id,

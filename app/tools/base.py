@@ -29,10 +29,13 @@ from typing import TYPE_CHECKING, Any
 from app.engine.errors import ToolError
 from app.engine.paths import field_path
 from app.engine.ports import ToolContext
+from app.tools.patterns import pattern_problem
+from app.tools.schemaguard import local_registry, reference_problem
+from app.tools.validator import metaschema_formats, schema_validator
 
 if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -59,7 +62,7 @@ class CompiledSchema:
     """A private deep copy of the schema; never mutated."""
     problem: str | None
     """None for a valid schema, else " at 'where': what"."""
-    validator: Draft202012Validator | None
+    validator: Validator | None
     """None when `problem` is set."""
 
 
@@ -114,12 +117,18 @@ def _compile(schema: dict[str, Any]) -> CompiledSchema:
     from jsonschema.exceptions import SchemaError
 
     try:
-        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(schema, format_checker=metaschema_formats())
     except SchemaError as exc:
         where = field_path(exc.absolute_path)
-        problem = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
-        return CompiledSchema(schema, problem, None)
-    return CompiledSchema(schema, None, Draft202012Validator(schema))
+        found = (f" at '{where}'" if where else "") + f": {_shorten(exc.message)}"
+        return CompiledSchema(schema, found, None)
+    except RecursionError:  # (a request's schemas nest at most 32 deep; an MCP server's may)
+        return CompiledSchema(schema, ": nests too deep to check", None)
+    problem = reference_problem(schema) or pattern_problem(schema)
+    if problem is not None:
+        return CompiledSchema(schema, _shorten(problem), None)
+    validator = schema_validator()(schema, registry=local_registry())
+    return CompiledSchema(schema, None, validator)
 
 
 class SchemaTool(ABC):
@@ -152,7 +161,7 @@ class SchemaTool(ABC):
         self.name = name
         self.description = description
         self.idempotent = idempotent
-        self._validator: Draft202012Validator | None = None
+        self._validator: Validator | None = None
         if builtin and not isinstance(parameters, CompiledSchema):
             self.parameters = parameters
             return
@@ -178,7 +187,10 @@ class SchemaTool(ABC):
         if validator is None:  # a built-in tool's first call
             validator = self._validator = self._compiled(self.parameters).validator
             assert validator is not None  # (_compiled raised otherwise)
-        error = best_match(validator.iter_errors(arguments))
+        try:
+            error = best_match(validator.iter_errors(arguments))
+        except RecursionError:  # (parsed arguments nest at most 64 deep: app.engine.jsontext)
+            return "nests too deep to check against the schema"
         return None if error is None else describe_validation_error(error)
 
     @abstractmethod

@@ -1,7 +1,8 @@
 """One run's spans, after the OpenTelemetry GenAI semantic conventions, built from the
 engine's typed steps as they are recorded:
 
-    invoke_agent               the run, from its creation to its end (reason, status, degraded)
+    invoke_agent               the run, from its creation to its end (reason, status, degraded;
+                               interventions and the grader's verdicts as span events)
       chat {model}             one per LLM call that returned (tokens, finish reasons; the
                                retries before it as `gen_ai.retry` events)
       execute_tool {name}      one per tool call (error status when it failed or timed out)
@@ -32,6 +33,7 @@ from app.engine.steps import (
     LLMCalled,
     LLMRetry,
     Observation,
+    OutcomeGraded,
     Step,
     Thought,
     TokenDelta,
@@ -157,6 +159,8 @@ class OtelRunTrace:
         elif isinstance(step, Intervention):
             attributes = {"finishline.intervention.kind": step.kind.value}
             self.span.add_event("finishline.intervention", attributes, timestamp=now)
+        elif isinstance(step, OutcomeGraded):
+            self.span.add_event("finishline.outcome.graded", _verdict(step, self._capture), now)
         self._last_ns = now
 
     def call_traceparent(self, call_id: str) -> str | None:
@@ -277,6 +281,20 @@ class OtelRunTrace:
             message = "the tool timed out" if step.timed_out else "the tool returned an error"
             span.set_status(Status(StatusCode.ERROR, message))
         span.end(end_time=now)
+
+
+def _verdict(graded: OutcomeGraded, capture: bool) -> dict[str, Any]:
+    """The grader's verdict (DESIGN §22) as a span event's attributes; its feedback only with
+    message content opted in."""
+    attributes: dict[str, Any] = {
+        "finishline.outcome.satisfied": graded.satisfied,
+        "finishline.outcome.revision": graded.revision,
+        "finishline.outcome.final": graded.final,
+        "finishline.outcome.valid": graded.valid,
+    }
+    if capture:
+        attributes["finishline.outcome.feedback"] = graded.feedback[:2000]
+    return attributes
 
 
 def _retry_attributes(retry: LLMRetry) -> dict[str, Any]:

@@ -23,6 +23,13 @@ PAYLOADS = {
         "is_error": False,
     },
     EventType.INTERVENTION: {"kind": "stop_prompt", "message": "Are you done?"},
+    EventType.OUTCOME_GRADED: {
+        "satisfied": False,
+        "feedback": "name a colour",
+        "revision": 0,
+        "final": False,
+        "valid": True,
+    },
     EventType.LLM_RETRY: {"attempt": 1, "error": "timeout", "delay_s": 0.5},
     EventType.USER_MESSAGE: {"content": "Use SI units.", "delivered": True},
     EventType.APPROVAL_REQUESTED: {"call_id": "c1", "tool": "calculator", "arguments": {}},

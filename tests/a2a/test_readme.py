@@ -1,4 +1,4 @@
-"""The README's A2A client snippet runs as it is written: in a process of its own, against the
+"""The A2A guide's client snippet runs as it is written: in a process of its own, against the
 app served on loopback with deploy/agents.example.json, an API key and the demo model (only
 its URL and key are put in)."""
 
@@ -22,8 +22,8 @@ SNIPPET = re.compile(
 
 
 def snippet() -> str:
-    found = SNIPPET.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert found is not None, "the README's A2A client snippet is gone"
+    found = SNIPPET.search((ROOT / "docs" / "guides" / "a2a.md").read_text(encoding="utf-8"))
+    assert found is not None, "the A2A guide's client snippet is gone"
     return found.group(1)
 
 

@@ -65,6 +65,7 @@ async def post_runs_error(
         ({"nope": True}, "nope"),
         ({"metadata": "not an object"}, "metadata"),
         ({"model_script": [{"content": "x" * 200_000}]}, "model_script[0]"),
+        ({"outcome": {"rubric": "r", "max_revisions": 99}}, "outcome.max_revisions"),
     ],
 )
 async def test_a_runs_configuration_is_refused_as_post_runs_refuses_it(

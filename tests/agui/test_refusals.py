@@ -44,6 +44,11 @@ async def refused(client: httpx.AsyncClient, body: Any, status: int = 422) -> di
             "forwardedProps.finishline.previous_run_id",
         ),
         ({"settings": {"max_steps": "ten"}}, "forwardedProps.finishline.settings.max_steps"),
+        ({"outcome": {"rubric": ""}}, "forwardedProps.finishline.outcome.rubric"),
+        (
+            {"outcome": {"rubric": "r", "max_revisions": BIG}},
+            "forwardedProps.finishline.outcome.max_revisions",
+        ),
     ],
 )
 async def test_the_run_configuration_is_checked_like_post_runs(

@@ -399,8 +399,8 @@ async def test_a_profile_may_name_tools_of_an_mcp_server_that_is_not_up_yet() ->
 
 
 async def test_the_example_profiles_start_and_the_researcher_plans_the_quick_one_not() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Agents a deployment offers") :]
+    guide = (ROOT / "docs" / "guides" / "agents.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## Agents a deployment offers") :]
     shown = section[section.index("```json") + len("```json") : section.index("```\n", 10)]
     assert json.loads(shown) == json.loads(EXAMPLE.read_text(encoding="utf-8"))
     async with api_client(settings(agents=f"@{EXAMPLE}")) as client:

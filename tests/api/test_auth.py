@@ -92,8 +92,9 @@ async def test_bearer_scheme_is_case_insensitive() -> None:
 
 
 OPEN = ["/healthz", "/readyz", "/metrics", "/", "/openapi.json", "/docs", "/redoc"]
-"""What README's "Auth" lists as open: health, metrics, the viewer page, the API schema and
-its docs pages (docs/decisions.md: the schema holds no run and no secret)."""
+"""What the API reference's "Auth" (docs/reference/api.md) lists as open: health, metrics, the
+viewer page, the API schema and its docs pages (docs/decisions.md: the schema holds no run and
+no secret)."""
 
 
 @pytest.mark.parametrize("url", [*OPEN, "/static/index.html", "/docs/oauth2-redirect"])
@@ -107,7 +108,7 @@ async def test_health_metrics_the_viewer_and_the_api_docs_are_open_without_a_key
 async def test_every_other_operation_needs_a_key() -> None:
     """Each operation of the API's schema, and the docs routes FastAPI adds, walked: the open
     ones above answer, every other is 401, so a new route is protected unless it is added to
-    README's list (and OPEN) on purpose."""
+    the reference's list (and OPEN) on purpose."""
     app = create_app(keyed())
     operations = [
         (method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item

@@ -1,4 +1,4 @@
-"""Redis outages under running runs (README "When Redis goes away"): a real redis-server
+"""Redis outages under running runs (docs/operations/outages.md): a real redis-server
 stopped and started again empty, crashed and restarted from its append-only file, paused,
 and filled to its maxmemory. Throughout, the process stays up (`/healthz` 200), `/readyz` is
 503 naming the store, requests that need the store are refused 503 `store_unavailable` with

@@ -104,7 +104,7 @@ async def test_a_typed_run_without_an_answer_shows_a_null_output() -> None:
     [
         ({"type": "objekt"}, "at 'type'"),
         ({"properties": {"a": {"minimum": "one"}}}, "at 'properties.a.minimum'"),
-        ({"$ref": "#/$defs/missing"}, "the $ref '#/$defs/missing' points to nothing"),
+        ({"$ref": "#/$defs/missing"}, "the reference '#/$defs/missing' points to nothing"),
     ],
     ids=["bad-type", "bad-keyword-value", "dangling-ref"],
 )

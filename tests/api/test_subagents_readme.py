@@ -1,4 +1,4 @@
-"""The README's router-and-two-workers example runs as it is written, on the demo model: the
+"""The agents guide's router-and-two-workers example runs as it is written, on the demo model: the
 router hands the task to both workers at once, each uses its tool, and the router answers
 from what they said."""
 
@@ -18,8 +18,8 @@ SNIPPET = re.compile(r"<!-- subagents:start -->\n```sh\n(.*?)```\n<!-- subagents
 
 
 def readme_body() -> dict[str, Any]:
-    found = SNIPPET.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert found is not None, "the README's sub-agents example is gone"
+    found = SNIPPET.search((ROOT / "docs" / "guides" / "agents.md").read_text(encoding="utf-8"))
+    assert found is not None, "the agents guide's sub-agents example is gone"
     body = found.group(1).split("-d '", 1)[1].rsplit("'", 1)[0]
     parsed: dict[str, Any] = json.loads(body)
     return parsed

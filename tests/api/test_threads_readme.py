@@ -1,5 +1,5 @@
-"""The README's Threads curl session runs as it is written: each command, by curl, against
-the app served on loopback on the demo model (only the address is put in)."""
+"""The conversations guide's Threads curl session runs as it is written: each command, by
+curl, against the app served on loopback on the demo model (only the address is put in)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ SNIPPET = re.compile(r"<!-- threads:start -->\n```sh\n(.*?)```\n<!-- threads:end
 
 
 def commands() -> list[str]:
-    found = SNIPPET.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert found is not None, "the README's Threads session is gone"
+    found = SNIPPET.search(
+        (ROOT / "docs" / "guides" / "conversations.md").read_text(encoding="utf-8")
+    )
+    assert found is not None, "the guide's Threads session is gone"
     joined = found.group(1).replace("\\\n", " ")
     return [line for line in joined.splitlines() if line.strip() and not line.startswith("#")]
 

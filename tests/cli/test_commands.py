@@ -88,6 +88,24 @@ async def test_show_prints_status_result_usage_and_settings(tmp_path: Path) -> N
     assert run["result"] == {"answer": "forty-two", "reason": "finished", "degraded": False}
 
 
+async def test_show_prints_a_runs_rubric() -> None:
+    verdict = {"name": "submit_verdict", "arguments": {"satisfied": True, "feedback": "ok"}}
+    answer = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": "red"}}]}
+    body = {
+        "task": "t",
+        "model": "scripted",
+        "model_script": [answer, {"tool_calls": [verdict]}],
+        "outcome": {"rubric": "names a colour"},
+    }
+    async with served_app(cli_settings()) as (server, client):
+        run_id = (await client.post("/runs", json=body)).json()["id"]
+        await _ended(client, run_id)
+        shown = await cli(server, "show", run_id)
+    assert shown.code == ExitCode.OK
+    lines = shown.out.splitlines()
+    assert any(line.split()[:1] == ["rubric"] and "names a colour" in line for line in lines)
+
+
 async def test_show_prints_a_typed_answer_as_its_output_in_json(tmp_path: Path) -> None:
     schema = {"type": "object", "properties": {"total": {"type": "integer"}}}
     answer = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": {"total": 42}}}]}

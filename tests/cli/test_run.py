@@ -300,3 +300,29 @@ async def test_run_with_an_unreadable_output_schema_is_a_usage_error(tmp_path: P
         result = await cli(server, "run", "t", "--output-schema", str(schema))
     assert result.code == ExitCode.USAGE, result
     assert "--output-schema" in result.err
+
+
+async def test_run_with_a_rubric_shows_each_verdict_and_exits_13_when_never_met(
+    tmp_path: Path,
+) -> None:
+    verdict = {"name": "submit_verdict", "arguments": {"satisfied": False, "feedback": "no"}}
+    replies = [finish("a"), {"tool_calls": [verdict]}]
+    argv = ["run", "t", "--rubric", "names a colour", "--max-revisions", "0"]
+    argv += ["--script", script(tmp_path, *replies)]
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, *argv)
+    assert result.code == ExitCode.OUTCOME_UNMET == 13, result
+    lines = result.out.splitlines()
+    assert any(line.split()[:2] == ["reason", "outcome_unmet"] for line in lines)
+    assert any(line.startswith("grader") and "rubric not met: no" in line for line in lines)
+
+
+async def test_run_with_a_rubric_on_the_demo_model_shows_the_loop() -> None:
+    argv = ["run", "What is 6 * 7?", "--model", "demo", "--tool", "calculator"]
+    async with served_app(cli_settings()) as (server, _):
+        result = await cli(server, *argv, "--rubric", "Gives the product.")
+    assert result.code == ExitCode.OK, result
+    graded = [line for line in result.out.splitlines() if line.startswith("grader")]
+    assert len(graded) == 2
+    assert "rubric not met" in graded[0]
+    assert "rubric met" in graded[1]

@@ -40,5 +40,5 @@ def test_payload_is_every_field_but_step_in_order(cls: type[Any]) -> None:
 def test_every_event_class_is_checked() -> None:
     names = {cls.__name__ for cls in EVENTS}
     assert {"StepStarted", "LLMCalled", "Action", "Observation", "Intervention"} <= names
-    assert {"AgentStarted", "AgentFinished"} <= names
-    assert len(names) == 12
+    assert {"AgentStarted", "AgentFinished", "OutcomeGraded"} <= names
+    assert len(names) == 13

@@ -47,9 +47,9 @@ async def test_each_tool_schema_is_checked_against_the_metaschema_once(
     checked: list[Any] = []
     real = Draft202012Validator.check_schema
 
-    def counting(schema: Any) -> None:
+    def counting(schema: Any, **options: Any) -> None:
         checked.append(schema)
-        real(schema)
+        real(schema, **options)
 
     monkeypatch.setattr(Draft202012Validator, "check_schema", counting)
     base._COMPILED.clear()
@@ -111,11 +111,11 @@ async def test_tool_schemas_are_compiled_off_the_event_loop_even_when_nothing_is
     checked: list[Any] = []
     real = Draft202012Validator.check_schema
 
-    def recording(schema: Any) -> None:
+    def recording(schema: Any, **options: Any) -> None:
         checked.append(schema)
         if threading.get_ident() == loop_thread:
             on_loop.append(schema)
-        real(schema)
+        real(schema, **options)
 
     monkeypatch.setattr(Draft202012Validator, "check_schema", recording)
     monkeypatch.setattr(base, "COMPILED_SCHEMAS", 0)  # every check a miss: parse, create, start
@@ -158,13 +158,13 @@ async def test_heavy_requests_at_once_check_their_schemas_one_thread_at_a_time(
     lock = threading.Lock()
     real = Draft202012Validator.check_schema
 
-    def counting(schema: Any) -> None:
+    def counting(schema: Any, **options: Any) -> None:
         nonlocal most
         with lock:
             active.append(1)
             most = max(most, len(active))
         try:
-            real(schema)
+            real(schema, **options)
         finally:
             with lock:
                 active.pop()
@@ -190,12 +190,12 @@ async def test_an_output_schema_is_checked_and_compiled_off_the_event_loop(
     checked: list[Any] = []
     real = Draft202012Validator.check_schema
 
-    def recording(schema: Any) -> None:
+    def recording(schema: Any, **options: Any) -> None:
         if "p199" in schema.get("properties", {}):  # the run's (not the built-in tools')
             checked.append(schema)
             if threading.get_ident() == loop_thread:
                 on_loop.append(schema)
-        real(schema)
+        real(schema, **options)
 
     monkeypatch.setattr(Draft202012Validator, "check_schema", recording)
     monkeypatch.setattr(base, "COMPILED_SCHEMAS", 0)  # every check a miss: creation and start

@@ -66,10 +66,18 @@ class HeldStore:
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         self.written.append("checkpoint")
 
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.queued.append(("checkpoint", future))
+        return HeldWrite(future, self.awaited)
+
     def settle_all(self) -> None:
         for type, future in self.queued:
             if not future.done():
-                future.set_result(Event("r", 0, EventType(type), 0.0, 1, {}))
+                done = None if type == "checkpoint" else Event("r", 0, EventType(type), 0.0, 1, {})
+                future.set_result(done)
 
 
 def recorder(store: HeldStore) -> RunRecorder:
@@ -130,9 +138,13 @@ async def test_an_action_returns_only_once_everything_queued_before_it_is_stored
 
 
 @pytest.mark.parametrize(
-    "step", [Checkpoint(1, STATE), Suspended(1, ())], ids=["checkpoint", "suspended"]
+    "step",
+    [Checkpoint(1, {**STATE, "acting": True}), Suspended(1, ())],
+    ids=["checkpoint-with-calls-in-flight", "suspended"],
 )
-async def test_a_checkpoint_and_a_suspension_wait_for_the_queued_writes(step: Any) -> None:
+async def test_a_checkpoint_before_calls_run_and_a_suspension_wait_for_the_queued_writes(
+    step: Any,
+) -> None:
     store, run = HeldStore(), run_record()
     rec = recorder(store)
     await rec.record(run, Thought(1, "thinking"))
@@ -142,6 +154,32 @@ async def test_a_checkpoint_and_a_suspension_wait_for_the_queued_writes(step: An
     store.settle_all()
     with anyio.fail_after(BOUND_S):
         await waiting
+
+
+async def test_a_checkpoint_between_steps_is_queued_behind_the_events_and_not_waited_for() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    with anyio.fail_after(BOUND_S):  # returns with both writes pending: the next call goes
+        await rec.record(run, Checkpoint(1, STATE))
+    assert [(t, f.done()) for t, f in store.queued] == [("thought", False), ("checkpoint", False)]
+    assert store.written == []
+    assert run.usage.steps == STATE["step"]
+    acting = asyncio.create_task(rec.record(run, Action(2, "c1", "calculator", {})))
+    await store.waited_on()  # the next action waits for the checkpoint too
+    assert not acting.done()
+    store.settle_all()
+    with anyio.fail_after(BOUND_S):
+        await acting
+
+
+async def test_a_failed_queued_checkpoint_fails_the_next_wait() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Checkpoint(1, STATE))
+    store.queued[0][1].set_exception(OSError("disk I/O error"))
+    with pytest.raises(OSError, match="disk I/O error"), anyio.fail_after(BOUND_S):
+        await rec.record(run, Action(2, "c1", "calculator", {}))
 
 
 async def test_a_failed_queued_write_fails_the_next_wait_once() -> None:

@@ -361,6 +361,34 @@ async def test_a_run_whose_answers_fail_its_schema_says_so_on_its_span(
     assert agent.attributes["finishline.run.output_errors"] == 1
 
 
+async def test_an_outcome_unmet_run_shows_each_verdict_on_its_span(
+    otel_env: pytest.MonkeyPatch,
+) -> None:
+    verdict = {"satisfied": False, "feedback": "no colour"}
+    replies = [FakeReply.finish("a shape"), FakeReply.call("submit_verdict", verdict)]
+    async with OtlpReceiver() as otlp, FakeLLMServer(replies) as llm:
+        otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        app_settings = settings(llm_base_url=llm.base_url, llm_model="fake-model")
+        async with api_client(app_settings) as client:
+            body = {"task": "graded", "outcome": {"rubric": "a colour", "max_revisions": 0}}
+            run = await wait_ended(client, (await create(client, body))["id"])
+            spans = await otlp.wait_for_span("invoke_agent")
+
+    assert run["result"]["reason"] == "outcome_unmet"
+    (agent,) = by_name(spans, "invoke_agent")
+    assert agent.attributes["finishline.run.reason"] == "outcome_unmet"
+    graded = [attrs for name, attrs in agent.events if name == "finishline.outcome.graded"]
+    assert graded == [
+        {
+            "finishline.outcome.satisfied": False,
+            "finishline.outcome.revision": 0,
+            "finishline.outcome.final": False,
+            "finishline.outcome.valid": True,
+        }
+    ]
+    assert len(by_name(spans, "chat fake-model")) == 2  # the answer's call and the grader's
+
+
 async def test_a_child_runs_trace_is_under_its_parents_sub_agent_call(
     otel_env: pytest.MonkeyPatch,
 ) -> None:

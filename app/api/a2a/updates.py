@@ -1,8 +1,8 @@
 """finishline's events as A2A stream updates (DESIGN §17), each with `metadata.finishline
 {seq, type}` (the event's seq and type; several updates made from one event carry its seq).
 
-Thoughts, tool calls and their results, interventions, retries, steering messages and
-decisions are WORKING status updates whose message says what happened: a text part and,
+Thoughts, tool calls and their results, interventions, grader verdicts, retries, steering
+messages and decisions are WORKING status updates whose message says what happened: a text part and,
 where the event has structure, a data part with its fields. The answer is an artifact update
 (a text part; the typed `output` as a data part), then the terminal status. A run's wait
 (`run.waiting`) ends the stream with its INPUT_REQUIRED status (`waiting`), not a WORKING
@@ -80,6 +80,10 @@ def _said(event: Event) -> tuple[str | None, dict[str, Any] | None]:
             return line, _fields(data, "call_id", "agent", "child_run_id", "status", "reason")
         case EventType.INTERVENTION:
             return str(data.get("message", "")), _fields(data, "kind")
+        case EventType.OUTCOME_GRADED:
+            met = "met" if data.get("satisfied") else "not met"
+            line = f"The grader: rubric {met}. {data.get('feedback', '')}".rstrip()
+            return line, _fields(data, "satisfied", "feedback", "revision", "final", "valid")
         case EventType.LLM_RETRY:
             line = (
                 f"The LLM call failed ({data.get('error')}); retry {data.get('attempt')} in "

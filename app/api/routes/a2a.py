@@ -130,7 +130,7 @@ async def a2a_rpc(name: str, request: Request, caller: IdentifiedDep) -> Respons
     "/a2a/{name}/.well-known/agent-card.json",
     summary="An agent profile's A2A agent card",
     description="Public: it declares the bearer scheme the agent's methods need when the "
-    "server has API keys. The agent's JSON-RPC endpoint is `/a2a/{name}` (see the README, 'A2A').",
+    "server has API keys. The agent's JSON-RPC endpoint is `/a2a/{name}` (see docs/guides/a2a.md).",
     response_class=Response,
     responses=CARD,
 )

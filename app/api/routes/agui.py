@@ -47,7 +47,7 @@ AGUI_SSE = {
     "with an interrupt; the thread's next run answers it in `resume` (with a new runId or, "
     "as CopilotKit does, the interrupted turn's own) and streams the same run on. The same "
     "key, threadId and runId again, with no `resume`, re-attach to that run (`Last-Event-ID`: "
-    "after that seq). See the README, 'AG-UI front ends'.",
+    "after that seq). See docs/guides/agui.md.",
     dependencies=[Depends(require_json)],
     openapi_extra={
         "requestBody": {

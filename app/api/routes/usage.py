@@ -18,7 +18,7 @@ router = APIRouter(tags=["usage"])
     summary="Your key's usage today and its quotas",
     description="The caller's own figures for the current UTC day (runs, LLM calls, tokens, "
     "USD) and each quota the server sets, with what is used and left. Another key's figures "
-    "are never shown. See the README, 'Quotas'.",
+    "are never shown. See docs/guides/budgets.md, 'Quotas'.",
     responses={401: {"model": ErrorBody}},
 )
 async def usage(manager: ManagerDep, caller: CallerDep) -> UsageView:

@@ -10,6 +10,7 @@ import { RunList } from "./runs.js";
 import { RunView } from "./runview.js";
 import { CompareView } from "./compare.js";
 import { ReportView } from "./report.js";
+import { ScheduleList } from "./schedules.js";
 import { ThreadList, ThreadView } from "./threads.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -25,7 +26,8 @@ const banner = $("#banner");
 
 const runs = new RunList($("#runs"));
 const threads = new ThreadList($("#threads"));
-const refresh = () => Promise.all([runs.refresh(), threads.refresh()]);
+const schedules = new ScheduleList($("#schedules"));
+const refresh = () => Promise.all([runs.refresh(), threads.refresh(), schedules.refresh()]);
 const view = new RunView(runSection, {
   onEnded: () => refresh(),
   onCreated(run) {

@@ -19,6 +19,7 @@ export const EVENT_TYPES = [
   "agent.started",
   "agent.finished",
   "intervention",
+  "outcome.graded",
   "user.message",
   "approval.requested",
   "run.waiting",

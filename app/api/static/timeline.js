@@ -13,6 +13,7 @@ const INTERVENTIONS = {
   context_trim: { label: "Context trimmed", tone: "info" },
   planning: { label: "Planning", tone: "info" },
   invalid_output: { label: "Answer not valid", tone: "nudge" },
+  outcome_unmet: { label: "Rubric not met", tone: "nudge" },
   timeout: { label: "Limit: time", tone: "limit" },
   max_steps: { label: "Limit: steps", tone: "limit" },
   token_budget: { label: "Limit: token budget", tone: "limit" },
@@ -245,6 +246,22 @@ const RENDERERS = {
       meta(event.agent, event.status, event.reason),
     );
     (action ?? this.group(event.step)).append(node);
+  },
+
+  "outcome.graded"(event) {
+    const label = event.satisfied ? "Grader: rubric met" : "Grader: rubric not met";
+    const which = event.revision ? `revision ${event.revision}` : "first answer";
+    const node = this.entry(
+      event,
+      `outcome tone-${event.satisfied ? "info" : "nudge"}`,
+      label,
+      el("p", { class: "text", text: event.feedback }),
+      meta(
+        event.final ? "the final answer at a limit" : which,
+        event.valid === false ? "no valid verdict" : null,
+      ),
+    );
+    node.dataset.satisfied = String(event.satisfied);
   },
 
   "user.message"(event) {

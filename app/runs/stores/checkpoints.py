@@ -42,11 +42,19 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 class CheckpointWrite:
     """What to store of one checkpoint: `state` (JSON of the state with its messages as their
     count) and `chunk` (JSON array of the messages from index `start` on; None when the state
-    holds no conversation). `start` 0: drop every stored chunk first."""
+    holds no conversation). `start` 0: drop every stored chunk first. `messages`: the whole
+    conversation the delta ends (never changed once planned), for a store that finds, when it
+    makes the write, that the chunks before `start` were not stored (`whole`)."""
 
     state: str
     start: int
     chunk: str | None
+    messages: list[Any] | None = None
+
+    def whole(self) -> str | None:
+        """The conversation as one chunk from 0: what to store instead of a delta whose
+        earlier chunks are missing (a queued write before it failed)."""
+        return None if self.messages is None else _encode(self.messages)
 
 
 class CheckpointDeltas:
@@ -70,9 +78,9 @@ class CheckpointDeltas:
             and all(old is new for old, new in zip(last, messages, strict=False))
         ):
             start = len(last)
-        self._written[run_id] = list(messages)
+        written = self._written[run_id] = list(messages)
         state = {**state, COUNT: len(messages)}
-        return CheckpointWrite(_encode(state), start, _encode(messages[start:]))
+        return CheckpointWrite(_encode(state), start, _encode(messages[start:]), written)
 
     @contextmanager
     def writing(self, run_id: str, state: dict[str, Any]) -> Iterator[CheckpointWrite]:

@@ -30,6 +30,7 @@ from app.runs.store import (
 from app.runs.stores.checkpoints import CheckpointDeltas, loaded
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.memory_schedules import MemorySchedules
 from app.runs.stores.memory_thread_index import MemoryThreadIndex
 
 
@@ -103,6 +104,7 @@ class MemoryRunStore:
         self._events: dict[str, list[Event]] = {}
         self._checkpoints: dict[str, tuple[int, str, list[str]]] = {}  # step, state, chunks
         self.threads = MemoryThreadIndex()
+        self.schedules = MemorySchedules()
         self._trees: dict[str, set[str]] = {}
         self._summaries: dict[str, RunSummary] = {}
         self._deltas = CheckpointDeltas()
@@ -257,9 +259,15 @@ class MemoryRunStore:
         return event
 
     async def append_soon(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
     ) -> Awaitable[Event]:
-        return settled(await self.append(run_id, type, step, data))
+        return settled(await self.append(run_id, type, step, data, record=record))
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         return self._events.get(run_id, [])[after : after + limit]
@@ -279,6 +287,12 @@ class MemoryRunStore:
             if write.chunk is not None:
                 chunks.append(write.chunk)
             self._checkpoints[run_id] = (step, write.state, chunks)
+
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        await self.save_checkpoint(run_id, step, state)  # made at once, not queued
+        return settled(None)
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         found = self._checkpoints.get(run_id)

@@ -1,4 +1,4 @@
-"""Redis's errors, translated at the store's boundary (README "When Redis goes away").
+"""Redis's errors, translated at the store's boundary (docs/operations/outages.md).
 
 A Redis that is away (stopped, restarting, paused past the socket timeout, loading its data)
 or that refuses writes for now (at its `maxmemory`, a read-only replica, a failed background

@@ -8,6 +8,7 @@ in `P sum:*` by an expired run is dropped when a report meets it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -38,6 +39,16 @@ class RedisSummaries:
 
     redis: Redis
     prefix: str
+    retention_s: float
+
+    _record_args: Callable[[RunRecord], list[str]]  # the store's
+
+    def save_args(self, record: RunRecord, fence: str) -> list[str | int]:
+        """SAVE's arguments for `record` (`redis_scripts`): a terminal one's expiry, its
+        webhook's outbox, and its summary (`summary_args`)."""
+        ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
+        outbox = "1" if record.webhook is not None else ""
+        return [*self._record_args(record), ttl_ms, fence, outbox, *summary_args(record)]
 
     async def termination_report(
         self, *, owner: str | None, any_owner: bool, matching: RunFilter, group_by: GroupBy

@@ -6,11 +6,8 @@ goes through sorted-set indexes per owner and status. Every multi-key write is a
 (`redis_scripts`), atomic in Redis: `append` counts the seq and adds the entry in one step,
 so the log has no gap and no duplicate whatever crashes. Durability is Redis's: with
 `appendonly yes` and `appendfsync everysec`, a Redis crash loses at most the last second.
-
-A terminal record (and its events, checkpoint and idempotency key) expires `retention_s`
-after it was saved terminal. Live followers read the run's stream (`redis_follow`), so a
-run executing on any replica streams to followers on every replica.
-"""
+A terminal record (and its events, checkpoint, idempotency key) expires `retention_s` after
+it was saved terminal. Followers on every replica read the run's stream (`redis_follow`)."""
 
 from __future__ import annotations
 
@@ -44,7 +41,8 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.redis_counters import RedisCounters
 from app.runs.stores.redis_errors import redis_client, translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
-from app.runs.stores.redis_reports import RedisSummaries, summary_args
+from app.runs.stores.redis_reports import RedisSummaries
+from app.runs.stores.redis_schedules import RedisSchedules
 from app.runs.stores.redis_scripts import (
     APPEND,
     CHECKPOINT,
@@ -83,6 +81,7 @@ class RedisRunStore(RedisSummaries):
         self.redis: Redis = redis_client(url)
         self.counters = RedisCounters(self.redis, prefix)  # quotas' counts (DESIGN §13)
         self.threads = RedisThreadIndex(self.redis, prefix, retention_s)  # DESIGN §19
+        self.schedules = RedisSchedules(self.redis, prefix)  # DESIGN §21
         self._create = self.redis.register_script(CREATE)
         self._create_append = self.redis.register_script(CREATE_APPEND)
         self._save = self.redis.register_script(SAVE)
@@ -168,11 +167,7 @@ class RedisRunStore(RedisSummaries):
         return event
 
     async def save(self, record: RunRecord) -> None:
-        ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
-        fence = self._fences.get(record.id, "")
-        outbox = "1" if record.webhook is not None else ""
-        args = [*self._record_args(record), ttl_ms, fence, outbox, *summary_args(record)]
-        outcome = await self._save(args=args)
+        outcome = await self._save(args=self.save_args(record, self._fences.get(record.id, "")))
         self._fence(record.id, outcome)
         if outcome == "key":
             raise DuplicateRunError(record.idempotency_key)
@@ -272,10 +267,8 @@ class RedisRunStore(RedisSummaries):
             args = [self.prefix, run_id, type, repr(ts), step, payload, fence]
             seq = await self._append(args=args)
         else:  # one script: the save, then the append, or nothing
-            ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
-            outbox = "1" if record.webhook is not None else ""
-            args = [*self._record_args(record), ttl_ms, fence, outbox, *summary_args(record)]
-            seq = await self._save_append(args=[*args, type, repr(ts), step, payload])
+            args = [*self.save_args(record, fence), type, repr(ts), step, payload]
+            seq = await self._save_append(args=args)
             if seq == "key":
                 raise DuplicateRunError(record.idempotency_key)
         self._fence(run_id, seq)
@@ -284,10 +277,15 @@ class RedisRunStore(RedisSummaries):
         return stored(run_id, int(seq), type, ts, step, payload)
 
     async def append_soon(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
     ) -> Awaitable[Event]:
-        # each append is one script, fenced by the lease: made at once, not queued
-        return settled(await self.append(run_id, type, step, data))
+        return settled(await self.append(run_id, type, step, data, record=record))  # at once
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         entries: Any = await self.redis.xrange(
@@ -314,6 +312,12 @@ class RedisRunStore(RedisSummaries):
             if outcome is None:
                 raise RunGoneError(run_id)
 
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        await self.save_checkpoint(run_id, step, state)  # one fenced script, made at once
+        return settled(None)
+
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         async with self.redis.pipeline(transaction=True) as pipe:  # one moment: MULTI
             pipe.get(self.prefix + "cp:" + run_id)
@@ -328,11 +332,7 @@ class RedisRunStore(RedisSummaries):
 
     async def save_in(self, pipe: Pipeline, record: RunRecord) -> None:
         """Queue `save(record)` on `pipe`; it replies as SAVE does ("fenced": the lease is lost)."""
-        ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
-        outbox = "1" if record.webhook is not None else ""
-        args: list[str | int] = [*self._record_args(record), ttl_ms, self.fence_of(record.id)]
-        args += [outbox, *summary_args(record)]
-        await self._save(args=args, client=pipe)
+        await self._save(args=self.save_args(record, self.fence_of(record.id)), client=pipe)
 
     async def append_in(
         self, pipe: Pipeline, run_id: str, type: str, step: int, data: dict[str, Any]

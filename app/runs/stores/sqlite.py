@@ -4,15 +4,13 @@ Durability: the database is in WAL mode and, by default, `synchronous=FULL`, so 
 on disk (the WAL fsynced) before it returns. Every write goes through one writer thread
 (`sqlite_threads.GroupCommitWriter`) that batches whatever is queued into one transaction;
 `create`, `save`, `delete`, `append` and `save_checkpoint` return only after their batch
-committed (`append_soon` hands back a future of it), and an appended event reaches
+committed (the `_soon` ones hand back a future of it), and an appended event reaches
 subscribers only after that commit. A crash (of the process, the OS or the power) can
 therefore lose only writes that were never acknowledged, and nobody has seen them. With
 `synchronous="NORMAL"` the WAL is fsynced at checkpoints only: a process crash still loses
 nothing acknowledged, a power cut or OS crash may lose the last commits. Group commit keeps
-FULL affordable: under load, many writes share one fsync.
-
-Reads run on a small pool of reader threads, each with its own connection; WAL lets them
-read the last commit while the writer writes.
+FULL affordable: under load, many writes share one fsync. Reads run on a pool of reader
+threads, each with its own connection (WAL: they read the last commit while the writer writes).
 
 One process per file: the writer keeps each run's next `seq` in memory (read from
 `MAX(seq)` on first use) and live fan-out is in-process. The schema and its migrations are in
@@ -34,13 +32,14 @@ from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.reports.summaries import RunFilter
 from app.runs.store import Checkpoint, DuplicateRunError, FirstEvent, StoreError
-from app.runs.stores.checkpoints import CheckpointDeltas, loaded, stored_count
+from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.sqlite_counters import SqliteCounters
 from app.runs.stores.sqlite_reports import SqliteSummaries, where_matching
 from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
+    checkpoint_query,
     checkpoint_upsert,
     raise_if_no_such_run,
     record_of,
@@ -48,6 +47,7 @@ from app.runs.stores.sqlite_rows import (
     tree_member,
     upsert_run,
 )
+from app.runs.stores.sqlite_schedules import SqliteSchedules
 from app.runs.stores.sqlite_schema import SYNCHRONOUS_MODES, connect, prepare_writer
 from app.runs.stores.sqlite_thread_index import SqliteThreadIndex
 from app.runs.stores.sqlite_threads import GroupCommitWriter, ReaderPool
@@ -99,16 +99,23 @@ class SqliteRunStore(SqliteSummaries):
         self.fanout = Fanout(tail=KEPT_EVENTS)  # every event of its runs is published here
         self._state = "new"  # new -> open -> closed
         self._next_seq: dict[str, int] = {}  # the writer thread's alone
+        self._chunked: dict[str, int] = {}  # the writer thread's: messages in chunks, per run
         self._deltas = CheckpointDeltas()  # the loop thread's
         self._writer = GroupCommitWriter(
             partial(
                 prepare_writer, path, synchronous=self.synchronous, busy_timeout_s=busy_timeout_s
             ),
-            on_abort=self._next_seq.clear,
+            on_abort=self._aborted,
         )
         self._readers = ReaderPool(self._connect_reader, readers)
         self.counters = SqliteCounters(self._read, self._writer, self._check_open)
         self.threads = SqliteThreadIndex(self._read, self._writer, self._check_open)
+        self.schedules = SqliteSchedules(self._read, self._writer, self._check_open)
+
+    def _aborted(self) -> None:
+        """A transaction failed (writer thread): what it derived from the batch is forgotten."""
+        self._next_seq.clear()
+        self._chunked.clear()
 
     @property
     def commits(self) -> int:
@@ -234,6 +241,7 @@ class SqliteRunStore(SqliteSummaries):
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))  # cascades
             self._next_seq.pop(run_id, None)
+            self._chunked.pop(run_id, None)
 
         await self._write(delete)
 
@@ -252,30 +260,39 @@ class SqliteRunStore(SqliteSummaries):
         *,
         record: RunRecord | None = None,
     ) -> Event:
+        event: Event = await self._queue_append(run_id, type, step, data, record)
+        return event
+
+    async def append_soon(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Awaitable[Event]:
+        """Queued to the writer: it commits with whatever else is queued (group commit).
+        While the writer is `QUEUE_LIMIT` writes behind, made before returning, as `append`."""
+        future = self._queue_append(run_id, type, step, data, record)
+        if self._writer.pending > QUEUE_LIMIT:
+            await future
+        return future
+
+    def _queue_append(
+        self, run_id: str, type: EventType, step: int, data: Any, record: RunRecord | None
+    ) -> asyncio.Future[Event]:
+        """The append (with `record`: saved first, in the same transaction), queued."""
+        self._check_open()
         save = upsert_run(record) if record is not None else None
         insert = self._event_insert(run_id, type, step, data)
         self._deltas.appended(run_id, type)
 
         def write(conn: sqlite3.Connection) -> Event:
-            if save is not None:  # in the same transaction, before the event
-                save(conn)
+            save(conn)  # type: ignore[misc]  # (only with a record)
             return insert(conn)
 
-        event: Event = await self._write(write, self.fanout.publish)
-        return event
-
-    async def append_soon(
-        self, run_id: str, type: EventType, step: int, data: dict[str, Any]
-    ) -> Awaitable[Event]:
-        """Queued to the writer: it commits with whatever else is queued (group commit).
-        While the writer is `QUEUE_LIMIT` writes behind, made before returning, as `append`."""
-        self._check_open()
-        self._deltas.appended(run_id, type)
-        insert = self._event_insert(run_id, type, step, data)
-        future: asyncio.Future[Event] = self._writer.submit(insert, self.fanout.publish)
-        if self._writer.pending > QUEUE_LIMIT:
-            await future
-        return future
+        return self._writer.submit(insert if save is None else write, self.fanout.publish)
 
     def _event_insert(
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]
@@ -299,8 +316,9 @@ class SqliteRunStore(SqliteSummaries):
             except sqlite3.IntegrityError as exc:
                 raise_if_no_such_run(exc, run_id)
                 raise
-            if type in TERMINAL_EVENT_TYPES:  # the run is over: free its cache entry
+            if type in TERMINAL_EVENT_TYPES:  # the run is over: free its cache entries
                 self._next_seq.pop(run_id, None)
+                self._chunked.pop(run_id, None)
             else:
                 self._next_seq[run_id] = seq + 1
             return stored(run_id, seq, type, ts, step, payload)  # as replayed
@@ -328,30 +346,27 @@ class SqliteRunStore(SqliteSummaries):
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         with self._deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
-            await self._write(
-                checkpoint_upsert(run_id, step, write.state, write.start, write.chunk)
-            )
+            await self._write(checkpoint_upsert(run_id, step, write, self._chunked))
+
+    async def save_checkpoint_soon(
+        self, run_id: str, step: int, state: dict[str, Any]
+    ) -> Awaitable[None]:
+        """Queued to the writer, as `append_soon`: it commits with the run's next events. A
+        delta queued behind a checkpoint that then failed is written whole (`checkpoint_upsert`)."""
+        self._check_open()
+        write = checkpoint_upsert(run_id, step, self._deltas.plan(run_id, state), self._chunked)
+        future: asyncio.Future[None] = self._writer.submit(write)
+        future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
+        if self._writer.pending > QUEUE_LIMIT:
+            await future
+        return future
+
+    def _forget_if_failed(self, run_id: str, done: asyncio.Future[None]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._deltas.forget(run_id)  # the next checkpoint whole
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
-        def query(conn: sqlite3.Connection) -> Checkpoint | None:
-            conn.execute("BEGIN")  # the head and its messages from one commit
-            try:
-                sql = "SELECT step, state, version FROM checkpoints WHERE run_id = ?"
-                found = conn.execute(sql, (run_id,)).fetchone()
-                if found is None:
-                    return None
-                state: dict[str, Any] = json.loads(found[1])
-                count = stored_count(state)
-                chunks: list[str] = []
-                if count is not None:
-                    sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = ? AND start < ?"
-                    rows = conn.execute(sql + " ORDER BY start", (run_id, count)).fetchall()
-                    chunks = [m for (m,) in rows]
-                return loaded(found[0], state, chunks, found[2])
-            finally:
-                conn.execute("COMMIT")
-
-        return await self._read(query)
+        return await self._read(partial(checkpoint_query, run_id))
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -4,11 +4,14 @@ failed foreign key on a write means."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 from app.runs.records import RunRecord
-from app.runs.store import CHECKPOINT_FORMAT, DuplicateRunError, read_record
+from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, read_record
+from app.runs.stores.checkpoints import CheckpointWrite, loaded, stored_count
 from app.runs.stores.sqlite_reports import summary_write
 
 # Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
@@ -69,12 +72,20 @@ def record_of(row: tuple[str, str | None, str]) -> RunRecord:
 
 
 def checkpoint_upsert(
-    run_id: str, step: int, state: str, start: int, chunk: str | None
+    run_id: str, step: int, write: CheckpointWrite, stored: dict[str, int]
 ) -> Callable[[sqlite3.Connection], None]:
     """The write of a checkpoint (`stores.checkpoints`): its head, and the chunk of messages
-    since this process's last one (`start` 0: a full snapshot, the old chunks dropped)."""
+    since this process's last one (`start` 0: a full snapshot, the old chunks dropped).
+    `stored` (the writer thread's: the run's messages in chunks as of the transaction so far,
+    cleared when a transaction aborts): a delta whose earlier chunks are not all there (a
+    queued checkpoint before it failed) is written whole instead."""
+    state = write.state
+    count = len(write.messages) if write.messages is not None else None
 
     def upsert(conn: sqlite3.Connection) -> None:
+        start, chunk = write.start, write.chunk
+        if start and stored.get(run_id) != start:
+            start, chunk = 0, write.whole()
         try:
             conn.execute(
                 "INSERT INTO checkpoints (run_id, step, state, version) VALUES"
@@ -93,6 +104,10 @@ def checkpoint_upsert(
                 " VALUES (?, ?, ?)",
                 (run_id, start, chunk),
             )
+        if count is None:
+            stored.pop(run_id, None)
+        else:
+            stored[run_id] = count
 
     return upsert
 
@@ -117,3 +132,23 @@ def tree_member(root_run_id: str, member: str, cap: int) -> Callable[[sqlite3.Co
         return True
 
     return add
+
+
+def checkpoint_query(run_id: str, conn: sqlite3.Connection) -> Checkpoint | None:
+    """`RunStore.load_checkpoint` as a read: the head and its messages from one commit."""
+    conn.execute("BEGIN")
+    try:
+        sql = "SELECT step, state, version FROM checkpoints WHERE run_id = ?"
+        found = conn.execute(sql, (run_id,)).fetchone()
+        if found is None:
+            return None
+        state: dict[str, Any] = json.loads(found[1])
+        count = stored_count(state)
+        chunks: list[str] = []
+        if count is not None:
+            sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = ? AND start < ?"
+            rows = conn.execute(sql + " ORDER BY start", (run_id, count)).fetchall()
+            chunks = [m for (m,) in rows]
+        return loaded(found[0], state, chunks, found[2])
+    finally:
+        conn.execute("COMMIT")

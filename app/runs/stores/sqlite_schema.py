@@ -148,7 +148,30 @@ MIGRATIONS = (
         SELECT owner, thread_id, 0, run_id FROM threads_v5;
     DROP TABLE threads_v5;
     """,
-    # 9: run summaries (DESIGN §20; `sqlite_reports`): how each ended run ended, written with
+    # 9: schedules (DESIGN §21; `sqlite_schedules`): a schedule as JSON with its next due time
+    # beside it (indexed: the scheduler asks which are due), and one row per firing, claimed
+    # once under (schedule_id, due_at). `owner` is '' for schedules without one. No foreign
+    # key: a firing claimed as its schedule is deleted is deleted with it after.
+    """
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        next_due_at REAL,
+        record TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX schedules_by_owner ON schedules (owner, id);
+    CREATE INDEX schedules_by_due ON schedules (next_due_at) WHERE next_due_at IS NOT NULL;
+    CREATE TABLE schedule_firings (
+        schedule_id TEXT NOT NULL,
+        due_at REAL NOT NULL,
+        settled INTEGER NOT NULL,
+        claimed_by TEXT NOT NULL,
+        lease_until REAL NOT NULL,
+        firing TEXT NOT NULL,
+        PRIMARY KEY (schedule_id, due_at)
+    ) WITHOUT ROWID;
+    """,
+    # 10: run summaries (DESIGN §20; `sqlite_reports`): how each ended run ended, written with
     # its terminal record, deleted with the run; termination reports sum them. Runs that ended
     # before have none until the backfill (`app.runs.reports.service`) writes theirs. Kept in
     # the order a report reads them (an owner's, by time); `owner` is '' for runs without one.

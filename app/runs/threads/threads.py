@@ -114,6 +114,7 @@ class Threads:
         idempotency_key: str | None = None,
         traceparent: str | None = None,
         origin: RunRecord | None = None,
+        schedule_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """The thread's new run and True (made first, with the thread, for a thread the owner
         has not), or the run an idempotent replay names and False. ThreadBusyError while the
@@ -142,6 +143,7 @@ class Threads:
                     idempotency_key=idempotency_key,
                     traceparent=traceparent,
                     joining=joining,
+                    schedule_id=schedule_id,
                 )
             except ThreadMovedError:
                 continue  # another run joined it meanwhile: plan again from its new head

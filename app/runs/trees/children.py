@@ -32,6 +32,7 @@ from app.runs.live import LiveRuns
 from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.records import RunRecord, RunStatus, TreeLink
+from app.runs.spec import child_request
 from app.runs.store import RunStore
 
 log = structlog.get_logger("finishline.runs")
@@ -270,7 +271,7 @@ class ChildRuns:
 
         try:
             record = await tree.admission.create_child(
-                spec.child_request(call.task, parent.model),
+                child_request(spec, call.task, parent.model),
                 owner=parent.owner,
                 key=key,
                 parent_run_id=parent.id,
