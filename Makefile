@@ -17,7 +17,7 @@ PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
 PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
 .PHONY: run test lint format bench clean image chromium redis-server postgresql lock lock-check agui-client \
-  docs docs-build docs-gen docs-screenshot
+  docs docs-build docs-gen docs-screenshot report-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -134,6 +134,10 @@ test: $(STAMP) chromium redis-server postgresql $(AGUI_CLIENT_STAMP)
 ## bench: engine, event log, service (floors, LangGraph's server) and uvicorn-workers benchmarks into bench/results/ (QUICK=1: a faster pass)
 bench: $(BENCH_STAMP) $(LANGGRAPH_STAMP) redis-server
 	$(BIN)/python -m bench $(if $(QUICK),--quick)
+
+## report-demo: fixed tasks through finishline against BASE_URL's MODEL (any OpenAI-compatible endpoint), then the termination report (not part of `make test`)
+report-demo: $(STAMP)
+	$(BIN)/python -m bench.report_demo --base-url "$(BASE_URL)" --model "$(MODEL)"
 
 # the docs site (mkdocs.yml, docs/): Material for MkDocs in strict mode, a broken link or anchor
 # fails it; `make test` builds it too (tests/docs/). Its generated blocks come from the

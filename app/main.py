@@ -23,8 +23,10 @@ from app.api.routes import (
     a2a,
     agents,
     agui,
+    compare,
     events,
     health,
+    reports,
     runs,
     schedules,
     threads,
@@ -291,7 +293,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     invalid: dict[int | str, dict[str, Any]] = {
         422: {"model": ErrorBody, "description": "A field is invalid; the error names it."}
     }
-    for module in (runs, threads, schedules, events, tools, agents, agui, a2a, usage):
+    for module in (
+        compare,
+        runs,
+        threads,
+        schedules,
+        events,
+        tools,
+        agents,
+        agui,
+        a2a,
+        usage,
+        reports,
+    ):
         app.include_router(module.router, responses=invalid)
     for module in (health, ui):
         app.include_router(module.router)

@@ -32,6 +32,7 @@ STEPS = (
         ["bench.walltime"],
     ),
     ("where a run waits: the breakdown (bench/walltime.py --probe)", ["bench.walltime", "--probe"]),
+    ("a termination report over 100,000 runs on SQLite (bench/reports.py)", ["bench.reports"]),
 )
 
 

@@ -374,6 +374,7 @@ def blocks(quick: bool) -> dict[str, str]:
         "auth": _body("auth", quick),
         "walltime": _body("walltime", quick),
         "walltime_probe": _body("walltime-probe", quick),
+        "reports": _body("reports", quick),
     }
 
 

@@ -274,14 +274,33 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, type_, message, headers=headers)
 
 
+def _leaves(routes: Any) -> list[Any]:
+    """The routes themselves, out of the routers included (included with no prefix)."""
+    found: list[Any] = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        found += _leaves(inner.routes) if inner is not None else [route]
+    return found
+
+
+REFUSING = "method_refused"
+"""The name of a route that only answers 405 for its path's other methods: never allowed."""
+
+
 def _allowed_methods(request: Request) -> str:
-    """Every method some route of this path takes (Starlette names only the first route's)."""
-    routes = request.app.router.routes
-    return ", ".join(
-        method
-        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
-        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
-    )
+    """Every method some route of this path takes (Starlette names only the first route's).
+    A path some route names literally (`/runs/compare`) is that route's alone, not also the
+    templated routes' it would match (`/runs/{run_id}`)."""
+    routes = [r for r in _leaves(request.app.router.routes) if getattr(r, "name", "") != REFUSING]
+    methods = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+    def takes(route: Any, method: str) -> bool:
+        return bool(route.matches({**request.scope, "method": method})[0] == Match.FULL)
+
+    matching = [r for r in routes if any(takes(r, m) for m in methods)]
+    literal = [r for r in matching if not getattr(r, "param_convertors", None)]
+    chosen = literal or matching
+    return ", ".join(m for m in methods if any(takes(r, m) for r in chosen))
 
 
 def body_too_large(cap: int) -> JSONResponse:

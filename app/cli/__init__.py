@@ -207,6 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_schedules_parser(commands)
 
+    report = commands.add_parser(
+        "report",
+        help="how runs ended, by model, agent, key or day",
+        description="The termination report (GET /reports/termination): per group, runs by "
+        "status and reason, degraded answers, nudges and retries per run, p50 steps, USD per "
+        "run. --group-by key needs an admin key. See docs/guides/reports.md.",
+    )
+    report.add_argument(
+        "--group-by", choices=["model", "agent", "key", "day"], default="model", help="groups"
+    )
+    report.add_argument("--since", help="only runs made at or after (ISO 8601; UTC)")
+    report.add_argument("--until", help="only runs made before (ISO 8601; UTC)")
+    report.add_argument("--model", help="only runs of this model")
+    report.add_argument("--agent", help="only runs of this agent profile")
+    report.add_argument("--json", action="store_true", help="the raw JSON")
+
     agents = commands.add_parser(
         "agents",
         help="list the agents the service offers, or show one",

@@ -117,6 +117,10 @@ class Api:
         params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
         return self._json("GET", f"/threads/{quote(thread_id, safe='')}/runs", params=params)
 
+    def termination_report(self, **params: str | None) -> dict[str, Any]:
+        given = {k: v for k, v in params.items() if v is not None}
+        return self._json("GET", "/reports/termination", params=given)
+
     def schedules(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         """/schedules and below (DESIGN §21); {} for an answer with no body (a delete)."""
         with _translated(self.base_url):

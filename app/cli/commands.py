@@ -26,6 +26,7 @@ from app.cli.tables import (
     print_run,
     print_thread,
     print_whole,
+    report_table,
     runs_table,
     threads_table,
 )
@@ -221,6 +222,25 @@ def threads(args: argparse.Namespace, context: Context) -> int:
     return ExitCode.OK
 
 
+def termination_report(args: argparse.Namespace, context: Context) -> int:
+    """How runs ended, per group (GET /reports/termination)."""
+    with context.api(args) as api:
+        found = api.termination_report(
+            group_by=args.group_by,
+            since=args.since,
+            until=args.until,
+            model=args.model,
+            agent=args.agent,
+        )
+    if args.json:
+        print_raw(context.console, json.dumps(found, indent=2, ensure_ascii=False))
+    elif not found["groups"]:
+        context.console.print("no ended runs")
+    else:
+        print_whole(context.console, report_table(found))
+    return ExitCode.OK
+
+
 def agents(args: argparse.Namespace, context: Context) -> int:
     with context.api(args) as api:
         found = api.get_agent(args.name) if args.name else api.list_agents()
@@ -339,6 +359,7 @@ COMMANDS: dict[str, Command] = {
     "threads": threads,
     "schedules": schedules,
     "agents": agents,
+    "report": termination_report,
     "show": show,
     "events": events,
     "say": say,

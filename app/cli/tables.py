@@ -94,6 +94,30 @@ def print_thread(console: Console, thread: dict[str, Any]) -> None:
     print_whole(console, table)
 
 
+def report_table(report: dict[str, Any]) -> Table:
+    """A termination report's groups, one row each."""
+    table = Table(box=None, show_edge=False, pad_edge=False)
+    for name in ("group", "runs", "completed", "incomplete", "failed", "cancelled"):
+        table.add_column(name, justify="left" if name == "group" else "right")
+    for name in ("reasons", "degraded", "nudges/run", "retries/run", "p50 steps", "USD/run"):
+        table.add_column(name, justify="left" if name == "reasons" else "right")
+    for g in report["groups"]:
+        reasons = sorted(((n, r) for r, n in g["by_reason"].items() if n), reverse=True)
+        usd = g["usd"]["per_run"]
+        table.add_row(
+            g["group"] if g["group"] is not None else "(none)",
+            str(g["runs"]),
+            *(str(g["by_status"][s]) for s in ("completed", "incomplete", "failed", "cancelled")),
+            ", ".join(f"{r} {n}" for n, r in reasons),
+            str(g["degraded"]),
+            f"{g['per_run']['nudges']:.2f}",
+            f"{g['per_run']['retries']:.2f}",
+            _value(g["steps"]["p50"]),
+            f"{usd:.4f}" if usd is not None else "–",
+        )
+    return table
+
+
 def agents_table(agents: list[dict[str, Any]]) -> Table:
     table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
     table.add_column("agent", no_wrap=True, style="cyan")

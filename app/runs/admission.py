@@ -39,7 +39,14 @@ from app.runs.observer import RunTraces
 from app.runs.placement import Placement
 from app.runs.ports import CheckedRequest, RunAssembler
 from app.runs.quotas.seam import Quotas
-from app.runs.records import RunRecord, TreeLink, WebhookState, new_run_id, request_hash
+from app.runs.records import (
+    ForkedFrom,
+    RunRecord,
+    TreeLink,
+    WebhookState,
+    new_run_id,
+    request_hash,
+)
 from app.runs.spec import RunRequest
 from app.runs.store import DuplicateRunError, RunStore
 from app.runs.view import settings_dict
@@ -53,6 +60,10 @@ Finder = Callable[[str, str | None], Awaitable[RunRecord]]
 class ThreadMovedError(FinishlineError):
     """The thread moved on between the read that planned its next run and the run's
     binding to it: the run is not made (`Joining.bind` said so)."""
+
+
+Fork = tuple[ForkedFrom, dict[str, Any] | None]
+"""A fork's origin, and the engine state it starts from (None: from the start)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +110,11 @@ class Admission:
         traceparent: str | None = None,
         joining: Joining | None = None,
         schedule_id: str | None = None,
+        fork: Fork | None = None,
     ) -> tuple[RunRecord, bool]:
         """The new run and True, or the run an idempotent replay names and False.
+        `fork`: the run is a fork (DESIGN §20): its origin, and the state it starts from
+        (None: from the start), stored as its checkpoint before it is queued.
         `traceparent`: the caller's W3C trace context, the parent of the run's trace. A run
         with an idempotency key keeps its `request_hash` (the request's `digest`, computed
         where it was read, else here in a worker thread); one without keeps none: only a
@@ -134,10 +148,13 @@ class Admission:
             record.id = run_id
             record.thread_id = joining.thread_id if joining is not None else None
             record.schedule_id = schedule_id
+            record.forked_from = fork[0] if fork is not None else None
             replayed = await self._store(record, checked, traceparent, joining=joining)
             if replayed is not None:  # no run made: the key's share is given back
                 return replayed, False
             share.made()
+            if fork is not None and fork[1] is not None:  # where it starts, before it can
+                await self.store.save_checkpoint(record.id, fork[1]["step"], fork[1])
             if joining is not None and joining.behind is not None:
                 return await self.placement.hold(record, joining.behind), True
             return await self.placement.enqueue(record), True
@@ -234,6 +251,11 @@ class Admission:
             **({"thread_id": record.thread_id} if record.thread_id else {}),
             **({"schedule_id": record.schedule_id} if record.schedule_id else {}),
             **({"agent": record.request.agent} if record.request.agent else {}),
+            **(
+                {"forked_from": record.forked_from.model_dump()}
+                if record.forked_from is not None
+                else {}
+            ),
             **(
                 {"parent_run_id": record.parent_run_id, "parent_call_id": record.parent_call_id}
                 if record.parent_run_id

@@ -46,10 +46,12 @@ async def resumed_state(
     store: RunStore, record: RunRecord
 ) -> tuple[RunState | None, list[Decision]]:
     """A run decided after waiting: its checkpoint and the decisions, for the engine (else
-    None, []). The time it spent queued again after the last decision counts (max_time_s)."""
+    None, []). The time it spent queued again after the last decision counts (max_time_s).
+    A fork (DESIGN §20) starts from the checkpoint it was made with, if any."""
     approval = record.approval
     if approval is None:
-        return None, []
+        forked = await store.load_checkpoint(record.id) if record.forked_from else None
+        return (forked.run_state() if forked is not None else None), []
     checkpoint = await store.load_checkpoint(record.id)
     if checkpoint is None:
         raise RuntimeError(f"run {record.id} waited without a checkpoint")

@@ -10,8 +10,8 @@ own one concern and receive what they need in their constructor:
   of a shared store, never asked;
 - `LiveRuns` (`live.py`): the runs this process holds, which every part reads;
 - `RunFollower` (`follow/follower.py`): following a run to its end or its wait;
-- `Threads` (`threads/threads.py`): conversations as a resource, over the store's thread
-  index (DESIGN §19).
+- `Threads` (`threads/threads.py`): threads as a resource (DESIGN §19); `Reports`
+  (`reports/service.py`): termination reports, and the run summaries' backfill (DESIGN §20).
 
 A run's record is made terminal before its terminal event is appended, so a client that saw
 the event and then reads the run sees it ended.
@@ -44,6 +44,8 @@ from app.runs.ports import RunAssembler
 from app.runs.quotas.seam import KeyUsage
 from app.runs.recorder import RunRecorder
 from app.runs.records import ApprovalDecision, Event, RunRecord, RunStatus
+from app.runs.reports.service import Reports
+from app.runs.reports.summaries import RunFilter
 from app.runs.spec import RunRequest
 from app.runs.threads.threads import Multitask, Threads
 from app.runs.trees.children import RunTree
@@ -108,6 +110,7 @@ class RunManager:
             traces=traces,
             find=self.get,
         )
+        self.reports = Reports(self.store, assembler, self.admission)  # DESIGN §20
         self.tree = RunTree(
             store=self.store,
             admission=self.admission,
@@ -161,6 +164,7 @@ class RunManager:
         self._timers = [
             tasks.create_task(self.approvals.watch(), name="approval-timer"),
             tasks.create_task(self.inbox.listen(), name="messages"),
+            tasks.create_task(self.reports.backfill(), name="summary-backfill"),
         ]
 
     async def recover(self) -> list[str]:
@@ -222,12 +226,9 @@ class RunManager:
                 traceparent=traceparent,
                 schedule_id=schedule_id,
             )
+        key, parent = idempotency_key, traceparent
         return await self.admission.create(
-            request,
-            owner=owner,
-            idempotency_key=idempotency_key,
-            traceparent=traceparent,
-            schedule_id=schedule_id,
+            request, owner=owner, idempotency_key=key, traceparent=parent, schedule_id=schedule_id
         )
 
     async def get(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> RunRecord:
@@ -253,6 +254,7 @@ class RunManager:
         previous_run_id: str | None = None,
         unreadable: list[str] | None = None,
         parent_run_id: str | None = None,
+        matching: RunFilter | None = None,
     ) -> tuple[list[RunRecord], str | None]:
         """A page of runs and the cursor of the next; the ids of the runs within this page
         that do not read back (left out) are added to `unreadable`."""
@@ -266,11 +268,9 @@ class RunManager:
             previous_run_id=previous_run_id,
             unreadable=bad,
             parent_run_id=parent_run_id,
+            matching=matching,
         )
-        fresh = []
-        for record in records:
-            active = self.live.get(record.id)
-            fresh.append(active.record if active is not None else record)
+        fresh = [getattr(self.live.get(r.id), "record", r) for r in records]
         after = fresh[limit - 1].id if len(fresh) > limit else None
         if unreadable is not None:  # past the cursor: the next page's
             unreadable += [e.run_id for e in bad if after is None or e.run_id > after]

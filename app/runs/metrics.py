@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from app.runs.records import RunRecord
@@ -65,6 +67,25 @@ class RunMetrics:
             registry=r,
         )
         self._models: set[str] = set()
+        self.ends = Counter(  # the termination report's counters (DESIGN §20)
+            "finishline_run_ends",
+            "Runs ended, by model and stop reason (GET /reports/termination's by_reason).",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.degraded = Counter(
+            "finishline_runs_degraded", "Runs ended with a degraded answer.", ["model"], registry=r
+        )
+        self.finish_tool = Counter(
+            "finishline_runs_finish_tool",
+            "Runs ended through the finish tool (task_finished).",
+            ["model"],
+            registry=r,
+        )
+        self.interventions = Counter(
+            "finishline_interventions", "Messages injected into runs.", ["kind"], registry=r
+        )
+        self.retries = Counter("finishline_llm_retries", "LLM call retries.", registry=r)
         self.tool_latency = Histogram(
             "finishline_tool_call_seconds",
             "Latency of tool calls.",
@@ -117,13 +138,17 @@ class RunMetrics:
         self.active.set(running)
         self.queued.set(queued)
 
-    def llm_call(self, duration_ms: int, model: str, cost_usd: float | None) -> None:
-        self.llm_latency.observe(duration_ms / 1000)
+    def _model(self, model: str) -> str:
+        """The model as a label: the first MODEL_LABELS models seen are themselves."""
         if model not in self._models:
             if len(self._models) >= MODEL_LABELS:
-                model = OTHER_MODELS
-            else:
-                self._models.add(model)
+                return OTHER_MODELS
+            self._models.add(model)
+        return model
+
+    def llm_call(self, duration_ms: int, model: str, cost_usd: float | None) -> None:
+        self.llm_latency.observe(duration_ms / 1000)
+        model = self._model(model)
         if cost_usd is None:
             self.llm_unpriced.labels(model).inc()
         else:
@@ -137,6 +162,19 @@ class RunMetrics:
     def run_ended(self, record: RunRecord) -> None:
         reason = record.result.reason.value if record.result else "none"
         self.runs.labels(record.status.value, reason).inc()
+        model = self._model(record.model)
+        self.ends.labels(model, reason).inc()
+        if record.result is not None and record.result.degraded:
+            self.degraded.labels(model).inc()
+        if reason == "finished":
+            self.finish_tool.labels(model).inc()
         self.steps.observe(record.usage.steps)
         if record.started_at is not None and record.ended_at is not None:
             self.duration.observe((record.ended_at - record.started_at).total_seconds())
+
+    def step_recorded(self, type: str, data: dict[str, Any]) -> None:
+        """An event of a run: interventions and retries are counted."""
+        if type == "intervention":
+            self.interventions.labels(str(data.get("kind"))).inc()
+        elif type == "llm.retry":
+            self.retries.inc()

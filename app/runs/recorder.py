@@ -133,6 +133,7 @@ class RunRecorder:
             )
             return
         data = step.payload()
+        self.metrics.step_recorded(step.type, data)
         call: DayUsage | None = None
         if isinstance(step, Observation):
             self.metrics.tool_call(step.tool, step.duration_ms, timed_out=step.timed_out)

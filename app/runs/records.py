@@ -288,6 +288,13 @@ class TreeLink(BaseModel):
     parent with the same reason."""
 
 
+class ForkedFrom(BaseModel):
+    """The run a fork (DESIGN §20, POST /runs/{id}/fork) started from, and the step."""
+
+    run_id: str = Field(description="The run forked.")
+    step: int = Field(description="Its step the fork started at (the conversation before it).")
+
+
 class RunRecord(BaseModel):
     """A run as stored. `request` is what the client asked for (with its agent profile's values
     where it named one and gave none: what the run is made of); `settings` what it resolved to
@@ -340,6 +347,8 @@ class RunRecord(BaseModel):
         return request.model_dump(mode="json", exclude_none=True)
 
     trace_id: str | None = None
+    forked_from: ForkedFrom | None = None
+    """A fork's origin: the run and step whose conversation it started from."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ from app.engine.events import EventType
 from app.engine.state import RunState
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.reports.groups import GroupBy
+from app.runs.reports.summaries import RunFilter, RunSummary
 from app.runs.schedules.store import ScheduleStore
 from app.runs.threads.index import ThreadIndex
 
@@ -218,16 +220,40 @@ class RunStore(Protocol):
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
         parent_run_id: str | None = None,
+        matching: RunFilter | None = None,
     ) -> list[RunRecord]:
         """Newest first, up to `limit` of them; `before_id` is the cursor (ids sort by
         creation time); `previous_run_id` keeps only the follow-ups of that run,
-        `parent_run_id` only the child runs its sub-agent calls started. A run whose
+        `parent_run_id` only the child runs its sub-agent calls started, `matching` only the
+        runs it admits (`RunFilter.admits_record`: those `termination_report` sums). A run whose
         record does not read back is left out, never raised (one bad row must not hide every
         other run): its error is added to `unreadable` when given, and the runs past it are
         still listed."""
 
     async def delete(self, run_id: str) -> None:
-        """Remove a run, its events and its checkpoint."""
+        """Remove a run, its events, its checkpoint and its summary."""
+
+    # Run summaries (DESIGN §20; `app.runs.reports.summaries`). Every write that stores a terminal
+    # record (`save`, `append(record=...)`, and a store's own writes of one) also stores the
+    # run's `RunSummary` in the same transaction: `summarize(record, tally)`, the tally
+    # counted from the run's stored events (`tally_key`). A summary is kept, expired and
+    # deleted with its run.
+
+    async def termination_report(
+        self, *, owner: str | None, any_owner: bool, matching: RunFilter, group_by: GroupBy
+    ) -> list[dict[str, Any]]:
+        """The report's groups (`ReportBuilder.groups`) over the summaries of the owner's runs
+        (every owner's with `any_owner`) that `matching` admits; never a scan of events."""
+
+    async def unsummarized(
+        self, limit: int, *, after: str | None = None
+    ) -> list[tuple[str, RunRecord | None]]:
+        """Up to `limit` ended runs without a summary (stored before summaries were kept), by
+        id, after `after`; a run whose record does not read back comes with None. For the
+        backfill (`app.runs.reports.service`)."""
+
+    async def save_summary(self, summary: RunSummary) -> None:
+        """Keep a summary the backfill made, unless its run is gone (or has one)."""
 
     async def add_tree_run(self, root_run_id: str, member: str, cap: int) -> bool:
         """Count `member` (a child run's name: its parent, step and call) among the runs of

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from app.engine.policies import Limits
 from app.runs.records import (
+    ForkedFrom,
     PendingApproval,
     RunErrorInfo,
     RunRecord,
@@ -96,6 +97,9 @@ class RunView(BaseModel):
         None,
         description="The schedule whose firing started it (GET /schedules/{id}/firings), or null.",
     )
+    forked_from: ForkedFrom | None = Field(
+        None, description="A fork's origin (POST /runs/{id}/fork): the run and step; or null."
+    )
     agents: list[str] = Field(
         default_factory=list,
         description="Its sub-agents (tools NAME(task) of its model, DESIGN §15), by name.",
@@ -170,6 +174,7 @@ def to_view(record: RunRecord) -> RunView:
         previous_run_id=record.previous_run_id,
         thread_id=record.thread_id,
         schedule_id=record.schedule_id,
+        forked_from=record.forked_from,
         agents=list(request.agents or ()),
         parent_run_id=record.parent_run_id,
         parent_call_id=record.parent_call_id,

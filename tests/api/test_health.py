@@ -81,6 +81,20 @@ async def test_metrics_count_runs_by_status_and_reason_in_prometheus_text() -> N
         assert ("finishline_sse_subscribers", ()) in values
 
 
+async def test_metrics_count_the_termination_reports_counters() -> None:
+    async with api_client(settings()) as client:
+        await run_to_end(client, finishing())
+        plain = {"content": "x"}
+        await run_to_end(client, scripted(plain, plain, settings={"max_steps": 1}))
+        values = samples((await client.get("/metrics")).text)
+    ends = "finishline_run_ends_total"
+    assert values[(ends, (("model", "scripted"), ("reason", "finished")))] == 1
+    assert values[(ends, (("model", "scripted"), ("reason", "max_steps")))] == 1
+    assert values[("finishline_runs_finish_tool_total", (("model", "scripted"),))] == 1
+    assert values[("finishline_runs_degraded_total", (("model", "scripted"),))] == 1
+    assert values[("finishline_interventions_total", (("kind", "max_steps"),))] == 1
+
+
 async def test_metrics_of_two_apps_are_separate() -> None:
     async with api_client(settings()) as first:
         await run_to_end(first, finishing())

@@ -17,6 +17,7 @@ from app.runs.replicas.postgres_cluster import _QUEUED, PostgresCoordinator
 from app.runs.schedules.records import Schedule, new_schedule_id
 from app.runs.store import StoreError
 from app.runs.stores.postgres import PostgresRunStore
+from app.runs.stores.postgres_reports import UNSUMMARIZED
 from app.runs.stores.postgres_rows import INSERT_RUN, run_row
 from app.runs.stores.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from tests.runs.test_redis_held import Member
@@ -65,7 +66,8 @@ async def test_a_database_at_schema_1_is_migrated_keeping_its_runs_and_takes_sch
     store = PostgresRunStore(postgres_url)
     await store.open()
     try:
-        assert await store.query("SELECT version FROM schema_version", ()) == [(2,)]
+        rows = await store.query("SELECT version FROM schema_version", ())
+        assert rows == [(SCHEMA_VERSION,)]
         assert await store.get(old.id) == old
         schedule = Schedule(id=new_schedule_id(), cron="* * * * *", run={}, next_due_at=60.0)
         await store.schedules.insert(schedule)
@@ -135,6 +137,16 @@ PLANS = {
         "SELECT record FROM schedules WHERE next_due_at <= %s ORDER BY next_due_at, id LIMIT 100",
         (1.0,),
     ),
+    "a key's run summaries in a window": (
+        "SELECT model, status, steps FROM run_summaries"
+        " WHERE owner = %s AND created_at >= %s AND created_at < %s",
+        ("alice", "2026-01-01", "2026-02-01"),
+    ),
+    "every key's run summaries in a window": (
+        "SELECT model, status, steps FROM run_summaries WHERE created_at >= %s AND created_at < %s",
+        ("2026-01-01", "2026-02-01"),
+    ),
+    "ended runs without a summary": (UNSUMMARIZED, (["completed", "failed"], "", 100)),
     "a schedule's firings": (
         "SELECT firing FROM schedule_firings WHERE schedule_id = %s AND due_at < %s"
         " ORDER BY due_at DESC LIMIT 50",

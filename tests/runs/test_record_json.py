@@ -64,9 +64,10 @@ def test_a_stored_record_loads_typed_and_writes_back_the_same_json() -> None:
     # defaults
     assert written["request"] == {**STORED["request"], "mcp_servers": [], "client_tools": []}
     assert written["settings"] == STORED["settings"]
-    # fields added since (follow-ups, traces, approvals, sub-agents) are written as null
+    # fields added since (follow-ups, traces, approvals, sub-agents, forks) are written as null
     added_since = {"previous_run_id", "inherited_system_prompt", "trace_id", "approval"}
     added_since |= {"parent_run_id", "parent_call_id", "tree", "thread_id", "schedule_id"}
+    added_since |= {"forked_from"}
     assert written.keys() == STORED.keys() | added_since
     assert [written[key] for key in added_since] == [None] * len(added_since)
     assert written == RunRecord.model_validate(written).model_dump(mode="json")

@@ -21,6 +21,7 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError, ErrorBody
 from app.api.routes.events import SSE_CONTENT, event_stream
+from app.api.routes.reports import Agent, Model, Since, Until, run_filter
 from app.api.runbody import OPENAPI_BODY, read_run_body
 from app.api.schemas import ApprovalsIn, MessageIn, RunList, StreamToken
 from app.runs.errors import RunAlreadyEndedError
@@ -183,7 +184,12 @@ async def list_runs(
             description="Only the child runs this run's sub-agent calls started (DESIGN §15).",
         ),
     ] = None,
+    since: Since = None,
+    until: Until = None,
+    model: Model = None,
+    agent: Agent = None,
 ) -> RunList:
+    matching = run_filter(since, until, model, agent)
     statuses: list[RunStatus] = []
     for part in ",".join(status or []).split(","):
         if part.strip():
@@ -207,6 +213,7 @@ async def list_runs(
         previous_run_id=previous_run_id,
         unreadable=unreadable,
         parent_run_id=parent_run_id,
+        matching=None if matching.empty else matching,
     )
     runs = [to_view(r) for r in records]
     return RunList(runs=runs, next_cursor=next_cursor, unreadable=unreadable)

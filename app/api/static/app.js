@@ -1,12 +1,15 @@
 // The viewer's entry point: load what the server offers, then route on the URL's hash
-// ("#/runs/<id>" shows that run, "#/threads/<id>" that thread, anything else the form), so a
-// reload restores the view.
+// ("#/runs/<id>" shows that run, "#/threads/<id>" that thread, "#/report" the termination
+// report, "#/compare/<id>,<id>" runs side by side, anything else the form), so a reload
+// restores the view.
 
 import { auth, get } from "./api.js";
 import { askForKey } from "./auth.js";
 import { RunForm } from "./form.js";
 import { RunList } from "./runs.js";
 import { RunView } from "./runview.js";
+import { CompareView } from "./compare.js";
+import { ReportView } from "./report.js";
 import { ScheduleList } from "./schedules.js";
 import { ThreadList, ThreadView } from "./threads.js";
 
@@ -15,6 +18,10 @@ const $ = (selector) => document.querySelector(selector);
 const newRun = $("#new-run");
 const runSection = $("#run-view");
 const threadSection = $("#thread-view");
+const reportSection = $("#report-view");
+const report = new ReportView(reportSection);
+const compareSection = $("#compare-view");
+const comparison = new CompareView(compareSection);
 const banner = $("#banner");
 
 const runs = new RunList($("#runs"));
@@ -47,7 +54,12 @@ function route({ initial = false } = {}) {
   const id = match ? decodeURIComponent(match[1]) : null;
   const threadMatch = /^#\/threads\/([^/?#]+)$/.exec(location.hash);
   const threadId = threadMatch ? decodeURIComponent(threadMatch[1]) : null;
-  newRun.hidden = Boolean(id || threadId);
+  const reporting = location.hash === "#/report";
+  const compareMatch = /^#\/compare\/([^/?#]+)$/.exec(location.hash);
+  const compared = compareMatch ? decodeURIComponent(compareMatch[1]).split(",") : null;
+  newRun.hidden = Boolean(id || threadId || reporting || compared);
+  reportSection.hidden = !reporting;
+  compareSection.hidden = !compared;
   runSection.hidden = !id;
   threadSection.hidden = !threadId;
   runs.select(id);
@@ -56,6 +68,14 @@ function route({ initial = false } = {}) {
     thread.close();
     if (view.id !== id) view.open(id);
     if (!initial) $("#run-title")?.focus();
+  } else if (compared) {
+    view.close();
+    thread.close();
+    comparison.open(compared).then(() => { if (!initial) $("#compare-title")?.focus(); });
+  } else if (reporting) {
+    view.close();
+    thread.close();
+    report.open().then(() => { if (!initial) $("#report-title")?.focus(); });
   } else if (threadId) {
     view.close();
     thread.open(threadId);

@@ -15,6 +15,8 @@ from typing import Any
 from app.engine.events import EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.reports.groups import GroupBy, ReportBuilder
+from app.runs.reports.summaries import RunFilter, RunSummary, summarize, tally_of
 from app.runs.store import (
     CHECKPOINT_FORMAT,
     Checkpoint,
@@ -104,6 +106,7 @@ class MemoryRunStore:
         self.threads = MemoryThreadIndex()
         self.schedules = MemorySchedules()
         self._trees: dict[str, set[str]] = {}
+        self._summaries: dict[str, RunSummary] = {}
         self._deltas = CheckpointDeltas()
         self.fanout = Fanout()
         self._closed = False
@@ -128,10 +131,18 @@ class MemoryRunStore:
             raise DuplicateRunError(record.idempotency_key)
         self._runs[record.id] = row
         self._events[record.id] = []
+        self._summarize(record)
         return await self.append(record.id, *first_event) if first_event is not None else None
 
     async def save(self, record: RunRecord) -> None:
         self._runs[record.id] = _Row.of(record)
+        self._summarize(record)
+
+    def _summarize(self, record: RunRecord) -> None:
+        """A terminal record's summary, with it (its events are all here: tallied now)."""
+        if record.status.terminal:
+            events = ((e.type, e.data) for e in self._events.get(record.id, ()))
+            self._summaries[record.id] = summarize(record, tally_of(events))
 
     async def get(self, run_id: str) -> RunRecord | None:
         row = self._runs.get(run_id)
@@ -158,8 +169,9 @@ class MemoryRunStore:
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
         parent_run_id: str | None = None,
+        matching: RunFilter | None = None,
     ) -> list[RunRecord]:
-        matching = sorted(
+        chosen = sorted(
             (
                 run_id
                 for run_id, r in self._runs.items()
@@ -172,21 +184,52 @@ class MemoryRunStore:
             reverse=True,
         )
         found: list[RunRecord] = []
-        for run_id in matching:
+        for run_id in chosen:
             if len(found) == limit:
                 break
             try:
-                found.append(self._runs[run_id].read(run_id))
+                record = self._runs[run_id].read(run_id)
             except RunUnreadableError as exc:
                 if unreadable is not None:
                     unreadable.append(exc)
+                continue
+            if matching is None or matching.admits_record(record):
+                found.append(record)
         return found
+
+    async def termination_report(
+        self, *, owner: str | None, any_owner: bool, matching: RunFilter, group_by: GroupBy
+    ) -> list[dict[str, Any]]:
+        report = ReportBuilder(group_by)
+        for s in self._summaries.values():
+            if (any_owner or s.owner == owner) and matching.admits(s.created_at, s.model, s.agent):
+                report.add_summary(s)
+        return report.groups()
+
+    async def unsummarized(
+        self, limit: int, *, after: str | None = None
+    ) -> list[tuple[str, RunRecord | None]]:
+        ended = sorted(
+            i
+            for i, r in self._runs.items()
+            if r.status.terminal and i not in self._summaries and i > (after or "")
+        )
+        return [(i, self._runs[i].read(i)) for i in ended[:limit]]
+
+    async def save_summary(self, summary: RunSummary) -> None:
+        if summary.run_id in self._runs:
+            self._summaries[summary.run_id] = summary
+
+    def forget_summary(self, run_id: str) -> None:
+        """For tests of the backfill: the run as stored before summaries were kept."""
+        self._summaries.pop(run_id, None)
 
     async def delete(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
         self._events.pop(run_id, None)
         self._checkpoints.pop(run_id, None)
         self._trees.pop(run_id, None)
+        self._summaries.pop(run_id, None)
         self._deltas.forget(run_id)
 
     async def add_tree_run(self, root_run_id: str, member: str, cap: int) -> bool:

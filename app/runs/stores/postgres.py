@@ -33,6 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.reports.summaries import RunFilter
 from app.runs.store import Checkpoint, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode
@@ -41,6 +42,7 @@ from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
 from app.runs.stores.postgres_reads import checkpoint_query, paged, read_events, record_of
+from app.runs.stores.postgres_reports import PostgresSummaries, where_matching
 from app.runs.stores.postgres_rows import (
     Write,
     append_event,
@@ -64,10 +66,11 @@ CHECK_IDLE_S = 2.0
 """A connection idle longer than this is checked (one round trip) before it is handed out."""
 
 
-class PostgresRunStore:
-    """A `RunStore` in Postgres (13 or newer). `schema`: where its tables are
-    (`FINISHLINE_PG_SCHEMA`); `pool_size`: the most connections it opens, besides the one
-    that listens; `retention_s`: how long a terminal run is kept (0: for good)."""
+class PostgresRunStore(PostgresSummaries):
+    """A `RunStore` in Postgres (13 or newer; run summaries: `PostgresSummaries`). `schema`:
+    where its tables are (`FINISHLINE_PG_SCHEMA`); `pool_size`: the most connections it
+    opens, besides the one that listens; `retention_s`: how long a terminal run is kept (0:
+    for good)."""
 
     shared = True  # several processes may serve this store at once
 
@@ -216,12 +219,9 @@ class PostgresRunStore:
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
         parent_run_id: str | None = None,
+        matching: RunFilter | None = None,
     ) -> list[RunRecord]:
-        where: list[str] = []
-        params: list[Any] = []
-        if not any_owner:
-            where.append("owner IS NULL" if owner is None else "owner = %s")
-            params += [] if owner is None else [owner]
+        where, params = where_matching(owner, any_owner, matching, summaries=False)
         if statuses:
             where.append("status = ANY(%s)")
             params.append([RunStatus(s).value for s in statuses])

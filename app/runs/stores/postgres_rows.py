@@ -17,6 +17,7 @@ from app.runs.records import Event, RunRecord
 from app.runs.store import CHECKPOINT_FORMAT, DuplicateRunError, LeaseLostError, RunGoneError
 from app.runs.stores.checkpoints import CheckpointWrite
 from app.runs.stores.events import stored
+from app.runs.stores.postgres_reports import summary_write
 
 Conn = psycopg.AsyncConnection[Any]
 Write = Callable[[Conn], Awaitable[Any]]
@@ -93,10 +94,12 @@ def insert_run(record: RunRecord) -> Write:
 
 
 def upsert_run(record: RunRecord, fence: str, channel: str) -> Write:
-    """`save`: fenced by `fence` ("" for none); a run it ends with a webhook rings the
-    replicas' outbox readers (`w:` on `channel`)."""
+    """`save`: fenced by `fence` ("" for none); a terminal record's summary with it
+    (`postgres_reports`); a run it ends with a webhook rings the replicas' outbox readers
+    (`w:` on `channel`)."""
     row = (*run_row(record), fence, fence)
     ends_with_webhook = record.status.terminal and record.webhook is not None
+    summary = summary_write(record) if record.status.terminal else None
 
     async def upsert(conn: Conn) -> None:
         try:
@@ -105,6 +108,8 @@ def upsert_run(record: RunRecord, fence: str, channel: str) -> Write:
             raise duplicate(exc, record) from exc
         if await cur.fetchone() is None:
             await refused(conn, record.id)
+        if summary is not None:  # a terminal record's summary, in its transaction
+            await summary(conn)
         if ends_with_webhook:
             await conn.execute("SELECT pg_notify(%s, 'w:')", (channel,))
 

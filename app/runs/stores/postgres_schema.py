@@ -10,7 +10,7 @@ both versions: an older replica must not write rows it does not understand.
 Indexes: every list and filter of the API reads an index (`tests/runs/test_postgres_plans.py`
 shows the plans): a run's events (the primary key), a key's runs (owner, id), by status,
 follow-ups, children, a thread and its runs, a tree's members, the claimable queue, a key's
-schedules, the schedules due, a schedule's firings.
+schedules, the schedules due, a schedule's firings, a key's run summaries in a window.
 """
 
 from __future__ import annotations
@@ -169,6 +169,33 @@ MIGRATIONS = (
         firing TEXT NOT NULL,
         PRIMARY KEY (schedule_id, due_at)
     );
+    """,
+    # 3: run summaries (DESIGN §20; `postgres_reports`): how each ended run ended, written
+    # with its terminal record, deleted with the run; termination reports sum them. Runs that
+    # ended before have none until the backfill (`app.runs.reports.service`) writes theirs.
+    # Read by owner and time, or by time (any owner); `owner` is '' for runs without one.
+    # `tokens` NUMERIC: a usage past 2^63 (a model's own figures) must not refuse the run's end.
+    """
+    CREATE TABLE run_summaries (
+        run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+        owner TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        agent TEXT,
+        model TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        degraded BOOLEAN NOT NULL,
+        finish_tool BOOLEAN NOT NULL,
+        steps INTEGER NOT NULL,
+        duration_s DOUBLE PRECISION NOT NULL,
+        tokens NUMERIC NOT NULL,
+        cost_usd DOUBLE PRECISION,
+        tally TEXT NOT NULL
+    );
+    CREATE INDEX run_summaries_by_owner ON run_summaries (owner, created_at);
+    CREATE INDEX run_summaries_by_time ON run_summaries (created_at);
+    CREATE INDEX runs_ended_by_id ON runs (id)
+        WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled');
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,6 +16,11 @@ Keys (P is the store's prefix, `finishline:` by default):
     P idem:{tag}:{key}  string: the run id an (owner, idempotency key) names
     P idx:{scope}       sorted set of run ids, all scores 0, so ids sort (by time) in lex order;
     P idx:{scope}|{st}  scope is `all` or an owner tag, st a status
+    P tl:{id}           hash: the run's tally (`app.runs.reports.summaries`), counted as events are
+                        appended; its summary is the run hash's `summary` field, written by
+                        the save that makes it terminal
+    P sum:{scope}       sorted set of the ids of runs with a summary, scored by their
+                        creation time in microseconds (`redis_reports`)
 
 An owner tag is `n` for no owner, else `o{len}:{owner}`: the length makes every key built from
 a tag unambiguous whatever the owner string holds. Keys are built inside the scripts from the
@@ -38,6 +43,27 @@ end
 local function expire_with_run(run, key)
   local ttl = redis.call('PTTL', run)
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+end
+-- the tally counter an event adds one to (`app.runs.reports.summaries.tally_key`), or nil
+local function tally(kind, data)
+  if kind == 'llm.retry' then return 'retries' end
+  if kind == 'run.recovered' then return 'takeovers' end
+  if kind == 'intervention' then return 'intervention.' .. tostring(cjson.decode(data).kind) end
+  if kind == 'observation' and cjson.decode(data).truncated == true then return 'truncations' end
+  if kind == 'llm.call' and cjson.decode(data).cost_usd == cjson.null then
+    return 'unpriced_calls'
+  end
+  return nil
+end
+-- a terminal run's summary (its JSON without `tally`), completed with its tally, kept with it
+local function summarize(id, run, tag, summary, score)
+  local counts = redis.call('HGETALL', P .. 'tl:' .. id)
+  local parts = {}
+  for i = 1, #counts, 2 do parts[#parts + 1] = '"' .. counts[i] .. '":' .. counts[i + 1] end
+  local full = string.sub(summary, 1, -2) .. ',"tally":{' .. table.concat(parts, ',') .. '}}'
+  redis.call('HSET', run, 'summary', full)
+  redis.call('ZADD', P .. 'sum:all', score, id)
+  redis.call('ZADD', P .. 'sum:' .. tag, score, id)
 end
 """
 
@@ -66,9 +92,10 @@ return create(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 # save(id, record, status, tag, idem key name, ttl_ms (0: keep for good), fence ("" for
 # none), outbox ("1": the run has a webhook; when this save ends it, its id goes to the
 # outbox stream `P webhooks` in the same step, so the webhook is owed whatever crashes next))
+# summary (a terminal record's, `summarize` above; "" for none), score (its creation time, us))
 # -> "ok", "key" (the idempotency key names another run) or "fenced"
 _SAVE_FUNCTION = """
-local function save(id, record, status, tag, idem, ttl, fence, outbox)
+local function save(id, record, status, tag, idem, ttl, fence, outbox, summary, score)
   if fenced(id, fence) then return 'fenced' end
   local run = P .. 'run:' .. id
   local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
@@ -92,8 +119,9 @@ local function save(id, record, status, tag, idem, ttl, fence, outbox)
   end
   redis.call('HSET', run, 'record', record, 'status', status, 'tag', tag, 'idem', idem)
   if not old[1] then redis.call('HSET', run, 'seq', 0) end
-  local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id}
-  if idem ~= '' then keys[5] = idem end
+  if summary ~= '' then summarize(id, run, tag, summary, score) end
+  local keys = {run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id, P .. 'tl:' .. id}
+  if idem ~= '' then keys[6] = idem end
   for _, key in ipairs(keys) do
     if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
   end
@@ -112,16 +140,23 @@ local function append(id, kind, ts, step, data, fence)
   local events = P .. 'ev:' .. id
   redis.call('XADD', events, '0-' .. seq, 't', kind, 'ts', ts, 's', step, 'd', data)
   expire_with_run(run, events)
+  local counter = tally(kind, data)
+  if counter then
+    redis.call('HINCRBY', P .. 'tl:' .. id, counter, 1)
+    expire_with_run(run, P .. 'tl:' .. id)
+  end
   return seq
 end
 """
 
-# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox (as `save` above)
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox, summary, score (as
+# `save` above)
 SAVE = (
     _PRELUDE
     + _SAVE_FUNCTION
     + """
-return save(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9])
+return save(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9],
+            ARGV[10], ARGV[11])
 """
 )
 
@@ -135,17 +170,18 @@ return append(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 )
 
 # A save and then an append of the same run, both or neither.
-# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox, type, ts, step, data
-# -> save's outcome if it is not "ok" (nothing written), else append's
+# ARGV: prefix, id, record, status, tag, idem, ttl_ms, fence, outbox, summary, score, type,
+# ts, step, data -> save's outcome if it is not "ok" (nothing written), else append's
 SAVE_APPEND = (
     _PRELUDE
     + _SAVE_FUNCTION
     + _APPEND_FUNCTION
     + """
 local id, fence = ARGV[2], ARGV[8]
-local saved = save(id, ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), fence, ARGV[9])
+local saved = save(id, ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), fence, ARGV[9],
+                   ARGV[10], ARGV[11])
 if saved ~= 'ok' then return saved end
-return append(id, ARGV[10], ARGV[11], ARGV[12], ARGV[13], fence)
+return append(id, ARGV[12], ARGV[13], ARGV[14], ARGV[15], fence)
 """
 )
 
@@ -177,12 +213,30 @@ local id = ARGV[2]
 local run = P .. 'run:' .. id
 local old = redis.call('HMGET', run, 'status', 'tag', 'idem')
 redis.call('DEL', run, P .. 'ev:' .. id, P .. 'cp:' .. id, P .. 'cpm:' .. id,
-           P .. 'owner:' .. id, P .. 'cancel:' .. id)
+           P .. 'owner:' .. id, P .. 'cancel:' .. id, P .. 'tl:' .. id)
 if not old[1] then return 0 end
+redis.call('ZREM', P .. 'sum:all', id)
+redis.call('ZREM', P .. 'sum:' .. old[2], id)
 for _, index in ipairs(indexes(old[2], old[1])) do redis.call('ZREM', index, id) end
 if old[3] and old[3] ~= '' and redis.call('GET', old[3]) == id then
   redis.call('DEL', old[3])
 end
+return 1
+"""
+)
+
+# A summary made by the backfill (`RunStore.save_summary`), kept with its run unless the run is
+# gone or has one already. ARGV: prefix, id, summary (whole), score -> 1 if kept, else 0
+SAVE_SUMMARY = (
+    _PRELUDE
+    + """
+local id = ARGV[2]
+local run = P .. 'run:' .. id
+if redis.call('EXISTS', run) == 0 or redis.call('HEXISTS', run, 'summary') == 1 then return 0 end
+local tag = redis.call('HGET', run, 'tag')
+redis.call('HSET', run, 'summary', ARGV[3])
+redis.call('ZADD', P .. 'sum:all', ARGV[4], id)
+redis.call('ZADD', P .. 'sum:' .. tag, ARGV[4], id)
 return 1
 """
 )

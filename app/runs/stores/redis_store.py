@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from app.engine.events import EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.reports.summaries import RunFilter
 from app.runs.store import (
     CHECKPOINT_FORMAT,
     Checkpoint,
@@ -40,6 +41,7 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.redis_counters import RedisCounters
 from app.runs.stores.redis_errors import redis_client, translated, unavailable
 from app.runs.stores.redis_follow import StreamFollower, event_from_entry
+from app.runs.stores.redis_reports import RedisSummaries
 from app.runs.stores.redis_schedules import RedisSchedules
 from app.runs.stores.redis_scripts import (
     APPEND,
@@ -59,9 +61,9 @@ DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
 
 @translated
-class RedisRunStore:
-    """A `RunStore` in Redis 7. `prefix` starts every key (several deployments can share a
-    database); `retention_s` is how long a terminal run is kept."""
+class RedisRunStore(RedisSummaries):
+    """A `RunStore` in Redis 7 (run summaries: `RedisSummaries`). `prefix` starts every key
+    (several deployments can share a database); `retention_s`: how long a terminal run is kept."""
 
     shared = True  # several processes may serve this store at once
 
@@ -165,10 +167,7 @@ class RedisRunStore:
         return event
 
     async def save(self, record: RunRecord) -> None:
-        ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
-        fence = self._fences.get(record.id, "")
-        outbox = "1" if record.webhook is not None else ""
-        outcome = await self._save(args=[*self._record_args(record), ttl_ms, fence, outbox])
+        outcome = await self._save(args=self.save_args(record, self._fences.get(record.id, "")))
         self._fence(record.id, outcome)
         if outcome == "key":
             raise DuplicateRunError(record.idempotency_key)
@@ -193,6 +192,7 @@ class RedisRunStore:
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
         parent_run_id: str | None = None,
+        matching: RunFilter | None = None,
     ) -> list[RunRecord]:
         scope = self.prefix + "idx:" + ("all" if any_owner else owner_tag(owner))
         wanted = {RunStatus(s) for s in statuses}
@@ -225,6 +225,7 @@ class RedisRunStore:
                     and (not wanted or record.status in wanted)  # (it may have moved)
                     and previous_run_id in (None, record.previous_run_id)
                     and parent_run_id in (None, record.parent_run_id)
+                    and (matching is None or matching.admits_record(record))
                 ):
                     found.append(record)
             if gone:  # expired (retention): drop them from the indexes read here
@@ -266,10 +267,8 @@ class RedisRunStore:
             args = [self.prefix, run_id, type, repr(ts), step, payload, fence]
             seq = await self._append(args=args)
         else:  # one script: the save, then the append, or nothing
-            ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
-            outbox = "1" if record.webhook is not None else ""
-            args = [*self._record_args(record), ttl_ms, fence, outbox]
-            seq = await self._save_append(args=[*args, type, repr(ts), step, payload])
+            args = [*self.save_args(record, fence), type, repr(ts), step, payload]
+            seq = await self._save_append(args=args)
             if seq == "key":
                 raise DuplicateRunError(record.idempotency_key)
         self._fence(run_id, seq)
@@ -333,11 +332,7 @@ class RedisRunStore:
 
     async def save_in(self, pipe: Pipeline, record: RunRecord) -> None:
         """Queue `save(record)` on `pipe`; it replies as SAVE does ("fenced": the lease is lost)."""
-        ttl_ms = int(self.retention_s * 1000) if record.status.terminal else 0
-        outbox = "1" if record.webhook is not None else ""
-        args: list[str | int] = [*self._record_args(record), ttl_ms, self.fence_of(record.id)]
-        args.append(outbox)
-        await self._save(args=args, client=pipe)
+        await self._save(args=self.save_args(record, self.fence_of(record.id)), client=pipe)
 
     async def append_in(
         self, pipe: Pipeline, run_id: str, type: str, step: int, data: dict[str, Any]

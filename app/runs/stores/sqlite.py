@@ -30,11 +30,13 @@ from typing import Any, TypeVar
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
+from app.runs.reports.summaries import RunFilter
 from app.runs.store import Checkpoint, DuplicateRunError, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.sqlite_counters import SqliteCounters
+from app.runs.stores.sqlite_reports import SqliteSummaries, where_matching
 from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
     checkpoint_query,
@@ -67,8 +69,9 @@ class StoreClosedError(StoreError):
     """The store is not open: `open()` was not called, or `close()` was."""
 
 
-class SqliteRunStore:
-    """A `RunStore` in one SQLite file. See the module docstring for the durability story.
+class SqliteRunStore(SqliteSummaries):
+    """A `RunStore` in one SQLite file (run summaries: `SqliteSummaries`). See the module
+    docstring for the durability story.
 
     `synchronous`: FULL (default) or NORMAL (EXTRA, OFF); `readers`: reader threads;
     `busy_timeout_s`: how long a connection waits for a lock another process holds.
@@ -198,12 +201,9 @@ class SqliteRunStore:
         previous_run_id: str | None = None,
         unreadable: list[RunUnreadableError] | None = None,
         parent_run_id: str | None = None,
+        matching: RunFilter | None = None,
     ) -> list[RunRecord]:
-        where: list[str] = []
-        params: list[Any] = []
-        if not any_owner:
-            where.append("owner IS NULL" if owner is None else "owner = ?")
-            params += [] if owner is None else [owner]
+        where, params = where_matching(owner, any_owner, matching, summaries=False)
         if statuses:
             where.append(f"status IN ({', '.join('?' * len(statuses))})")
             params += [RunStatus(s).value for s in statuses]

@@ -12,6 +12,7 @@ from typing import Any
 from app.runs.records import RunRecord
 from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, read_record
 from app.runs.stores.checkpoints import CheckpointWrite, loaded, stored_count
+from app.runs.stores.sqlite_reports import summary_write
 
 # Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
 UPSERT_RUN = """
@@ -34,14 +35,18 @@ def raise_if_no_such_run(exc: sqlite3.IntegrityError, run_id: str) -> None:
 
 
 def upsert_run(record: RunRecord) -> Callable[[sqlite3.Connection], None]:
-    """`save(record)` as a write (its row built now: the caller may change the record)."""
+    """`save(record)` as a write (its row built now: the caller may change the record); a
+    terminal record's summary with it, in its transaction."""
     row = run_row(record)
+    summary = summary_write(record) if record.status.terminal else None
 
     def upsert(conn: sqlite3.Connection) -> None:
         try:
             conn.execute(UPSERT_RUN + ON_CONFLICT, row)
         except sqlite3.IntegrityError as exc:
             raise DuplicateRunError(record.idempotency_key) from exc
+        if summary is not None:
+            summary(conn)
 
     return upsert
 

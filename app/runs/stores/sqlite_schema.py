@@ -171,6 +171,31 @@ MIGRATIONS = (
         PRIMARY KEY (schedule_id, due_at)
     ) WITHOUT ROWID;
     """,
+    # 10: run summaries (DESIGN §20; `sqlite_reports`): how each ended run ended, written with
+    # its terminal record, deleted with the run; termination reports sum them. Runs that ended
+    # before have none until the backfill (`app.runs.reports.service`) writes theirs. Kept in
+    # the order a report reads them (an owner's, by time); `owner` is '' for runs without one.
+    """
+    CREATE TABLE run_summaries (
+        owner TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        agent TEXT,
+        model TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        degraded INTEGER NOT NULL,
+        finish_tool INTEGER NOT NULL,
+        steps INTEGER NOT NULL,
+        duration_s REAL NOT NULL,
+        tokens INTEGER NOT NULL,
+        cost_usd REAL,
+        tally TEXT NOT NULL,
+        PRIMARY KEY (owner, created_at, run_id)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX run_summaries_by_run ON run_summaries (run_id);
+    CREATE INDEX run_summaries_by_time ON run_summaries (created_at);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")

@@ -1,0 +1,84 @@
+"""A termination report of a real model (issue #37, DESIGN §20): a fixed set of tasks run
+through finishline against any OpenAI-compatible endpoint, then the report, as
+`finishline report` prints it (`--json`: the JSON).
+
+    python -m bench.report_demo --base-url http://127.0.0.1:8080/v1 --model smollm2
+    make report-demo BASE_URL=http://127.0.0.1:8080/v1 MODEL=smollm2
+
+finishline is served in this process (memory store, no auth); each task runs with the
+calculator tool and the default settings (max_steps 10, the stop tool on), one at a time.
+Not part of `make test`: a real model's answers are its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+import httpx
+from asgi_lifespan import LifespanManager
+from rich.console import Console
+
+from app.cli.tables import report_table
+from app.main import create_app
+from app.settings import Settings
+
+TASKS = (
+    "What is 17 * 23? Use the calculator.",
+    "What is (1234 + 4321) / 5? Use the calculator.",
+    "Name the capital of France.",
+    "Add 2.5 and 4.75, then multiply the sum by 3.",
+    "Is 97 a prime number? Answer yes or no.",
+    "Write one sentence about the sea.",
+    "What is 2 to the power of 10?",
+    "Count the letters in the word 'finishline'.",
+)
+
+
+async def demo(base_url: str, model: str, timeout_s: float) -> dict[str, Any]:
+    """Run every task against the endpoint through finishline; the report."""
+    settings = Settings(
+        _env_file=None,
+        store_url="memory://",
+        llm_base_url=base_url,
+        llm_model=model,
+        log_level="WARNING",
+    )
+    app = create_app(settings)
+    async with (
+        LifespanManager(app) as served,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=served.app), base_url="http://finishline"
+        ) as client,
+    ):
+        for task in TASKS:
+            body = {"task": task, "tools": ["calculator"]}
+            run = (await client.post("/runs", json=body)).raise_for_status().json()
+            wait = {"timeout_s": timeout_s}
+            await client.get(f"/runs/{run['id']}/wait", params=wait, timeout=timeout_s + 5)
+        report: dict[str, Any] = (
+            (await client.get("/reports/termination")).raise_for_status().json()
+        )
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-url", required=True, help="the endpoint, e.g. http://host/v1")
+    parser.add_argument("--model", required=True, help="the model name it serves")
+    parser.add_argument("--timeout-s", type=float, default=120.0, help="per task (default 120)")
+    parser.add_argument("--json", action="store_true", help="the report as JSON")
+    args = parser.parse_args(argv)
+    report = asyncio.run(demo(args.base_url, args.model, args.timeout_s))
+    console = Console(width=140)
+    if args.json:
+        console.print_json(json.dumps(report))
+    else:
+        console.print(f"{len(TASKS)} tasks on {args.model} at {args.base_url}")
+        console.print(report_table(report))
+
+
+if __name__ == "__main__":
+    main()
