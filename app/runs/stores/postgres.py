@@ -59,6 +59,8 @@ T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
 POOL_TIMEOUT_S = 5.0
 """A request that cannot have a connection this long is refused 503 `store_unavailable`."""
+RETENTION_BATCH = 500
+"""Runs one retention pass deletes at most, in one transaction (short locks, small WAL)."""
 CHECK_IDLE_S = 2.0
 """A connection idle longer than this is checked (one round trip) before it is handed out."""
 _EVENT_TYPES = {t.value: t for t in EventType}
@@ -335,6 +337,34 @@ class PostgresRunStore:
 
         return await self.with_connection(query)
 
+    # -- retention --------------------------------------------------------------------------
+
+    async def expire(self, *, batch: int = RETENTION_BATCH) -> int:
+        """Delete up to `batch` runs that ended more than `retention_s` ago (their events,
+        checkpoints and trees go with them), in one transaction; one replica at a time (the
+        others find the advisory lock taken and delete nothing). How many were deleted."""
+        if not self.retention_s:
+            return 0
+
+        async def expire(conn: psycopg.AsyncConnection[Any]) -> int:
+            cur = await conn.execute(
+                "SELECT pg_try_advisory_xact_lock(hashtext(%s))", (self.channel + ":retention",)
+            )
+            row = await cur.fetchone()
+            if row is None or not row[0]:
+                return 0
+            cur = await conn.execute(
+                "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE ended_at < %s"
+                " ORDER BY ended_at LIMIT %s FOR UPDATE SKIP LOCKED)",
+                (time.time() - self.retention_s, batch),
+            )
+            return cur.rowcount
+
+        deleted: int = await self.with_connection(lambda conn: _in_transaction(conn, expire))
+        if deleted:
+            log.info("runs_expired", count=deleted, retention_s=self.retention_s)
+        return deleted
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def published(self, event: Event) -> None:
@@ -390,6 +420,13 @@ class PostgresRunStore:
         self._returned[id(conn)] = time.monotonic()
         if len(self._returned) > 4 * (self.pool.max_size + 1):  # ids of closed ones
             self._returned.clear()
+
+
+async def _in_transaction(
+    conn: psycopg.AsyncConnection[Any], use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
+) -> T:
+    async with conn.transaction():
+        return await use(conn)
 
 
 async def read_events(
