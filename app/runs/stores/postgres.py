@@ -22,7 +22,6 @@ Live followers on every replica are woken by `LISTEN/NOTIFY` and read the rows
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -35,7 +34,7 @@ from app.engine.events import EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.store import Checkpoint, FirstEvent, StoreError, read_record
-from app.runs.stores.checkpoints import CheckpointDeltas, loaded, stored_count
+from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.postgres_counters import PostgresCounters
@@ -44,13 +43,16 @@ from app.runs.stores.postgres_follow import PostgresFollower
 from app.runs.stores.postgres_rows import (
     Write,
     append_event,
+    checkpoint_of,
     checkpoint_upsert,
     insert_run,
+    read_events,
     tree_member,
     upsert_run,
 )
 from app.runs.stores.postgres_schema import check_schema_name, migrate
 from app.runs.stores.postgres_thread_index import PostgresThreadIndex
+from app.runs.stores.postgres_upkeep import RETENTION_BATCH, expire, import_run
 from app.runs.stores.postgres_writer import PostgresWriter
 
 log = structlog.get_logger("finishline.runs")
@@ -59,8 +61,6 @@ T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
 POOL_TIMEOUT_S = 5.0
 """A request that cannot have a connection this long is refused 503 `store_unavailable`."""
-RETENTION_BATCH = 500
-"""Runs one retention pass deletes at most, in one transaction (short locks, small WAL)."""
 CHECK_IDLE_S = 2.0
 """A connection idle longer than this is checked (one round trip) before it is handed out."""
 _EVENT_TYPES = {t.value: t for t in EventType}
@@ -319,53 +319,25 @@ class PostgresRunStore:
             )
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
-        async def query(conn: psycopg.AsyncConnection[Any]) -> Checkpoint | None:
-            async with conn.transaction():  # the head and its messages from one snapshot
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                sql = "SELECT step, state, version FROM checkpoints WHERE run_id = %s"
-                found = await (await conn.execute(sql, (run_id,))).fetchone()
-                if found is None:
-                    return None
-                state: dict[str, Any] = json.loads(found[1])
-                count = stored_count(state)
-                chunks: list[str] = []
-                if count is not None:
-                    sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = %s AND start < %s"
-                    cur = await conn.execute(sql + " ORDER BY start", (run_id, count))
-                    chunks = [m for (m,) in await cur.fetchall()]
-                return loaded(found[0], state, chunks, found[2])
+        return await self.with_connection(lambda conn: checkpoint_of(conn, run_id))
 
-        return await self.with_connection(query)
+    # -- store copy and retention (`postgres_upkeep`) --------------------------------------
 
-    # -- retention --------------------------------------------------------------------------
+    async def import_run(
+        self, record: RunRecord, events: list[Event], checkpoint: Checkpoint | None
+    ) -> None:
+        """A run copied from another store (`stores.copying`): see `postgres_upkeep`."""
+        await import_run(self, record, events, checkpoint)
 
     async def expire(self, *, batch: int = RETENTION_BATCH) -> int:
-        """Delete up to `batch` runs that ended more than `retention_s` ago (their events,
-        checkpoints and trees go with them), in one transaction; one replica at a time (the
-        others find the advisory lock taken and delete nothing). How many were deleted."""
-        if not self.retention_s:
-            return 0
-
-        async def expire(conn: psycopg.AsyncConnection[Any]) -> int:
-            cur = await conn.execute(
-                "SELECT pg_try_advisory_xact_lock(hashtext(%s))", (self.channel + ":retention",)
-            )
-            row = await cur.fetchone()
-            if row is None or not row[0]:
-                return 0
-            cur = await conn.execute(
-                "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE ended_at < %s"
-                " ORDER BY ended_at LIMIT %s FOR UPDATE SKIP LOCKED)",
-                (time.time() - self.retention_s, batch),
-            )
-            return cur.rowcount
-
-        deleted: int = await self.with_connection(lambda conn: _in_transaction(conn, expire))
-        if deleted:
-            log.info("runs_expired", count=deleted, retention_s=self.retention_s)
-        return deleted
+        """Delete up to `batch` runs past the retention: see `postgres_upkeep.expire`."""
+        return await expire(self, batch)
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def deltas(self) -> CheckpointDeltas:
+        return self._deltas
 
     def published(self, event: Event) -> None:
         self.fanout.publish(event)  # committed: this process's followers have it at once
@@ -420,28 +392,6 @@ class PostgresRunStore:
         self._returned[id(conn)] = time.monotonic()
         if len(self._returned) > 4 * (self.pool.max_size + 1):  # ids of closed ones
             self._returned.clear()
-
-
-async def _in_transaction(
-    conn: psycopg.AsyncConnection[Any], use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
-) -> T:
-    async with conn.transaction():
-        return await use(conn)
-
-
-async def read_events(
-    conn: psycopg.AsyncConnection[Any], run_id: str, after: int, limit: int
-) -> list[Event]:
-    """The run's events after seq `after`, up to `limit`, read on `conn`."""
-    cur = await conn.execute(
-        "SELECT seq, type, ts, step, data FROM events"
-        " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-        (run_id, after, limit),
-    )
-    return [
-        Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
-        for seq, t, ts, step, d in await cur.fetchall()
-    ]
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:

@@ -6,6 +6,7 @@ lease's fencing token, and is refused (`LeaseLostError`) once another replica to
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,8 +14,16 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from app.engine.events import EventType
 from app.runs.records import Event, RunRecord
-from app.runs.store import CHECKPOINT_FORMAT, DuplicateRunError, LeaseLostError, RunGoneError
+from app.runs.store import (
+    CHECKPOINT_FORMAT,
+    Checkpoint,
+    DuplicateRunError,
+    LeaseLostError,
+    RunGoneError,
+)
+from app.runs.stores.checkpoints import loaded, stored_count
 from app.runs.stores.events import stored
 
 Conn = psycopg.AsyncConnection[Any]
@@ -183,3 +192,39 @@ def tree_member(root_run_id: str, member: str, cap: int) -> Callable[[Conn], Awa
         return True
 
     return add
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+_EVENT_TYPES = {t.value: t for t in EventType}
+
+
+async def read_events(conn: Conn, run_id: str, after: int, limit: int) -> list[Event]:
+    """The run's events after seq `after`, up to `limit`, read on `conn`."""
+    cur = await conn.execute(
+        "SELECT seq, type, ts, step, data FROM events"
+        " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (run_id, after, limit),
+    )
+    return [
+        Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
+        for seq, t, ts, step, d in await cur.fetchall()
+    ]
+
+
+async def checkpoint_of(conn: Conn, run_id: str) -> Checkpoint | None:
+    """The run's checkpoint: its head and its messages from one snapshot."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        sql = "SELECT step, state, version FROM checkpoints WHERE run_id = %s"
+        found = await (await conn.execute(sql, (run_id,))).fetchone()
+        if found is None:
+            return None
+        state: dict[str, Any] = json.loads(found[1])
+        count = stored_count(state)
+        chunks: list[str] = []
+        if count is not None:
+            sql = "SELECT messages FROM checkpoint_chunks WHERE run_id = %s AND start < %s"
+            cur = await conn.execute(sql + " ORDER BY start", (run_id, count))
+            chunks = [m for (m,) in await cur.fetchall()]
+        return loaded(found[0], state, chunks, found[2])
