@@ -152,3 +152,28 @@ async def test_a_long_llm_call_holds_no_connection_idle_in_a_transaction(
         assert held == []
         ended = await assert_ended_once(client, run["id"])
         assert ended["status"] == "completed", (ended.get("error"), ended.get("stop_reason"))
+
+
+async def test_a_postgres_restart_under_20_runs_on_two_replicas_ends_every_run_once(
+    server: PostgresServer,
+) -> None:
+    url = server.url(server.database())
+    async with service(url) as (a, _), service(url) as (b, _):
+        runs = [await create((a, b)[i % 2], busy(f"answer {i}", steps=15)) for i in range(20)]
+        await under_way(a, runs[:2])
+        server.stop()
+        try:
+            await assert_weather(a, "Postgres does not answer")
+            await assert_weather(b, "Postgres does not answer")
+        finally:
+            server.start_again()
+        await until(lambda: ready(a), BACK_WITHIN_S, "ready again")
+
+        async def all_ended() -> bool:
+            found = [(await a.get(f"/runs/{run['id']}")).json() for run in runs]
+            return all(r["status"] not in ("queued", "running") for r in found)
+
+        await until(all_ended, 3 * BACK_WITHIN_S, "every run ended")
+        for i, run in enumerate(runs):  # each ended once, its log 1..N, with its own answer
+            ended = await assert_ended_once((a, b)[i % 2], run["id"])
+            assert (ended["status"], ended["result"]["answer"]) == ("completed", f"answer {i}")
