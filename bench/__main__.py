@@ -25,6 +25,7 @@ STEPS = (
     ("a sub-agent's child run next to a top-level run (bench/subagents.py)", ["bench.subagents"]),
     ("a run through each stream, next to the plain run (bench/streams.py)", ["bench.streams"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
+    ("the Postgres store vs SQLite (bench/postgres.py)", ["bench.postgres"]),
     ("bearer credential checks: API key and token (bench/auth.py)", ["bench.auth"]),
 )
 
