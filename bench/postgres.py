@@ -157,7 +157,7 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="finishline-bench-postgres-"))
     results: dict[str, Any] = {}
     try:
-        with PostgresServer(directory, durable=True) as pg:
+        with PostgresServer(directory, durable=True, own=True) as pg:
             say("service: SQLite")
             results["sqlite"] = serve_and_measure(
                 "sqlite:///{workdir}/finishline.db", args.concurrency, runs, lambda: None

@@ -41,7 +41,7 @@ def server() -> Iterator[PostgresServer]:
     """A Postgres of this module's own: its tests stop and restart it."""
     directory = Path(tempfile.mkdtemp(prefix="finishline-pg-outage-"))
     try:
-        with PostgresServer(directory) as made:
+        with PostgresServer(directory, own=True) as made:
             yield made
     finally:
         shutil.rmtree(directory, ignore_errors=True)
