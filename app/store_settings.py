@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.runs.stores.postgres_schema import check_schema_name
+from app.runs.stores.postgres_names import check_schema_name
 
 
 class StoreSettings(BaseSettings):

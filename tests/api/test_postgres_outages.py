@@ -41,7 +41,7 @@ def server() -> Iterator[PostgresServer]:
     """A Postgres of this module's own: its tests stop and restart it."""
     directory = Path(tempfile.mkdtemp(prefix="finishline-pg-outage-"))
     try:
-        with PostgresServer(directory) as made:
+        with PostgresServer(directory, own=True) as made:
             yield made
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -125,8 +125,10 @@ async def test_runs_go_on_when_every_connection_of_the_service_is_terminated(
             )
 
         async def all_ended() -> bool:  # (a run given up here ends after its takeover)
-            found = [(await client.get(f"/runs/{run['id']}")).json() for run in runs]
-            return all(r["status"] != "running" for r in found)
+            found = [await client.get(f"/runs/{run['id']}") for run in runs]
+            if any(r.status_code == 503 for r in found):  # a connection the pool still held
+                return False
+            return all(r.json()["status"] != "running" for r in found)
 
         await until(all_ended, BACK_WITHIN_S, "every run ended")
         for i, run in enumerate(runs):  # taken over where a write failed; each ends once
@@ -152,3 +154,50 @@ async def test_a_long_llm_call_holds_no_connection_idle_in_a_transaction(
         assert held == []
         ended = await assert_ended_once(client, run["id"])
         assert ended["status"] == "completed", (ended.get("error"), ended.get("stop_reason"))
+
+
+async def stepping_anywhere(client: httpx.AsyncClient, runs: list[dict[str, Any]]) -> None:
+    """Each run is running and a few steps in, on whichever replica executes it: read from its
+    events (a replica that does not execute a run reads its stored record, whose usage is not
+    saved at each step: `under_way` sees only the runs this replica executes)."""
+
+    async def stepping() -> bool:
+        for run in runs:
+            found = await client.get(f"/runs/{run['id']}")
+            if found.json()["status"] != "running":
+                return False
+            page = await client.get(
+                f"/runs/{run['id']}/events",
+                params={"limit": 1000},
+                headers={"Accept": "application/json"},
+            )
+            if sum(e["type"] == "llm.call" for e in page.json()["events"]) < 3:
+                return False
+        return True
+
+    await until(stepping, BACK_WITHIN_S, "the runs a few steps in")
+
+
+async def test_a_postgres_restart_under_20_runs_on_two_replicas_ends_every_run_once(
+    server: PostgresServer,
+) -> None:
+    url = server.url(server.database())
+    async with service(url) as (a, _), service(url) as (b, _):
+        runs = [await create((a, b)[i % 2], busy(f"answer {i}", steps=15)) for i in range(20)]
+        await stepping_anywhere(a, runs[:2])
+        server.stop()
+        try:
+            await assert_weather(a, "Postgres does not answer")
+            await assert_weather(b, "Postgres does not answer")
+        finally:
+            server.start_again()
+        await until(lambda: ready(a), BACK_WITHIN_S, "ready again")
+
+        async def all_ended() -> bool:
+            found = [(await a.get(f"/runs/{run['id']}")).json() for run in runs]
+            return all(r["status"] not in ("queued", "running") for r in found)
+
+        await until(all_ended, 3 * BACK_WITHIN_S, "every run ended")
+        for i, run in enumerate(runs):  # each ended once, its log 1..N, with its own answer
+            ended = await assert_ended_once((a, b)[i % 2], run["id"])
+            assert (ended["status"], ended["result"]["answer"]) == ("completed", f"answer {i}")

@@ -5,7 +5,8 @@ floats at and past 64 bits, NaN, Infinity, subnormals, -0.0), reads back through
 endpoint: GET /runs/{id}, GET /runs, the events as a JSON page and as SSE, wait, and DELETE
 (204, then 404). What is refused is refused with a 4xx and the error body, never a 5xx.
 
-On the memory store, a SQLite file and a real redis-server, one app each for the module.
+On the memory store, a SQLite file, a real redis-server and a real Postgres, one app each for
+the module.
 Deterministic (derandomized, no example database) and bounded (a few dozen examples a
 store, plus the explicit reproductions of the issue)."""
 

@@ -33,6 +33,8 @@ import psycopg
 
 from tests.fakes.serving import loopback_socket
 
+EXTERNAL_URL = os.environ.get("FINISHLINE_TEST_POSTGRES_URL", "")
+"""Read once, at import: the suite scrubs FINISHLINE_* from each test's environment."""
 ROLE = "finishline"
 PASSWORD = "finishline-test"
 START_TIMEOUT_S = 30
@@ -51,11 +53,13 @@ def _bin(name: str) -> str:
 
 
 class PostgresServer:
-    def __init__(self, directory: Path, *, durable: bool = False) -> None:
+    def __init__(self, directory: Path, *, durable: bool = False, own: bool = False) -> None:
+        """`own`: start one here even when FINISHLINE_TEST_POSTGRES_URL names a server (the
+        tests that stop, restart or reconfigure it)."""
         self.directory = directory
         self.durable = durable
         self.port = 0
-        self.external = os.environ.get("FINISHLINE_TEST_POSTGRES_URL", "")
+        self.external = "" if own else EXTERNAL_URL
         self.data = directory / "data"
         self._as_postgres = os.geteuid() == 0
         self._started = False

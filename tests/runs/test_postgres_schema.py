@@ -202,3 +202,50 @@ async def test_a_replica_whose_own_lease_lapsed_never_takes_its_run_over_itself(
     assert mine.taken == []
     assert await other._take_over(theirs)
     assert theirs.taken == [(running.id, 1)]
+
+
+async def test_retention_deletes_runs_ended_long_enough_ago_in_batches_by_one_replica(
+    postgres_url: str,
+) -> None:
+    store, other = (PostgresRunStore(postgres_url, retention_s=60) for _ in range(2))
+    await store.open()
+    await other.open()
+    try:
+
+        def made(status: str) -> RunRecord:
+            return RunRecord.model_validate(
+                {"id": new_run_id(), "status": status, "request": {"task": "t"}, "model": "m",
+                 "settings": {}}
+            )  # fmt: skip
+
+        old = [made("completed") for _ in range(5)]
+        recent, running = made("failed"), made("running")
+        for run in [*old, recent, running]:
+            await store.create(run)
+            await store.append(run.id, "thought", 1, {"n": 1})
+            await store.save(run)
+        ids = [run.id for run in old]
+        await store.query(
+            "UPDATE runs SET ended_at = ended_at - 120 WHERE id = ANY(%s) RETURNING 1", (ids,)
+        )
+
+        async def locked_elsewhere(conn: psycopg.AsyncConnection[object]) -> int:
+            async with conn.transaction():  # another replica's pass holds the lock
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                                   (store.channel + ":retention",))  # fmt: skip
+                return await store.expire()
+
+        assert await other.with_connection(locked_elsewhere) == 0
+        assert await store.expire(batch=2) == 2  # a batch at a time
+        assert await store.expire(batch=2) == 2
+        assert await store.expire(batch=2) == 1
+        assert await store.expire(batch=2) == 0
+        for run in old:
+            assert await store.get(run.id) is None
+            assert await store.read(run.id) == []
+        assert await store.get(recent.id) == recent
+        assert await store.get(running.id) == running
+        assert len(await store.read(recent.id)) == 1
+    finally:
+        await store.close()
+        await other.close()

@@ -17,6 +17,8 @@ webhook outbox are columns of the run's row, so Postgres alone is the whole back
   every replica's listener hands to `member.cancel_asked`.
 - Held runs (DESIGN §19): `held_behind` names the run a run waits for; whoever ends that run
   queues it, or any replica's sweep once it sees that run ended.
+- Retention: every replica deletes runs ended more than `FINISHLINE_RETENTION_S` ago, a
+  batch per transaction, one replica at a time (`PostgresRunStore.expire`).
 - The webhook outbox: `webhook_due`, set by the store's save that ends a run with a webhook;
   one replica takes each (a delivery lease in `webhook_owner`/`webhook_until`, renewed while
   it delivers) and clears it once delivered; one whose deliverer died is taken again.
@@ -42,6 +44,7 @@ from app.runs.stores.postgres_rows import NOW_S, Conn
 log = structlog.get_logger("finishline.runs")
 
 POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
+RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
 ADMIT_HOLD_S = 30.0  # a place taken in the queue by a POST whose replica died meanwhile
 _QUEUED = f"status = 'queued' AND queued_at IS NOT NULL AND held_behind IS NULL AND (lease_token IS NULL OR lease_until < {NOW_S})"  # noqa: E501
 _TAKE = (
@@ -224,6 +227,8 @@ class PostgresCoordinator:
             tasks.create_task(self._loop("lease_renewal_failed", self._renew_leases, member))
             tasks.create_task(self._loop("takeover_sweep_failed", self._sweep, member))
             tasks.create_task(self._loop("webhook_outbox_read_failed", self._webhooks, member))
+            if self.store.retention_s:
+                tasks.create_task(self._loop("retention_failed", self._expire, member))
 
     async def _loop(
         self, event: str, step: Callable[[ClusterMember], Awaitable[None]], member: ClusterMember
@@ -301,6 +306,12 @@ class PostgresCoordinator:
         log.warning("run_taken_over", run_id=run_id, attempt=attempt)
         await _handled("takeover_failed", member.taken_over(run_id, int(attempt)))
         return True
+
+    async def _expire(self, member: ClusterMember) -> None:
+        """Retention (`FINISHLINE_RETENTION_S`): a batch at a time, by one replica at a
+        time, until nothing is left to delete; then again after `RETENTION_EVERY_S`."""
+        if await self.store.expire() == 0:
+            await asyncio.sleep(RETENTION_EVERY_S)
 
     async def _webhooks(self, member: ClusterMember) -> None:
         self._webhook_bell.clear()

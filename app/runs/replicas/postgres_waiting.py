@@ -26,8 +26,7 @@ from app.runs.replicas.postgres_messages import insert_messages
 from app.runs.store import read_record
 from app.runs.stores.events import encode
 from app.runs.stores.postgres import PostgresRunStore
-from app.runs.stores.postgres_reads import read_events
-from app.runs.stores.postgres_rows import NOW_S, Conn, append_event, upsert_run
+from app.runs.stores.postgres_rows import NOW_S, Conn, append_event, read_events, upsert_run
 from app.runs.waiting import (
     Changer,
     NewEvent,

@@ -41,19 +41,23 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
-from app.runs.stores.postgres_reads import checkpoint_query, paged, read_events, record_of
 from app.runs.stores.postgres_reports import PostgresSummaries, where_matching
 from app.runs.stores.postgres_rows import (
     Write,
     append_event,
+    checkpoint_of,
     checkpoint_upsert,
     insert_run,
+    paged,
+    read_events,
+    record_of,
     tree_member,
     upsert_run,
 )
 from app.runs.stores.postgres_schedules import PostgresSchedules
 from app.runs.stores.postgres_schema import check_schema_name, migrate
 from app.runs.stores.postgres_thread_index import PostgresThreadIndex
+from app.runs.stores.postgres_upkeep import RETENTION_BATCH, expire, import_run
 from app.runs.stores.postgres_writer import PostgresWriter
 
 log = structlog.get_logger("finishline.runs")
@@ -115,7 +119,7 @@ class PostgresRunStore(PostgresSummaries):
         )
         self._state = "new"
         self._fences: dict[str, str] = {}
-        self._deltas = CheckpointDeltas()
+        self.deltas = CheckpointDeltas()  # (`postgres_upkeep` plans with it too)
 
     # -- fencing ----------------------------------------------------------------------------
 
@@ -126,7 +130,7 @@ class PostgresRunStore(PostgresSummaries):
 
     def release(self, run_id: str) -> None:
         self._fences.pop(run_id, None)
-        self._deltas.forget(run_id)
+        self.deltas.forget(run_id)
         self._chunked.pop(run_id, None)
 
     def fence_of(self, run_id: str) -> str:
@@ -235,7 +239,7 @@ class PostgresRunStore(PostgresSummaries):
         return await paged(self.query, where, params, limit, before_id, unreadable)
 
     async def delete(self, run_id: str) -> None:
-        self._deltas.forget(run_id)
+        self.deltas.forget(run_id)
         self.fanout.forget(run_id)
 
         async def delete(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -282,16 +286,12 @@ class PostgresRunStore(PostgresSummaries):
         fence = self.fence_of(run_id)
         insert = append_event(run_id, type, step, encode(data), fence, self.channel)
         save = upsert_run(record, fence, self.channel) if record is not None else None
-        self._deltas.appended(run_id, type)
-        ends = type in TERMINAL_EVENT_TYPES
+        self.deltas.appended(run_id, type)
 
         async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
             if save is not None:  # in the same transaction, before the event
                 await save(conn)
-            event = await insert(conn)
-            if ends:  # no checkpoint follows: free the run's entry
-                self._chunked.pop(run_id, None)
-            return event
+            return await insert(conn)
 
         return self._writer.submit(write, self.published)
 
@@ -308,16 +308,15 @@ class PostgresRunStore(PostgresSummaries):
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         fence = self.fence_of(run_id)
-        with self._deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
+        with self.deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
             await self.submit(checkpoint_upsert(run_id, step, write, fence, self._chunked))
 
     async def save_checkpoint_soon(
         self, run_id: str, step: int, state: dict[str, Any]
     ) -> Awaitable[None]:
-        """Queued to the writer, as `append_soon`: it commits with the run's next events. A
-        delta queued behind a checkpoint that then failed is written whole (`checkpoint_upsert`)."""
+        """Queued as `append_soon`: it commits with the run's next events (`checkpoint_upsert`)."""
         self._check_open()
-        write = self._deltas.plan(run_id, state)
+        write = self.deltas.plan(run_id, state)
         upsert = checkpoint_upsert(run_id, step, write, self.fence_of(run_id), self._chunked)
         future: asyncio.Future[None] = self._writer.submit(upsert)
         future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
@@ -325,16 +324,30 @@ class PostgresRunStore(PostgresSummaries):
 
     def _forget_if_failed(self, run_id: str, done: asyncio.Future[None]) -> None:
         if done.cancelled() or done.exception() is not None:
-            self._deltas.forget(run_id)  # the next checkpoint whole
+            self.deltas.forget(run_id)  # the next checkpoint whole
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return await self.with_connection(lambda conn: checkpoint_query(conn, run_id))
+        return await self.with_connection(lambda conn: checkpoint_of(conn, run_id))
+
+    # -- store copy and retention (`postgres_upkeep`) --------------------------------------
+
+    async def import_run(
+        self, record: RunRecord, events: list[Event], checkpoint: Checkpoint | None
+    ) -> None:
+        """A run copied from another store (`stores.copying`): see `postgres_upkeep`."""
+        await import_run(self, record, events, checkpoint)
+
+    async def expire(self, *, batch: int = RETENTION_BATCH) -> int:
+        """Delete up to `batch` runs past the retention: see `postgres_upkeep.expire`."""
+        return await expire(self, batch)
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def published(self, event: Event) -> None:
         self.fanout.publish(event)  # committed: this process's followers have it at once
         self.follower.published(event)
+        if event.type in TERMINAL_EVENT_TYPES:  # no checkpoint follows: free its entry
+            self._chunked.pop(event.run_id, None)
 
     def _check_open(self) -> None:
         if self._state != "open":

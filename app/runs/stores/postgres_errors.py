@@ -43,7 +43,7 @@ def cause(exc: BaseException) -> str:
     """What is wrong, for /readyz and the logs (never a password: psycopg's messages name
     the host and port only)."""
     if isinstance(exc, PoolTimeout):
-        return "no Postgres connection could be had from the pool in time"
+        return "Postgres does not answer: no connection could be had from the pool in time"
     if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
         return "Postgres is read-only (a standby, or default_transaction_read_only)"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -15,12 +15,13 @@ schedules, the schedules due, a schedule's firings, a key's run summaries in a w
 
 from __future__ import annotations
 
-import re
-
 import psycopg
 from psycopg import sql
 
 from app.runs.store import StoreError
+from app.runs.stores.postgres_names import check_schema_name
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNewError", "check_schema_name", "migrate"]
 
 MIGRATIONS = (
     # 1: runs (the record as the model's JSON text, plus the columns indexes and the
@@ -199,20 +200,10 @@ MIGRATIONS = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
-_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 class SchemaTooNewError(StoreError):
     """The database's schema is newer than this code knows: it refuses to start."""
-
-
-def check_schema_name(name: str) -> str:
-    """`FINISHLINE_PG_SCHEMA`, checked: a plain lower-case identifier."""
-    if not _NAME.fullmatch(name):
-        raise ValueError(
-            f"FINISHLINE_PG_SCHEMA must be a lower-case identifier (a-z, 0-9, _), not {name!r}"
-        )
-    return name
 
 
 async def migrate(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str) -> int:
