@@ -4,10 +4,12 @@ through finishline against any OpenAI-compatible endpoint, then the report, as
 ended, in how many steps, and its answer or error).
 
     python -m bench.report_demo --base-url http://127.0.0.1:8080/v1 --model smollm2
-    make report-demo BASE_URL=http://127.0.0.1:8080/v1 MODEL=smollm2
+    make report-demo BASE_URL=http://127.0.0.1:8080/v1 MODEL=smollm2 SETTINGS='{"stop_tool": false}'
 
 finishline is served in this process (memory store, no auth); each task runs with the
-calculator tool and the default settings (max_steps 10, the stop tool on), one at a time.
+calculator tool and the default settings (max_steps 10, the stop tool on) or those
+`--settings` gives (a JSON object of per-run settings, as `POST /runs` takes them), one at a
+time.
 Not part of `make test`: a real model's answers are its own.
 """
 
@@ -40,7 +42,7 @@ TASKS = (
 
 
 async def demo(
-    base_url: str, model: str, timeout_s: float
+    base_url: str, model: str, timeout_s: float, run_settings: dict[str, Any] | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run every task against the endpoint through finishline; each run as it ended, and
     the report."""
@@ -60,8 +62,11 @@ async def demo(
     ):
         runs: list[dict[str, Any]] = []
         for task in TASKS:
-            body = {"task": task, "tools": ["calculator"]}
-            run = (await client.post("/runs", json=body)).raise_for_status().json()
+            body = {"task": task, "tools": ["calculator"], "settings": run_settings or {}}
+            made = await client.post("/runs", json=body)
+            if made.status_code >= 400:
+                raise SystemExit(f"POST /runs refused the task: {made.text}")
+            run = made.json()
             wait = {"timeout_s": timeout_s}
             ended = await client.get(f"/runs/{run['id']}/wait", params=wait, timeout=timeout_s + 5)
             runs.append(ended.raise_for_status().json())
@@ -95,6 +100,16 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _settings(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--settings: a JSON object, e.g. '{\"max_steps\": 5}'")
+    return value
+
+
 def _short(text: str, limit: int = 70) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -105,14 +120,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base-url", required=True, help="the endpoint, e.g. http://host/v1")
     parser.add_argument("--model", required=True, help="the model name it serves")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per task (default 120)")
+    parser.add_argument(
+        "--settings", type=_settings, default={}, help="per-run settings, a JSON object"
+    )
     parser.add_argument("--json", action="store_true", help="the report as JSON")
     args = parser.parse_args(argv)
-    runs, report = asyncio.run(demo(args.base_url, args.model, args.timeout_s))
+    runs, report = asyncio.run(demo(args.base_url, args.model, args.timeout_s, args.settings))
     console = Console(width=140)
     if args.json:
         console.print_json(json.dumps(report))
     else:
-        console.print(f"{len(TASKS)} tasks on {args.model} at {args.base_url}")
+        given = f", settings {json.dumps(args.settings)}" if args.settings else ""
+        console.print(f"{len(TASKS)} tasks on {args.model} at {args.base_url}{given}")
         console.print(runs_table(runs))
         console.print()
         console.print(report_table(report))

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from rich.console import Console
 
-from bench.report_demo import TASKS, demo, runs_table
+from bench.report_demo import TASKS, demo, main, runs_table
 from tests.fakes.llm_server import FakeLLMServer, FakeReply
 
 
@@ -40,3 +41,34 @@ async def test_the_demo_runs_every_task_and_reports_how_they_ended() -> None:
     assert "completed" in france
     assert "finished" in france
     assert france.rstrip().endswith("done")
+
+
+async def test_settings_given_apply_to_every_task() -> None:
+    def calculate(request: dict[str, Any]) -> FakeReply:
+        return FakeReply.call("calculator", {"expression": "6*7"})
+
+    async with FakeLLMServer(handler=calculate) as llm:
+        runs, report = await demo(
+            llm.base_url,
+            "tiny-model",
+            timeout_s=10,
+            run_settings={"max_steps": 1, "final_answer_on_limit": False},
+        )
+    assert {(run["result"]["reason"], run["usage"]["steps"]) for run in runs} == {("max_steps", 1)}
+    assert report["groups"][0]["by_reason"]["max_steps"] == len(TASKS)
+
+
+async def test_a_setting_finishline_refuses_stops_the_demo_with_its_error() -> None:
+    async with FakeLLMServer(handler=lambda _: FakeReply.finish("done")) as llm:
+        with pytest.raises(SystemExit, match="max_steps"):
+            await demo(llm.base_url, "tiny-model", timeout_s=10, run_settings={"max_steps": 0})
+
+
+@pytest.mark.parametrize("given", ["{not json", "[1, 2]"])
+def test_settings_that_are_not_a_json_object_are_refused_before_anything_runs(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--settings", given])
+    assert stopped.value.code == 2
+    assert "--settings" in capsys.readouterr().err
