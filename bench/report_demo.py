@@ -110,7 +110,7 @@ def _settings(text: str) -> dict[str, Any]:
     return value
 
 
-def _short(text: str, limit: int = 70) -> str:
+def _short(text: str, limit: int = 60) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="the report as JSON")
     args = parser.parse_args(argv)
     runs, report = asyncio.run(demo(args.base_url, args.model, args.timeout_s, args.settings))
-    console = Console(width=140)
+    console = Console(width=160)
     if args.json:
         console.print_json(json.dumps(report))
     else:
