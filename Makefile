@@ -135,9 +135,9 @@ test: $(STAMP) chromium redis-server postgresql $(AGUI_CLIENT_STAMP)
 bench: $(BENCH_STAMP) $(LANGGRAPH_STAMP) redis-server
 	$(BIN)/python -m bench $(if $(QUICK),--quick)
 
-## report-demo: fixed tasks through finishline against BASE_URL's MODEL (any OpenAI-compatible endpoint), then the termination report (not part of `make test`)
+## report-demo: fixed tasks through finishline against BASE_URL's MODEL (any OpenAI-compatible endpoint; SETTINGS: per-run settings as JSON), then the termination report (not part of `make test`)
 report-demo: $(STAMP)
-	$(BIN)/python -m bench.report_demo --base-url "$(BASE_URL)" --model "$(MODEL)"
+	$(BIN)/python -m bench.report_demo --base-url "$(BASE_URL)" --model "$(MODEL)" $(if $(SETTINGS),--settings '$(SETTINGS)')
 
 # the docs site (mkdocs.yml, docs/): Material for MkDocs in strict mode, a broken link or anchor
 # fails it; `make test` builds it too (tests/docs/). Its generated blocks come from the

@@ -47,6 +47,11 @@ def tally_in(conn: sqlite3.Connection, run_id: str) -> dict[str, int]:
     )
 
 
+INT64_MAX = 2**63 - 1
+"""SQLite's largest integer: a run's tokens past it (each call's count is within 64 bits, their
+sum need not be) are kept as a REAL, rounded, rather than failing the terminal write."""
+
+
 def insert_summary(conn: sqlite3.Connection, summary: RunSummary) -> None:
     conn.execute(
         _INSERT,
@@ -62,7 +67,7 @@ def insert_summary(conn: sqlite3.Connection, summary: RunSummary) -> None:
             int(summary.finish_tool),
             summary.steps,
             summary.duration_s,
-            summary.tokens,
+            summary.tokens if summary.tokens <= INT64_MAX else float(summary.tokens),
             summary.cost_usd,
             json.dumps(summary.tally, sort_keys=True, separators=(",", ":")),
         ),
