@@ -20,16 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
-import tempfile
-from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.common import RESULTS, fmt, machine, machine_line, say, table, write_results
-from bench.procs import Server, run_seconds
+from bench.procs import cpu_per_side
 
 FINISH = {"tool_calls": [{"name": "task_finished", "arguments": {"answer": "42"}}]}
 CALC = {
@@ -56,43 +51,8 @@ SIDES: dict[str, dict[str, Any]] = {
 }
 
 
-def one_run(client: httpx.Client, body: dict[str, Any]) -> None:
-    created = client.post("/runs", json=body)
-    created.raise_for_status()
-    run_id = created.json()["id"]
-    ended = client.get(f"/runs/{run_id}/wait", params={"timeout_s": 60}).json()
-    if ended["status"] != "completed":
-        raise RuntimeError(f"a benchmark run did not complete: {ended}")
-
-
 def served(rounds: int, runs: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Server(
-            Path(tmp),
-            {
-                "FINISHLINE_STORE_URL": f"sqlite:///{Path(tmp) / 'finishline.db'}",
-                "FINISHLINE_LOG_LEVEL": "INFO",
-                "FINISHLINE_LOG_FORMAT": "json",
-            },
-        )
-        server.start()
-        try:
-            cpu: dict[str, list[float]] = {name: [] for name in SIDES}
-            with httpx.Client(base_url=server.url, timeout=60) as client:
-                for body in SIDES.values():  # warm every path (imports, caches)
-                    for _ in range(3):
-                        one_run(client, body)
-                order = list(SIDES)
-                for _ in range(rounds):
-                    random.shuffle(order)
-                    for name in order:
-                        before = run_seconds(server.pid)
-                        for _ in range(runs):
-                            one_run(client, SIDES[name])
-                        spent = run_seconds(server.pid) - before
-                        cpu[name].append(spent / runs * 1e3)
-        finally:
-            server.stop()
+    cpu = cpu_per_side(SIDES, rounds, runs)
     medians = {name: statistics.median(v) for name, v in cpu.items()}
     return {"server_cpu_ms_per_run": medians, "blocks": cpu, "runs": runs}
 

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -201,3 +204,48 @@ class FakeLLM:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def one_run(client: httpx.Client, body: dict[str, Any]) -> None:
+    """POST `body` and wait for the run's end; a run that does not complete fails the bench."""
+    created = client.post("/runs", json=body)
+    created.raise_for_status()
+    run_id = created.json()["id"]
+    ended = client.get(f"/runs/{run_id}/wait", params={"timeout_s": 60}).json()
+    if ended["status"] != "completed":
+        raise RuntimeError(f"a benchmark run did not complete: {ended}")
+
+
+def cpu_per_side(
+    sides: Mapping[str, dict[str, Any]], rounds: int, runs: int
+) -> dict[str, list[float]]:
+    """Server CPU ms per run of each side's body, block by block in shuffled order, on one
+    finishline served on SQLite with INFO logs (every path warmed first)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(
+            Path(tmp),
+            {
+                "FINISHLINE_STORE_URL": f"sqlite:///{Path(tmp) / 'finishline.db'}",
+                "FINISHLINE_LOG_LEVEL": "INFO",
+                "FINISHLINE_LOG_FORMAT": "json",
+            },
+        )
+        server.start()
+        try:
+            cpu: dict[str, list[float]] = {name: [] for name in sides}
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                for body in sides.values():  # warm every path (imports, caches)
+                    for _ in range(3):
+                        one_run(client, body)
+                order = list(sides)
+                for _ in range(rounds):
+                    random.shuffle(order)
+                    for name in order:
+                        before = run_seconds(server.pid)
+                        for _ in range(runs):
+                            one_run(client, sides[name])
+                        spent = run_seconds(server.pid) - before
+                        cpu[name].append(spent / runs * 1e3)
+        finally:
+            server.stop()
+    return cpu
