@@ -14,10 +14,13 @@
 #
 #   storage and service
 #     FINISHLINE_STORE_URL=sqlite:////data/finishline.db   (set below: the /data volume);
-#                                                redis://HOST:PORT/DB for several replicas
-#     FINISHLINE_LEASE_S=15.0                    Redis store: a run's lease; expired: taken over
-#     FINISHLINE_MAX_RUN_ATTEMPTS=3              Redis store: takeovers before "interrupted"
-#     FINISHLINE_RETENTION_S=604800.0            Redis store: how long a terminal run is kept
+#                                                redis://HOST:PORT/DB or
+#                                                postgresql://USER:PW@HOST:PORT/DB for replicas
+#     FINISHLINE_LEASE_S=15.0                    Redis/Postgres: a run's lease; expired: taken over
+#     FINISHLINE_MAX_RUN_ATTEMPTS=3              Redis/Postgres: takeovers before "interrupted"
+#     FINISHLINE_RETENTION_S=604800.0            Redis/Postgres: how long a terminal run is kept
+#     FINISHLINE_PG_SCHEMA=finishline            Postgres store: the schema of its tables
+#     FINISHLINE_PG_POOL_SIZE=10                 Postgres store: connections per replica
 #     FINISHLINE_API_KEYS=                       comma-separated bearer keys; empty = no auth
 #     FINISHLINE_ADMIN_KEYS=                     keys that are also admins (accepted as keys too)
 #     FINISHLINE_OIDC_ISSUER=                    OIDC provider whose access tokens are accepted

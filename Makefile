@@ -16,7 +16,7 @@ LOCK   := requirements
 PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes --no-deps
 PIP_CHECK  := $(BIN)/python -m pip check || { echo "the lock misses a dependency: run make lock"; exit 1; }
 
-.PHONY: run test lint format bench clean image chromium redis-server lock lock-check agui-client \
+.PHONY: run test lint format bench clean image chromium redis-server postgresql lock lock-check agui-client \
   docs docs-build docs-gen docs-screenshot report-demo
 
 $(BIN)/python:
@@ -99,6 +99,16 @@ redis-server:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; }
 
+# the Postgres store's tests start a real server (initdb + pg_ctl, as the postgres user when
+# root) on a free port, unless FINISHLINE_TEST_POSTGRES_URL names one
+postgresql:
+	@[ -n "$$FINISHLINE_TEST_POSTGRES_URL" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "The Postgres store tests need Debian's postgresql: installing it with apt-get."; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "Install it (apt-get install postgresql), then run make test again."; exit 1; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends postgresql; }
+
 # the AG-UI tests drive POST /ag-ui with the protocol's own client (@ag-ui/client's HttpAgent)
 # under node, installed from its own lock (tests/agui_client/package-lock.json) by `npm ci`;
 # npm ci's hidden lockfile marks an install that matches the lock (redone when the lock changes)
@@ -115,7 +125,7 @@ $(AGUI_CLIENT_STAMP): $(AGUI_CLIENT)/package.json $(AGUI_CLIENT)/package-lock.js
 agui-client: $(AGUI_CLIENT_STAMP)
 
 ## test: lint, format check, type check (mypy --strict on app/), then the whole test suite
-test: $(STAMP) chromium redis-server $(AGUI_CLIENT_STAMP)
+test: $(STAMP) chromium redis-server postgresql $(AGUI_CLIENT_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -42,7 +42,14 @@ from app.identity.bearer import open_authenticator
 from app.llm.models import ModelFactory
 from app.logs import configure_logging
 from app.posting import FetcherPoster
-from app.runs.backends import Capacity, ReplicaOptions, open_backend, open_store, redis_store_of
+from app.runs.backends import (
+    Capacity,
+    ReplicaOptions,
+    open_backend,
+    open_store,
+    postgres_store_of,
+    redis_store_of,
+)
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
 from app.runs.quotas.seam import QuotaLimits
@@ -97,9 +104,11 @@ def drain_on_sigterm(on_term: Callable[[], None]) -> Callable[[], None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    if settings.store_url.startswith(("redis://", "rediss://")) and settings.token_secret is None:
+    shared = ("redis://", "rediss://", "postgresql://", "postgres://")
+    if settings.store_url.startswith(shared) and settings.token_secret is None:
         # replicas must accept each other's stream tokens: a random key per process cannot
-        raise ValueError("FINISHLINE_TOKEN_SECRET must be set with a redis:// store")
+        scheme = settings.store_url.partition("://")[0]
+        raise ValueError(f"FINISHLINE_TOKEN_SECRET must be set with a {scheme}:// store")
     configure_logging(settings.log_format, settings.log_level)
     prompts = load_prompts(settings.prompts_file)
 
@@ -140,7 +149,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:  # a bad agent profile stops start-up here, before the store opens
             assembly.check_profiles()
             backend = open_backend(
-                open_store(settings.store_url, retention_s=settings.retention_s),
+                open_store(
+                    settings.store_url,
+                    retention_s=settings.retention_s,
+                    pg_schema=settings.pg_schema,
+                    pg_pool_size=settings.pg_pool_size,
+                ),
                 metrics=metrics,
                 capacity=Capacity(
                     max_concurrent_runs=settings.max_concurrent_runs,
@@ -196,7 +210,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 name=replica,
                 enabled=settings.schedules_enabled,
                 lease_s=settings.lease_s,
-                steal=redis_store_of(store) is None,  # one process: a claim not ours is dead
+                # one process: a claim not ours is dead; replicas: it is another's until its lease
+                steal=redis_store_of(store) is None and postgres_store_of(store) is None,
                 grace_s=settings.schedule_misfire_grace_s,
                 poll_s=settings.schedule_poll_s,
             ),

@@ -19,6 +19,7 @@ from app.engine.policies import Limits
 from app.identity.settings import CommaList, IdentitySettings, comma_list
 from app.llm.model_prices import ModelPriceIn, parse_model_prices
 from app.schedule_settings import ScheduleSettings
+from app.store_settings import StoreSettings
 from app.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 RUN_SETTINGS = declared(Limits)
@@ -29,9 +30,10 @@ CAPS: dict[str, str] = {
 """Per-run setting -> the server setting that caps it."""
 
 
-class ServerSettings(ScheduleSettings, IdentitySettings):
+class ServerSettings(StoreSettings, ScheduleSettings, IdentitySettings):
     """The server's own settings (who may call: `IdentitySettings`; schedules:
-    `ScheduleSettings`); `Settings` adds a default and a cap per per-run setting."""
+    `ScheduleSettings`; the store: `StoreSettings`); `Settings` adds a default and a cap per
+    per-run setting."""
 
     model_config = SettingsConfigDict(
         env_prefix="FINISHLINE_", env_file=".env", extra="ignore", populate_by_name=True
@@ -41,21 +43,26 @@ class ServerSettings(ScheduleSettings, IdentitySettings):
     store_url: str = Field(
         "sqlite:///./data/finishline.db",
         description="Where runs and events live: sqlite:///path (WAL, one process), "
-        "redis://HOST:PORT/DB or rediss:// (several replicas share it) or memory://.",
+        "postgresql://USER:PASSWORD@HOST:PORT/DB or redis://HOST:PORT/DB (several replicas "
+        "share either) or memory://.",
     )
     retention_s: float = Field(
         604_800.0,
-        gt=0,
-        description="Redis store: how long a terminal run and its events are kept (7 days).",
+        ge=0,
+        description="Redis and Postgres stores: how long a terminal run and its events are "
+        "kept (7 days); 0: for good (Postgres only).",
     )
     lease_s: float = Field(
         15.0,
         gt=0,
-        description="Redis store: the executing replica's lease on a run; a run whose lease "
-        "expired is taken over by another replica within the lease + 5 s.",
+        description="Redis and Postgres stores: the executing replica's lease on a run; a "
+        "run whose lease expired is taken over by another replica within the lease + 5 s.",
     )
     max_run_attempts: int = Field(
-        3, ge=1, description="Redis store: takeovers of one run before it fails (interrupted)."
+        3,
+        ge=1,
+        description="Redis and Postgres stores: takeovers of one run before it fails "
+        "(interrupted).",
     )
     quota_concurrent_runs: int | None = Field(
         None,

@@ -26,6 +26,7 @@ STEPS = (
     ("a run through each stream, next to the plain run (bench/streams.py)", ["bench.streams"]),
     ("a run with an outcome next to a plain run (bench/outcomes.py)", ["bench.outcomes"]),
     ("uvicorn --workers N on Redis vs SQLite (bench/workers.py)", ["bench.workers"]),
+    ("the Postgres store vs SQLite (bench/postgres.py)", ["bench.postgres"]),
     ("bearer credential checks: API key and token (bench/auth.py)", ["bench.auth"]),
     (
         "wall time next to the floor, quiet and with neighbours (bench/walltime.py)",

@@ -165,8 +165,9 @@ echo "hadolint: clean"
 phase "static: docker compose config -q"
 step 1m docker compose config -q
 step 1m docker compose --profile scale config -q
+step 1m docker compose --profile postgres config -q
 step 1m "${compose[@]}" config -q
-echo "docker compose config: clean (docker-compose.yml; --profile scale; with the CI override)"
+echo "docker compose config: clean (docker-compose.yml; --profile scale; --profile postgres; with the CI override)"
 
 phase "engine: dockerd (host networking only)"
 if [ -r "$exec_root/dockerd.pid" ] && ours "$(cat "$exec_root/dockerd.pid")"; then

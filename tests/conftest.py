@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
 
+from tests.fakes.postgres_server import PostgresServer
 from tests.fakes.redis_server import RedisServer
 
 
@@ -60,3 +64,22 @@ def redis_url(redis_server: RedisServer) -> str:
     with redis_server.client() as client:
         client.flushdb()
     return redis_server.url()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL (fsync off) for the whole session, or the one
+    FINISHLINE_TEST_POSTGRES_URL names. Its directory is outside pytest's (root's, 0700):
+    the server runs as the `postgres` user when the tests are root."""
+    directory = Path(tempfile.mkdtemp(prefix="finishline-pg-"))
+    try:
+        with PostgresServer(directory) as server:
+            yield server
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a new empty database of the session's Postgres, as the service's role."""
+    return postgres_server.url(postgres_server.database())

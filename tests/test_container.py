@@ -87,6 +87,22 @@ def test_the_scale_profile_runs_replicas_on_redis_behind_a_proxy() -> None:
     assert "proxy_buffering off;" in conf  # SSE passes through as it is written
 
 
+def test_the_postgres_profile_runs_two_replicas_on_postgres_16_with_a_named_volume() -> None:
+    services = COMPOSE["services"]
+    replica, proxy, postgres = services["pg-replica"], services["pg-proxy"], services["postgres"]
+    assert replica["profiles"] == proxy["profiles"] == postgres["profiles"] == ["postgres"]
+    assert replica["deploy"]["replicas"] == 2
+    assert replica["environment"]["FINISHLINE_STORE_URL"].startswith("postgresql://finishline:")
+    assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert postgres["image"] == "postgres:16"
+    assert "postgres-data:/var/lib/postgresql/data" in postgres["volumes"]
+    assert "postgres-data" in COMPOSE["volumes"]
+    init = (ROOT / "deploy/postgres-init.sql").read_text(encoding="utf-8")
+    assert "NOSUPERUSER" in init  # the service connects as a role that is not a superuser
+    conf = (ROOT / "deploy/proxy-postgres.conf").read_text(encoding="utf-8")
+    assert "set $replicas http://pg-replica:8000;" in conf
+
+
 def test_production_files_name_no_registry_host() -> None:
     for name in ("Dockerfile", "docker-compose.yml", ".dockerignore"):
         text = (ROOT / name).read_text(encoding="utf-8")

@@ -24,6 +24,8 @@ HEAVY_UNLESS_CONFIGURED: dict[str, str] = {
     "httpx2": "the MCP SDK's HTTP client: FINISHLINE_MCP_SERVERS",
     "httpcore2": "the MCP SDK's HTTP client: FINISHLINE_MCP_SERVERS",
     "redis": "the Redis client: FINISHLINE_STORE_URL=redis://",
+    "psycopg": "the Postgres driver: FINISHLINE_STORE_URL=postgresql://",
+    "psycopg_pool": "the Postgres pool: FINISHLINE_STORE_URL=postgresql://",
     "opentelemetry.sdk": "the OTel SDK: OTEL_EXPORTER_OTLP_ENDPOINT (the API alone is cheap)",
     "opentelemetry.exporter": "the OTLP exporter: OTEL_EXPORTER_OTLP_ENDPOINT",
     "rich": "the CLI's display: the cli extra, which the server does without",

@@ -280,6 +280,16 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("run_id", metavar="ID")
     cancel.add_argument("--json", action="store_true", help="the run as JSON")
 
+    store = commands.add_parser("store", help="manage stores: copy runs between them")
+    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="command")
+    copy = store_commands.add_parser(
+        "copy",
+        help="copy every run (record, events, checkpoint, threads) from one store to another:"
+        " resumable, verified, never overwriting a different run of the same id",
+    )
+    copy.add_argument("from_url", metavar="FROM_URL", help="e.g. sqlite:///data/finishline.db")
+    copy.add_argument("to_url", metavar="TO_URL", help="e.g. postgresql://user:pw@host/db")
+
     serve = commands.add_parser("serve", help="run the service with uvicorn")
     serve.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
     serve.add_argument("--port", type=int, default=8000, help="default 8000")
@@ -299,6 +309,11 @@ def main(
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+
+    if args.command == "store":  # the service's own code, no HTTP client: no rich needed
+        from app.store_copy import run
+
+        return run(args.from_url, args.to_url)
 
     try:
         import rich.console  # noqa: F401  (the cli extra: the server does without it)

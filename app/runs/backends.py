@@ -24,6 +24,7 @@ from app.runs.stores.sqlite import SqliteRunStore
 from app.runs.waiting import LocalWaitingRuns, WaitingRuns
 
 if TYPE_CHECKING:
+    from app.runs.stores.postgres import PostgresRunStore
     from app.runs.stores.redis_store import RedisRunStore
 
 
@@ -58,9 +59,17 @@ class Backend:
     quotas: Quotas
 
 
-def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
-    """A store for `sqlite:///path/to/file.db`, `memory://` or `redis://HOST:PORT/DB`
-    (`rediss://` for TLS). `retention_s`: how long Redis keeps a terminal run (default 7 days)."""
+def open_store(
+    url: str,
+    *,
+    retention_s: float | None = None,
+    pg_schema: str = "finishline",
+    pg_pool_size: int = 10,
+) -> RunStore:
+    """A store for `sqlite:///path/to/file.db`, `memory://`, `redis://HOST:PORT/DB`
+    (`rediss://` for TLS) or `postgresql://USER:PASSWORD@HOST:PORT/DB` (`postgres://`).
+    `retention_s`: how long Redis or Postgres keeps a terminal run (Redis: default 7 days;
+    Postgres: 0 or None, for good); `pg_schema`, `pg_pool_size`: Postgres's schema and pool."""
     if url.startswith("memory://"):
         return MemoryRunStore()
     if url.startswith("sqlite://"):
@@ -69,9 +78,21 @@ def open_store(url: str, *, retention_s: float | None = None) -> RunStore:
     if url.startswith(("redis://", "rediss://")):
         from app.runs.stores.redis_store import DEFAULT_RETENTION_S, RedisRunStore
 
+        if retention_s == 0:  # Redis keeps what it holds in RAM: never for good
+            raise UnsupportedStoreError(
+                "FINISHLINE_RETENTION_S=0 (keep runs for good) is for the Postgres store;"
+                " the Redis store needs a retention"
+            )
         return RedisRunStore(url, retention_s=retention_s or DEFAULT_RETENTION_S)
+    if url.startswith(("postgresql://", "postgres://")):
+        from app.runs.stores.postgres import PostgresRunStore
+
+        return PostgresRunStore(
+            url, schema=pg_schema, pool_size=pg_pool_size, retention_s=retention_s or 0.0
+        )
     raise UnsupportedStoreError(
-        f"unsupported store URL {url!r}: use sqlite:///path, redis://host:port/db or memory://"
+        f"unsupported store URL {url!r}: use sqlite:///path, redis://host:port/db,"
+        " postgresql://user:password@host:port/db or memory://"
     )
 
 
@@ -84,9 +105,13 @@ def open_backend(
     quotas: QuotaLimits | None = None,
 ) -> Backend:
     """The sides of the seams for `store` (from `open_store`): this process's own for a
-    one-process store (memory, SQLite), the cluster's for the one replicas share (Redis)."""
+    one-process store (memory, SQLite), the cluster's for the ones replicas share (Redis,
+    Postgres)."""
     live = LiveRuns(capacity.max_concurrent_runs)
     limits = quotas or QuotaLimits()
+    postgres = postgres_store_of(store)
+    if postgres is not None:
+        return _postgres_backend(postgres, live, capacity, metrics, replica, limits)
     shared = redis_store_of(store)
     if shared is None:
         placement = LocalPlacement(
@@ -118,6 +143,49 @@ def open_backend(
         RedisWaitingRuns(shared, queue_key=coordinator.queue_key),
         RedisQuotas(shared, limits),
     )
+
+
+def _postgres_backend(
+    store: PostgresRunStore,
+    live: LiveRuns,
+    capacity: Capacity,
+    metrics: RunMetrics,
+    replica: ReplicaOptions,
+    limits: QuotaLimits,
+) -> Backend:
+    """Every seam's Postgres side (DESIGN §18): Postgres alone is the whole backend."""
+    from app.runs.replicas.placement import ReplicaPlacement
+    from app.runs.replicas.postgres_cluster import PostgresCoordinator
+    from app.runs.replicas.postgres_messages import PostgresInbox
+    from app.runs.replicas.postgres_quotas import PostgresQuotas
+    from app.runs.replicas.postgres_waiting import PostgresWaitingRuns
+
+    coordinator = PostgresCoordinator(
+        store, replica=replica.name, lease_s=replica.lease_s, max_attempts=replica.max_attempts
+    )
+    return Backend(
+        store,
+        live,
+        ReplicaPlacement(
+            store=store,
+            coordinator=coordinator,
+            live=live,
+            metrics=metrics,
+            max_queued=capacity.max_queued_runs,
+        ),
+        PostgresInbox(store, live=live, max_pending=capacity.max_pending_messages),
+        PostgresWaitingRuns(store),
+        PostgresQuotas(store, limits),
+    )
+
+
+def postgres_store_of(store: RunStore) -> PostgresRunStore | None:
+    """`store` when it is the Postgres store, else None, without importing psycopg for the
+    others (as `redis_store_of`)."""
+    module = sys.modules.get("app.runs.stores.postgres")
+    if module is None or not isinstance(store, module.PostgresRunStore):
+        return None
+    return cast("PostgresRunStore", store)
 
 
 def redis_store_of(store: RunStore) -> RedisRunStore | None:

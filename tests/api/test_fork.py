@@ -15,10 +15,10 @@ from tests.fakes.llm_server import FakeLLMServer, FakeReply
 from tests.fakes.service import api_client
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "redis":
-        url: str = request.getfixturevalue("redis_url")
+    if request.param in ("redis", "postgres"):
+        url: str = request.getfixturevalue(f"{request.param}_url")
         return url
     return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
 

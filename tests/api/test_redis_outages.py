@@ -136,7 +136,7 @@ async def assert_resumed_and_completed(
     completed with its own answer, its log 1..N with one terminal event."""
     for i, run in enumerate(runs):
         ended = await assert_ended_once(client, run["id"])
-        assert ended["status"] == "completed", ended
+        assert ended["status"] == "completed", (ended.get("error"), ended.get("stop_reason"))
         assert ended["result"]["answer"] == f"answer {i}"
         assert "run.recovered" in await event_types(client, run["id"])
 

@@ -5,7 +5,8 @@ floats at and past 64 bits, NaN, Infinity, subnormals, -0.0), reads back through
 endpoint: GET /runs/{id}, GET /runs, the events as a JSON page and as SSE, wait, and DELETE
 (204, then 404). What is refused is refused with a 4xx and the error body, never a 5xx.
 
-On the memory store, a SQLite file and a real redis-server, one app each for the module.
+On the memory store, a SQLite file, a real redis-server and a real Postgres, one app each for
+the module.
 Deterministic (derandomized, no example database) and bounded (a few dozen examples a
 store, plus the explicit reproductions of the issue)."""
 
@@ -30,6 +31,7 @@ from app.engine.declarations import declared
 from app.engine.policies import Limits
 from app.main import create_app
 from tests.api.kit import TERMINAL_EVENTS, TERMINAL_STATUSES, finish, settings
+from tests.fakes.postgres_server import PostgresServer
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.service import read_sse
 
@@ -211,7 +213,7 @@ class Client:
         return self.portal.call(read)
 
 
-@pytest.fixture(scope="module", params=["memory", "sqlite", "redis"])
+@pytest.fixture(scope="module", params=["memory", "sqlite", "redis", "postgres"])
 def client(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Client]:
@@ -223,6 +225,9 @@ def client(
         with server.client() as redis:
             redis.flushdb()
         store_url = server.url()
+    elif request.param == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        store_url = postgres.url(postgres.database())
     app = create_app(
         settings(
             store_url=store_url,

@@ -19,3 +19,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         url: str = request.getfixturevalue("redis_url")
         return url
     return sqlite_url(tmp_path)
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    """Each store replicas share: the session's real redis-server (flushed), a new database
+    of the session's real Postgres."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url

@@ -63,9 +63,9 @@ async def decide(
 
 
 async def test_of_two_decisions_posted_at_once_to_two_replicas_one_wins_and_the_tool_runs_once(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
-    async with LocalEndpoints() as endpoints, replicas(tmp_path, redis_url, **HOSTS) as started:
+    async with LocalEndpoints() as endpoints, replicas(tmp_path, shared_url, **HOSTS) as started:
         (_, a), (_, b) = started
         for attempt in range(3):  # a few races, each on its own run
             name = f"race{attempt}"
@@ -94,9 +94,9 @@ async def test_of_two_decisions_posted_at_once_to_two_replicas_one_wins_and_the_
 
 
 async def test_a_run_started_on_a_dead_replica_is_approved_on_the_other_and_ends_there(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
-    async with LocalEndpoints() as endpoints, replicas(tmp_path, redis_url, **HOSTS) as started:
+    async with LocalEndpoints() as endpoints, replicas(tmp_path, shared_url, **HOSTS) as started:
         apps = [app for app, _ in started]
         run_id = await start_run(started[0][1], deploying(endpoints, "once"))
         index = await executor(apps, run_id)
@@ -120,9 +120,9 @@ async def test_a_run_started_on_a_dead_replica_is_approved_on_the_other_and_ends
 
 
 async def test_the_approval_timeout_fires_when_the_replica_that_ran_the_run_is_dead(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
-    async with LocalEndpoints() as endpoints, replicas(tmp_path, redis_url, **HOSTS) as started:
+    async with LocalEndpoints() as endpoints, replicas(tmp_path, shared_url, **HOSTS) as started:
         apps = [app for app, _ in started]
         body = deploying(endpoints, "late", settings={"approval_timeout_s": 2})
         run_id = await start_run(started[0][1], body)
@@ -143,7 +143,7 @@ async def test_the_approval_timeout_fires_when_the_replica_that_ran_the_run_is_d
 
 
 async def test_a_message_posted_on_one_replica_reaches_the_run_executing_on_the_other(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     replies = [
         FakeReply(
@@ -155,7 +155,7 @@ async def test_a_message_posted_on_one_replica_reaches_the_run_executing_on_the_
     ]
     async with (
         FakeLLMServer(replies) as llm,
-        replicas(tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url) as started,
+        replicas(tmp_path, shared_url, FINISHLINE_LLM_BASE_URL=llm.base_url) as started,
     ):
         apps = [app for app, _ in started]
         run_id = await start_run(started[0][1], {"task": "add", "tools": ["calculator"]})
@@ -180,9 +180,9 @@ async def test_a_message_posted_on_one_replica_reaches_the_run_executing_on_the_
 
 
 async def test_a_waiting_run_is_cancelled_on_one_replica_and_deleted_on_the_other(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
-    async with LocalEndpoints() as endpoints, replicas(tmp_path, redis_url, **HOSTS) as started:
+    async with LocalEndpoints() as endpoints, replicas(tmp_path, shared_url, **HOSTS) as started:
         apps = [app for app, _ in started]
         run_id = await start_run(started[0][1], deploying(endpoints, "never"))
         index = await executor(apps, run_id)

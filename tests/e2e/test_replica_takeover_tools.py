@@ -51,7 +51,7 @@ class Tools:
 
 
 async def test_a_step_in_flight_at_a_takeover_reruns_only_its_idempotent_calls(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     tools = Tools(("lookup", "send"))
     replies = [
@@ -67,7 +67,7 @@ async def test_a_step_in_flight_at_a_takeover_reruns_only_its_idempotent_calls(
     async with (
         tools.served,
         FakeLLMServer(replies) as llm,
-        replicas(tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url, **env) as started,
+        replicas(tmp_path, shared_url, FINISHLINE_LLM_BASE_URL=llm.base_url, **env) as started,
     ):
         body: dict[str, Any] = {
             "task": "look a up, then send b",

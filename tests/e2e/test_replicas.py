@@ -1,4 +1,5 @@
-"""Several replicas, one service (DESIGN §8): two uvicorn processes on one real redis-server.
+"""Several replicas, one service (DESIGN §8): two uvicorn processes on one real redis-server,
+or one real Postgres (DESIGN §18).
 A run posted on one is executed by whichever has a free slot and served by both: its stream,
 GET, list, wait, cancel and stream token work on either; the queue cap is the cluster's; one
 Idempotency-Key makes one run across replicas; a replica without the shared token secret
@@ -35,9 +36,9 @@ pytestmark = pytest.mark.e2e
 SECRET = "a secret every replica shares"
 
 
-def replica_env(redis_url: str, **extra: str) -> dict[str, str]:
+def replica_env(shared_url: str, **extra: str) -> dict[str, str]:
     return {
-        "FINISHLINE_STORE_URL": redis_url,
+        "FINISHLINE_STORE_URL": shared_url,
         "FINISHLINE_TOKEN_SECRET": SECRET,
         "FINISHLINE_SHUTDOWN_GRACE_S": "0",
         "FINISHLINE_LOG_LEVEL": "INFO",
@@ -47,14 +48,14 @@ def replica_env(redis_url: str, **extra: str) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def replicas(
-    tmp_path: Path, redis_url: str, count: int = 2, **extra: str
+    tmp_path: Path, shared_url: str, count: int = 2, **extra: str
 ) -> AsyncIterator[list[tuple[AppProcess, httpx.AsyncClient]]]:
-    """`count` replicas on one Redis, started at once (each waits for its own start-up)."""
+    """`count` replicas on one shared store, started at once (each waits for its own start-up)."""
     apps = []
     for index in range(count):
         cwd = tmp_path / f"replica{index}"
         cwd.mkdir()
-        apps.append(AppProcess(cwd, replica_env(redis_url, **extra)))
+        apps.append(AppProcess(cwd, replica_env(shared_url, **extra)))
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(app: AppProcess) -> None:
@@ -133,12 +134,12 @@ async def executor(apps: Sequence[AppProcess], run_id: str) -> int:
 
 
 async def test_a_run_posted_on_one_replica_streams_whole_from_the_other(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     body = scripted(
         calculator("2+3"), calculator("5*7"), finish("35", delay_s=0.3), tools=["calculator"]
     )
-    async with replicas(tmp_path, redis_url) as [(_, a), (_, b)]:
+    async with replicas(tmp_path, shared_url) as [(_, a), (_, b)]:
         run_id = await start_run(a, body)
         streamed = await follow(b, run_id)
         assert seqs(streamed) == list(range(1, len(streamed) + 1))
@@ -154,7 +155,7 @@ async def test_a_run_posted_on_one_replica_streams_whole_from_the_other(
 
 
 async def test_wait_on_another_replica_returns_when_the_run_ends(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     """The wait is on the replica that does not execute the run, begun while the run is
     still running (its LLM call hangs until the wait has started), so it can only return
@@ -162,7 +163,7 @@ async def test_wait_on_another_replica_returns_when_the_run_ends(
     replies = [FakeReply.finish("late", hang=True)]
     async with (
         FakeLLMServer(replies) as llm,
-        replicas(tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url) as started,
+        replicas(tmp_path, shared_url, FINISHLINE_LLM_BASE_URL=llm.base_url) as started,
     ):
         apps = [app for app, _ in started]
         run_id = await start_run(started[0][1], {"task": "answer late"})
@@ -189,9 +190,9 @@ async def test_wait_on_another_replica_returns_when_the_run_ends(
 
 
 async def test_cancel_on_the_replica_that_does_not_execute_the_run_stops_it_within_2_s(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
-    async with replicas(tmp_path, redis_url) as started:
+    async with replicas(tmp_path, shared_url) as started:
         apps = [app for app, _ in started]
         run_id = await start_run(started[0][1], HANGING)
         await wait_status(started[1][1], run_id, "running")
@@ -206,10 +207,10 @@ async def test_cancel_on_the_replica_that_does_not_execute_the_run_stops_it_with
 
 
 async def test_a_queued_run_is_cancelled_from_either_replica_at_once(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     limits = {"FINISHLINE_MAX_CONCURRENT_RUNS": "1"}
-    async with replicas(tmp_path, redis_url, **limits) as [(_, a), (_, b)]:
+    async with replicas(tmp_path, shared_url, **limits) as [(_, a), (_, b)]:
         busy = [await start_run(a, HANGING), await start_run(b, HANGING)]
         for run_id in busy:
             await wait_status(a, run_id, "running")
@@ -223,9 +224,9 @@ async def test_a_queued_run_is_cancelled_from_either_replica_at_once(
             assert (await b.post(f"/runs/{run_id}/cancel")).json()["status"] == "cancelled"
 
 
-async def test_the_queue_cap_counts_the_whole_cluster(tmp_path: Path, redis_url: str) -> None:
+async def test_the_queue_cap_counts_the_whole_cluster(tmp_path: Path, shared_url: str) -> None:
     limits = {"FINISHLINE_MAX_CONCURRENT_RUNS": "1", "FINISHLINE_MAX_QUEUED_RUNS": "1"}
-    async with replicas(tmp_path, redis_url, **limits) as [(_, a), (_, b)]:
+    async with replicas(tmp_path, shared_url, **limits) as [(_, a), (_, b)]:
         busy = []
         for client in (a, b):  # each claimed before the next is posted: the queue is empty
             busy.append(await start_run(client, HANGING))
@@ -241,10 +242,10 @@ async def test_the_queue_cap_counts_the_whole_cluster(tmp_path: Path, redis_url:
 
 
 async def test_one_idempotency_key_posted_concurrently_to_both_replicas_makes_one_run(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     body = scripted(finish("once"))
-    async with replicas(tmp_path, redis_url) as [(_, a), (_, b)]:
+    async with replicas(tmp_path, shared_url) as [(_, a), (_, b)]:
         answers: list[httpx.Response] = []
 
         async def post(client: httpx.AsyncClient) -> None:
@@ -260,21 +261,21 @@ async def test_one_idempotency_key_posted_concurrently_to_both_replicas_makes_on
 
 
 async def test_a_stream_token_made_on_one_replica_works_on_the_other(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     keys = {"FINISHLINE_API_KEYS": "key-1"}
     auth = {"Authorization": "Bearer key-1"}
-    async with replicas(tmp_path, redis_url, **keys) as [(_, a), (_, b)]:
+    async with replicas(tmp_path, shared_url, **keys) as [(_, a), (_, b)]:
         run_id = await start_run(a, scripted(finish("ok")), headers=auth)
         token = (await a.post(f"/runs/{run_id}/stream-token", headers=auth)).json()["token"]
         streamed = await follow(b, run_id, query=f"?token={token}")
         assert_one_terminal_at_the_end(streamed, "run.completed")
 
 
-async def test_a_redis_backed_replica_without_a_token_secret_refuses_to_start(
-    tmp_path: Path, redis_url: str
+async def test_a_replica_on_a_shared_store_without_a_token_secret_refuses_to_start(
+    tmp_path: Path, shared_url: str
 ) -> None:
-    env = replica_env(redis_url)
+    env = replica_env(shared_url)
     del env["FINISHLINE_TOKEN_SECRET"]
     with pytest.raises(AppProcessError) as failed:
         async with AppProcess(tmp_path, env):
@@ -283,10 +284,10 @@ async def test_a_redis_backed_replica_without_a_token_secret_refuses_to_start(
 
 
 async def test_a_runs_webhook_is_delivered_once_by_one_replica(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     hosts = {"FINISHLINE_HTTP_TOOL_ALLOW_HOSTS": "127.0.0.1"}
-    async with LocalEndpoints() as receiver, replicas(tmp_path, redis_url, **hosts) as started:
+    async with LocalEndpoints() as receiver, replicas(tmp_path, shared_url, **hosts) as started:
         (_, a), (_, b) = started
         body = scripted(finish("hooked"), webhook=receiver.url("/hook/once"))
         run_id = await start_run(a, body)
@@ -311,7 +312,7 @@ def calculator_reply(expression: str) -> FakeReply:
 
 
 async def test_a_run_whose_replica_is_killed_is_taken_over_and_ends_normally(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     replies = [
         calculator_reply("2+3"),
@@ -321,7 +322,7 @@ async def test_a_run_whose_replica_is_killed_is_taken_over_and_ends_normally(
     async with (
         FakeLLMServer(replies) as llm,
         replicas(
-            tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url, FINISHLINE_LEASE_S="2"
+            tmp_path, shared_url, FINISHLINE_LLM_BASE_URL=llm.base_url, FINISHLINE_LEASE_S="2"
         ) as started,
     ):
         apps = [app for app, _ in started]
@@ -352,13 +353,13 @@ async def test_a_run_whose_replica_is_killed_is_taken_over_and_ends_normally(
 
 
 async def test_a_replica_paused_past_its_lease_cannot_write_once_it_resumes(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, shared_url: str
 ) -> None:
     replies = [FakeReply(content="slow", hang=True), FakeReply.finish("done")]
     async with (
         FakeLLMServer(replies) as llm,
         replicas(
-            tmp_path, redis_url, FINISHLINE_LLM_BASE_URL=llm.base_url, FINISHLINE_LEASE_S="2"
+            tmp_path, shared_url, FINISHLINE_LLM_BASE_URL=llm.base_url, FINISHLINE_LEASE_S="2"
         ) as started,
     ):
         apps = [app for app, _ in started]

@@ -36,8 +36,8 @@ def service_settings(**overrides: Any) -> Settings:
         "log_level": "WARNING",
     }
     values.update(overrides)
-    if str(values["store_url"]).startswith("redis") and "token_secret" not in values:
-        values["token_secret"] = "test-token-secret"  # required with the Redis store
+    if str(values["store_url"]).startswith(("redis", "postgres")) and "token_secret" not in values:
+        values["token_secret"] = "test-token-secret"  # required with a shared store
     return Settings(_env_file=None, **values)
 
 

@@ -20,9 +20,11 @@ from app.runs.errors import QuotaExceededError
 from app.runs.quotas.local import LocalQuotas
 from app.runs.quotas.seam import QuotaLimits, Quotas, until_tomorrow_s, utc_day
 from app.runs.records import RunRecord, RunStatus, new_run_id
+from app.runs.replicas.postgres_quotas import PostgresQuotas
 from app.runs.replicas.redis_quotas import RedisQuotas
 from app.runs.store import DayUsage, RunStore
 from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.stores.sqlite import SqliteRunStore
 
@@ -54,10 +56,11 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 async def make(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> AsyncIterator[Make]:
     stores: list[RunStore] = []
     memory = MemoryRunStore()
+    pg_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else ""
 
     def side(limits: QuotaLimits) -> Side:
         store: RunStore
@@ -65,11 +68,15 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> 
             store = memory  # one process: a "restart" keeps nothing but what it shares
         elif request.param == "sqlite":
             store = SqliteRunStore(str(tmp_path / "q.db"))
+        elif request.param == "postgres":
+            store = PostgresRunStore(pg_url)
         else:
             store = RedisRunStore(request.getfixturevalue("redis_url"))
         stores.append(store)
         if isinstance(store, RedisRunStore):
             return Side(store, RedisQuotas(store, limits, clock))
+        if isinstance(store, PostgresRunStore):
+            return Side(store, PostgresQuotas(store, limits, clock))
         return Side(store, LocalQuotas(store, limits, clock))
 
     try:

@@ -1,9 +1,11 @@
 """A run held behind another in the cluster (a thread's enqueued run, DESIGN §19) is released
 into the queue once, by the replica that ends the run it waits for, or, if that replica died
-first, by any replica's sweep once it sees that run ended."""
+first, by any replica's sweep once it sees that run ended. A replica's sweep never takes over a
+run it holds itself."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -66,3 +68,45 @@ async def test_a_run_held_behind_one_that_is_gone_is_released(store: RedisRunSto
     await coordinator.hold(held.id, "run_01GONE0000000000000000000")
     await coordinator._release_stale_holds()
     assert await queued_runs(store) == [held.id]
+
+
+class Member:
+    """A replica with free slots that records the runs it was handed to take over."""
+
+    def __init__(self) -> None:
+        self.slot_freed = asyncio.Event()
+        self.taken: list[tuple[str, int]] = []
+
+    def free_slots(self) -> int:
+        return 4
+
+    async def claimed(self, run_id: str) -> None:
+        return None
+
+    def cancel_asked(self, run_id: str) -> None:
+        return None
+
+    async def taken_over(self, run_id: str, attempt: int) -> None:
+        self.taken.append((run_id, attempt))
+
+    async def deliver_webhook(self, run_id: str) -> None:
+        return None
+
+
+async def test_a_replica_whose_own_lease_lapsed_never_takes_its_run_over_itself(
+    store: RedisRunStore,
+) -> None:
+    # the replica executing a run lost its lease key (Redis was away, or it paused, past the
+    # lease): its own sweep must not take the run over (a second execution in one process,
+    # under a token the first one's writes would pass too); another replica's does
+    running = record(RunStatus.RUNNING)
+    await store.create(running)
+    executing, other = RedisCoordinator(store, replica="r1"), RedisCoordinator(store, replica="r2")
+    assert await executing.claim(running.id)
+    await store.redis.delete(store.prefix + "owner:" + running.id)  # the lease lapsed
+    mine, theirs = Member(), Member()
+
+    await executing._take_over_lapsed(mine)
+    assert mine.taken == []
+    await other._take_over_lapsed(theirs)
+    assert theirs.taken == [(running.id, 1)]

@@ -1,5 +1,6 @@
 """The contracts of the seams with two sides (`app.runs.backends.open_backend`), run against
-each: this process's own (a memory store) and the replicas' (a real redis-server). Where a
+each: this process's own (a memory store) and the replicas' (a real redis-server, a real
+Postgres). Where a
 run waits for a slot and starts (`Placement`), where its steering messages are kept
 (`Inbox`), and where a run waiting for a person is (`WaitingRuns`): what the manager relies
 on whichever side a deployment has. The runs execute in a `Runner` that records what it was
@@ -34,6 +35,7 @@ from app.runs.records import (
     utcnow,
 )
 from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.waiting import WaitChange, waiting_event
 
@@ -93,9 +95,9 @@ class Side:
     runner: RecordingRunner
 
     @property
-    def store(self) -> MemoryRunStore | RedisRunStore:
+    def store(self) -> MemoryRunStore | RedisRunStore | PostgresRunStore:
         store = self.backend.store
-        assert isinstance(store, MemoryRunStore | RedisRunStore)
+        assert isinstance(store, MemoryRunStore | RedisRunStore | PostgresRunStore)
         return store
 
     async def admitted(self, **fields: object) -> RunRecord:
@@ -133,14 +135,16 @@ def waiting(*calls: str, past_deadline: bool = False) -> RunRecord:
     )
 
 
-@pytest.fixture(params=["local", "replica"])
+@pytest.fixture(params=["local", "replica", "postgres"])
 async def side(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Side]:
     """A backend with one slot and a queue of two, its placement serving a runner."""
-    store = (
-        MemoryRunStore()
-        if request.param == "local"
-        else RedisRunStore(request.getfixturevalue("redis_url"))
-    )
+    store: MemoryRunStore | RedisRunStore | PostgresRunStore
+    if request.param == "local":
+        store = MemoryRunStore()
+    elif request.param == "postgres":  # the replicas' side on a real Postgres
+        store = PostgresRunStore(request.getfixturevalue("postgres_url"))
+    else:
+        store = RedisRunStore(request.getfixturevalue("redis_url"))
     await store.open()
     backend = open_backend(
         store,

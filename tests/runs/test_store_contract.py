@@ -37,21 +37,24 @@ from app.runs.store import (
 )
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.stores.sqlite import SqliteRunStore
 from tests.runs.raw_records import TOO_BIG, poisoned, raw_record, write_raw_record
 
-Store = MemoryRunStore | SqliteRunStore | RedisRunStore
+Store = MemoryRunStore | SqliteRunStore | RedisRunStore | PostgresRunStore
 BOUND_S = 10  # a failure bound, not a wait: every test here finishes in milliseconds
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     made: Store
     if request.param == "memory":
         made = MemoryRunStore()
     elif request.param == "sqlite":
         made = SqliteRunStore(str(tmp_path / "r.db"))
+    elif request.param == "postgres":  # a real Postgres, a new database for this test
+        made = PostgresRunStore(request.getfixturevalue("postgres_url"))
     else:  # a real redis-server, its database flushed for this test
         made = RedisRunStore(request.getfixturevalue("redis_url"))
     conforming: RunStore = made  # each satisfies the protocol
@@ -638,17 +641,23 @@ async def test_a_checkpoint_is_a_snapshot_of_the_state_when_saved(store: Store) 
     assert await store.load_checkpoint(run.id) != loaded
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 async def reopenable(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Callable[[], Store]]:
     """Makes stores on one durable place: each a process that starts afresh (knows nothing
     of what another wrote)."""
     made: list[Store] = []
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+    url = "" if request.param == "sqlite" else request.getfixturevalue(f"{request.param}_url")
 
     def make() -> Store:
-        one = SqliteRunStore(str(tmp_path / "r.db")) if not url else RedisRunStore(url)
+        one: Store
+        if not url:
+            one = SqliteRunStore(str(tmp_path / "r.db"))
+        elif request.param == "postgres":
+            one = PostgresRunStore(url)
+        else:
+            one = RedisRunStore(url)
         made.append(one)
         return one
 

@@ -4,16 +4,21 @@ whole, and `append_soon(..., record=)` stores the record with its event, as `app
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
+from app.runs.errors import StoreUnavailableError
 from app.runs.records import RunStatus
 from app.runs.store import Checkpoint
+from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.sqlite import SqliteRunStore
 from tests.runs.test_store_contract import (
     BOUND_S,
@@ -74,7 +79,7 @@ async def test_after_a_queued_checkpoint_failed_the_next_one_reads_back_whole(
     tmp_path: Path,
 ) -> None:
     """SQLite: a delta queued behind a checkpoint whose transaction failed is written whole
-    (the other stores write at once: a failure is known before the next checkpoint)."""
+    (memory and Redis write at once: a failure is known before the next checkpoint)."""
     sqlite = SqliteRunStore(str(tmp_path / "r.db"))
     await sqlite.open()
     try:
@@ -109,3 +114,59 @@ async def test_after_a_queued_checkpoint_failed_the_next_one_reads_back_whole(
 def _end_the_transaction(conn: sqlite3.Connection) -> None:
     """A write that ends its batch's transaction: the batch fails whole, as on a full disk."""
     conn.execute("ROLLBACK")
+
+
+async def test_a_delta_planned_on_a_checkpoint_whose_transaction_then_died_is_written_whole(
+    postgres_url: str,
+) -> None:
+    """Postgres: the next checkpoint is planned as a delta on one whose batch is in flight;
+    that batch's connection then dies (its outcome unknown, the batch failed whole): the
+    delta is written whole, not on the chunk that was never committed."""
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        run = await created(store)
+        live = conversation(2)
+        await store.save_checkpoint(run.id, 1, {"messages": list(live)})
+        busy, free = _gate()
+        held = store._writer.submit(busy.hold)  # the writer waits in it, alone in its batch
+        with anyio.fail_after(BOUND_S):
+            await busy.entered.wait()
+        live.append({"role": "assistant", "content": "lost"})
+        lost = await store.save_checkpoint_soon(run.id, 2, {"messages": list(live)})
+        dying, die = _gate()
+        doomed = store._writer.submit(dying.hold_then_die)  # the next batch: [lost, this]
+        free.set()
+        with anyio.fail_after(BOUND_S):
+            await held
+            await dying.entered.wait()  # `lost` is written, not committed
+        live.append({"role": "assistant", "content": "next"})
+        after = await store.save_checkpoint_soon(run.id, 3, {"messages": list(live)})
+        die.set()
+        with anyio.fail_after(BOUND_S):
+            for outcome in (lost, doomed):
+                with pytest.raises(StoreUnavailableError):
+                    await outcome
+            await after  # a delta on the lost chunk, unless written whole
+        assert await store.load_checkpoint(run.id) == Checkpoint(3, {"messages": live})
+    finally:
+        await store.close()
+
+
+class _Gated:
+    def __init__(self, gate: asyncio.Event) -> None:
+        self.entered, self._gate = asyncio.Event(), gate
+
+    async def hold(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.entered.set()
+        await self._gate.wait()
+
+    async def hold_then_die(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Then its connection dies under it, as when Postgres restarts mid-batch."""
+        await self.hold(conn)
+        await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+def _gate() -> tuple[_Gated, asyncio.Event]:
+    gate = asyncio.Event()
+    return _Gated(gate), gate

@@ -18,18 +18,21 @@ from app.runs.reports.groups import GroupBy
 from app.runs.reports.service import Reports
 from app.runs.reports.summaries import RunFilter
 from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.stores.sqlite import SqliteRunStore
 from tests.runs.test_store_contract import Store, record
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     made: Store
     if request.param == "memory":
         made = MemoryRunStore()
     elif request.param == "sqlite":
         made = SqliteRunStore(str(tmp_path / "r.db"))
+    elif request.param == "postgres":  # a real Postgres, a new database for this test
+        made = PostgresRunStore(request.getfixturevalue("postgres_url"))
     else:  # a real redis-server, its database flushed for this test
         made = RedisRunStore(request.getfixturevalue("redis_url"))
     await made.open()
@@ -227,6 +230,9 @@ async def forget_summary(store: Store, run_id: str) -> None:
         await store._write(
             lambda conn: conn.execute("DELETE FROM run_summaries WHERE run_id = ?", (run_id,))
         )
+    elif isinstance(store, PostgresRunStore):
+        sql = "DELETE FROM run_summaries WHERE run_id = %s RETURNING run_id"
+        assert await store.query(sql, (run_id,)) == [(run_id,)]
     else:
         assert isinstance(store, RedisRunStore)
         await store.redis.hdel(store.prefix + "run:" + run_id, "summary")
@@ -244,3 +250,20 @@ async def test_percentiles_are_nearest_rank_on_every_store(store: Store) -> None
     assert groups["m2"]["steps"] == {"p50": 6, "p90": 10}
     assert groups["m2"]["tokens"] == {"p50": 60, "p90": 100}
     assert groups["m3"]["steps"] == {"p50": 3, "p90": 3}
+
+
+async def test_postgres_ends_and_reports_a_run_whose_tokens_pass_2_to_the_63(
+    postgres_url: str,
+) -> None:
+    """A model's own usage figures may be anything: past a BIGINT they must not refuse the
+    terminal write (its summary's `tokens` is NUMERIC), and read back exact."""
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        run = await ended(store, StopReason.FINISHED, model="m2")
+        run.usage = Usage(steps=3, total_tokens=2**64 + 1, cost_usd=0.5)
+        await store.save(run)
+        assert await store.get(run.id) == run
+        assert (await report(store))["m2"]["tokens"] == {"p50": 2**64 + 1, "p90": 2**64 + 1}
+    finally:
+        await store.close()

@@ -14,21 +14,24 @@ import pytest
 
 from app.runs.records import RunRecord, new_run_id
 from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.stores.sqlite import SqliteRunStore
 from app.runs.stores.sqlite_schema import MIGRATIONS
 from app.runs.threads.index import ThreadIndex
 
-Store = MemoryRunStore | SqliteRunStore | RedisRunStore
+Store = MemoryRunStore | SqliteRunStore | RedisRunStore | PostgresRunStore
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     made: Store
     if request.param == "memory":
         made = MemoryRunStore()
     elif request.param == "sqlite":
         made = SqliteRunStore(str(tmp_path / "r.db"))
+    elif request.param == "postgres":
+        made = PostgresRunStore(request.getfixturevalue("postgres_url"))
     else:
         made = RedisRunStore(request.getfixturevalue("redis_url"))
     await made.open()

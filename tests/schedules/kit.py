@@ -44,12 +44,12 @@ class Replica:
 
     def schedules(self, clock: FakeClock, name: str = "r1", **options: Any) -> Schedules:
         """A scheduler of this replica's on `clock` (`steal` as the app would choose)."""
-        shared = self.settings.store_url.startswith("redis")
+        steal = self.state["schedules"].scheduler.options.steal  # the app's own choice
         return Schedules(
             manager=self.state["manager"],
             read=schedule_run_reader(self.settings, self.state["assembly"]),
             options=SchedulerOptions(
-                name=name, steal=not shared, lease_s=self.settings.lease_s, **options
+                name=name, steal=steal, lease_s=self.settings.lease_s, **options
             ),
             clock=clock,
         )
@@ -65,7 +65,7 @@ async def replica(settings: Settings) -> AsyncIterator[Replica]:
 
 
 def store_url_of(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "redis":
-        url: str = request.getfixturevalue("redis_url")
+    if request.param in ("redis", "postgres"):
+        url: str = request.getfixturevalue(f"{request.param}_url")
         return url
     return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"

@@ -19,10 +19,10 @@ K2 = {"Authorization": "Bearer second-key-9c7d"}
 DAILY = {"cron": "0 9 1 1 *", "timezone": "Europe/Paris", "run": finishing("daily")}
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "redis":
-        url: str = request.getfixturevalue("redis_url")
+    if request.param in ("redis", "postgres"):
+        url: str = request.getfixturevalue(f"{request.param}_url")
         return url
     return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
 

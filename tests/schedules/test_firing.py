@@ -21,7 +21,7 @@ MINUTE = "* * * * *"
 NEXT_MINUTE = FUTURE + 30  # FUTURE is hh:59:30
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return store_url_of(request, tmp_path)
 
@@ -33,7 +33,7 @@ def spec(cron: str = MINUTE, run: dict[str, Any] | None = None, **fields: Any) -
 async def test_three_schedulers_racing_start_one_run_per_due_time(store_url: str) -> None:
     clock = FakeClock()
     async with replica(settings(store_url=store_url)) as app:
-        shared = store_url.startswith("redis")
+        shared = store_url.startswith(("redis", "postgresql"))
         racing = [app.schedules(clock, name=f"r{i}" if shared else "r") for i in range(3)]
         schedule = await racing[0].create(None, spec(overlap="allow"))
         for minute in range(3):

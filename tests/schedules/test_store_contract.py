@@ -14,19 +14,22 @@ import pytest
 from app.runs.schedules.records import Firing, FiringOutcome, Schedule
 from app.runs.schedules.store import Claim, ScheduleStore
 from app.runs.stores.memory import MemoryRunStore
+from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.redis_store import RedisRunStore
 from app.runs.stores.sqlite import SqliteRunStore
 
-Store = MemoryRunStore | SqliteRunStore | RedisRunStore
+Store = MemoryRunStore | SqliteRunStore | RedisRunStore | PostgresRunStore
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     made: Store
     if request.param == "memory":
         made = MemoryRunStore()
     elif request.param == "sqlite":
         made = SqliteRunStore(str(tmp_path / "r.db"))
+    elif request.param == "postgres":  # a real Postgres, a new database for this test
+        made = PostgresRunStore(request.getfixturevalue("postgres_url"))
     else:
         made = RedisRunStore(request.getfixturevalue("redis_url"))
     await made.open()
@@ -150,3 +153,36 @@ async def test_firings_list_newest_first_in_pages_and_go_with_their_schedule(sto
     assert [f.due_at for f in await book.firings("sch_1", limit=5, before=120.0)] == [60.0]
     assert await book.remove("sch_1")
     assert await book.firings("sch_1", limit=5) == []
+
+
+async def test_postgres_replicas_racing_on_one_firing_have_one_winner_then_one_taker(
+    postgres_url: str,
+) -> None:
+    """Three stores (three replicas' pools) claim one due time at once: one wins, and all
+    see its claim; once its lease ran out, they race to take it over: one does (attempt 2)."""
+    replicas = [PostgresRunStore(postgres_url) for _ in range(3)]
+    await asyncio.gather(*(r.open() for r in replicas))
+    try:
+        await schedules(replicas[0]).insert(sched("sch_1"))
+        claims = await asyncio.gather(
+            *(
+                schedules(r).claim(firing(60.0, by=f"r{i}", until=100.0), now=50.0)
+                for i, r in enumerate(replicas)
+            )
+        )
+        assert sum(c.won for c in claims) == 1
+        (winner,) = [c.firing.claimed_by for c in claims if c.won]
+        assert {c.firing.claimed_by for c in claims} == {winner}
+        takeovers = await asyncio.gather(
+            *(
+                schedules(r).claim(firing(60.0, by=f"t{i}", until=300.0), now=200.0)
+                for i, r in enumerate(replicas)
+            )
+        )
+        assert sum(c.won for c in takeovers) == 1
+        (taken,) = [c.firing for c in takeovers if c.won]
+        assert taken.attempt == 2
+        (stored,) = await schedules(replicas[1]).firings("sch_1", limit=5)
+        assert (stored.claimed_by, stored.attempt) == (taken.claimed_by, 2)
+    finally:
+        await asyncio.gather(*(r.close() for r in replicas))

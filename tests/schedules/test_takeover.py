@@ -23,7 +23,7 @@ NEXT_MINUTE = FUTURE + 30
 SPEC = {"cron": "* * * * *", "run": finishing("once")}
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return store_url_of(request, tmp_path)
 
@@ -33,11 +33,13 @@ async def runs_of(app: Any, schedule_id: str) -> list[dict[str, Any]]:
     return [r for r in runs if r["schedule_id"] == schedule_id]
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
+@pytest.mark.parametrize("store", ["sqlite", "redis", "postgres"])
 async def test_a_replica_sigkilled_between_claim_and_run_gives_exactly_one_run(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = request.getfixturevalue("redis_url") if store == "redis" else f"sqlite:///{tmp_path}/r.db"
+    url = f"sqlite:///{tmp_path}/r.db"
+    if store != "sqlite":
+        url = request.getfixturevalue(f"{store}_url")
     clock = FakeClock()
     async with replica(settings(store_url=url)) as app:
         schedules = app.schedules(clock, name="survivor")
@@ -60,7 +62,7 @@ async def test_a_replica_sigkilled_between_claim_and_run_gives_exactly_one_run(
         assert (held.outcome, held.claimed_by) == (FiringOutcome.CLAIMED, "doomed")
         clock.now = NEXT_MINUTE + 1
         await schedules.scheduler.tick()
-        if store == "redis":  # replicas: the dead one's lease must run out first
+        if store != "sqlite":  # replicas: the dead one's lease must run out first
             assert (await schedules.firings(None, schedule.id, limit=5))[0][0].run_id is None
             clock.now = NEXT_MINUTE + 15
             await schedules.scheduler.tick()
@@ -102,13 +104,14 @@ async def test_a_claimant_gone_after_making_its_run_leaves_that_run_the_only_one
         assert [r["id"] for r in await runs_of(app, schedule.id)] == [made_run["id"]]
 
 
-async def test_three_replica_apps_on_one_redis_start_one_run_per_due_time(
-    redis_url: str,
+@pytest.mark.parametrize("shared", ["redis", "postgres"])
+async def test_three_replica_apps_on_one_store_start_one_run_per_due_time(
+    shared: str, request: pytest.FixtureRequest
 ) -> None:
-    """Three apps (each its own manager, placement and scheduler) on one Redis, racing on
-    every due time: one run each."""
+    """Three apps (each its own manager, placement and scheduler) on one Redis or one
+    Postgres, racing on every due time: one run each."""
     clock = FakeClock()
-    config = settings(store_url=redis_url)
+    config = settings(store_url=request.getfixturevalue(f"{shared}_url"))
     async with replica(config) as a, replica(config) as b, replica(config) as c:
         replicas = [app.schedules(clock, name=name) for app, name in ((a, "a"), (b, "b"), (c, "c"))]
         schedule = await replicas[0].create(None, {**SPEC, "overlap": "allow"})

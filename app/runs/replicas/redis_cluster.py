@@ -264,7 +264,6 @@ class RedisCoordinator:
     async def _sweep(self, member: ClusterMember) -> None:
         """Take over running runs whose lease expired, while this replica has free slots;
         release held runs whose run ended (`_release_stale_holds`)."""
-        running = self.store.prefix + "idx:all|running"
         while not self._stopping and member.free_slots() >= 0:
             await asyncio.sleep(self.sweep_s)
             try:
@@ -274,24 +273,32 @@ class RedisCoordinator:
             if member.free_slots() <= 0:
                 continue
             try:
-                run_ids = [str(i) for i in await self.redis.zrange(running, 0, 199)]
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for run_id in run_ids:
-                        pipe.exists(self.store.prefix + "owner:" + run_id)
-                    held = await pipe.execute()
-                for run_id, exists in zip(run_ids, held, strict=True):
-                    if exists or member.free_slots() <= 0:
-                        continue
-                    token = self._token()
-                    attempt = await self._take_over(
-                        args=[self.store.prefix, run_id, token, self._lease_ms]
-                    )
-                    if attempt:
-                        self._hold(run_id, token)
-                        log.warning("run_taken_over", run_id=run_id, attempt=attempt)
-                        await _handled("takeover_failed", member.taken_over(run_id, int(attempt)))
+                await self._take_over_lapsed(member)
             except Exception as exc:
                 await waited_out(exc, "takeover_sweep_failed", self.redis)
+
+    async def _take_over_lapsed(self, member: ClusterMember) -> None:
+        """Take over the running runs whose lease lapsed, while this replica has free slots.
+        Never one this replica holds: its lease lapsing (Redis was away, or this process
+        paused, past it) is this replica's renewal to find, which stops the run here; taking
+        it over here too would run it twice in one process, under a new token that the first
+        execution's writes would pass as well."""
+        running = self.store.prefix + "idx:all|running"
+        run_ids = [str(i) for i in await self.redis.zrange(running, 0, 199)]
+        run_ids = [run_id for run_id in run_ids if run_id not in self._held]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.exists(self.store.prefix + "owner:" + run_id)
+            held = await pipe.execute()
+        for run_id, exists in zip(run_ids, held, strict=True):
+            if exists or member.free_slots() <= 0:
+                continue
+            token = self._token()
+            attempt = await self._take_over(args=[self.store.prefix, run_id, token, self._lease_ms])
+            if attempt:
+                self._hold(run_id, token)
+                log.warning("run_taken_over", run_id=run_id, attempt=attempt)
+                await _handled("takeover_failed", member.taken_over(run_id, int(attempt)))
 
     # -- the webhook outbox -----------------------------------------------------------------
 

@@ -1,0 +1,370 @@
+"""`RunCoordinator` on Postgres (DESIGN §18 with §8): the queue, the leases, cancel and the
+webhook outbox are columns of the run's row, so Postgres alone is the whole backend.
+
+- The queue: a run is queued while `status = 'queued'` and `queued_at` is set. A replica with
+  free slots takes up to that many at once, oldest first, with `FOR UPDATE SKIP LOCKED`
+  (replicas claiming together never wait on each other's rows, and never take one run
+  twice), setting their lease in the same statement. A replica that dies between taking a
+  run and starting it leaves a lease that expires: the run is queued still, and taken again.
+- The lease: `lease_token` (this replica's fencing token) and `lease_until`, measured by the
+  database's clock. The store's writes of a run name the token (`PostgresRunStore.hold`) and
+  are refused once another replica holds the run, or the lease lapsed. The owner renews its
+  leases every third of `lease_s`, all in one statement; one found lost stops the run here.
+- Takeover: every replica with a free slot looks for running runs whose lease lapsed every
+  `sweep_s` and takes them one at a time (`SKIP LOCKED`), counting the attempt; never one it
+  holds itself (its own renewal decides that run: see `_take_over`).
+- Cancel: `cancel_requested` set, and a notification `c:<id>` on the store's channel, which
+  every replica's listener hands to `member.cancel_asked`.
+- Held runs (DESIGN §19): `held_behind` names the run a run waits for; whoever ends that run
+  queues it, or any replica's sweep once it sees that run ended.
+- Retention: every replica deletes runs ended more than `FINISHLINE_RETENTION_S` ago, a
+  batch per transaction, one replica at a time (`PostgresRunStore.expire`).
+- The webhook outbox: `webhook_due`, set by the store's save that ends a run with a webhook;
+  one replica takes each (a delivery lease in `webhook_owner`/`webhook_until`, renewed while
+  it delivers) and clears it once delivered; one whose deliverer died is taken again.
+
+Postgres going away stops none of these loops: each waits it out and carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from app.runs.replicas.cluster import ClusterMember
+from app.runs.stores.postgres import PostgresRunStore
+from app.runs.stores.postgres_errors import RETRY_S, is_outage
+from app.runs.stores.postgres_rows import NOW_S, Conn
+
+log = structlog.get_logger("finishline.runs")
+
+POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
+RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
+ADMIT_HOLD_S = 30.0  # a place taken in the queue by a POST whose replica died meanwhile
+_QUEUED = f"status = 'queued' AND queued_at IS NOT NULL AND held_behind IS NULL AND (lease_token IS NULL OR lease_until < {NOW_S})"  # noqa: E501
+_TAKE = (
+    "UPDATE runs SET lease_owner = %s, lease_token = %s || id, lease_until = " + NOW_S + " + %s"
+    " WHERE id IN (SELECT id FROM runs WHERE " + _QUEUED + " ORDER BY queued_at LIMIT %s"
+    " FOR UPDATE SKIP LOCKED) RETURNING id, lease_token"
+)
+_CLAIM = (
+    "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s"
+    " WHERE id = %s AND (lease_token IS NULL OR lease_until < " + NOW_S + ") RETURNING 1"
+)
+_RENEW = (
+    "UPDATE runs r SET lease_until = " + NOW_S + " + %s FROM unnest(%s::text[], %s::text[])"
+    " AS h(id, token) WHERE r.id = h.id AND r.lease_token = h.token"
+    " AND r.lease_until >= " + NOW_S + " RETURNING r.id"
+)
+_TAKE_OVER = (
+    "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s,"
+    " attempts = attempts + 1 WHERE id = (SELECT id FROM runs WHERE status = 'running'"
+    " AND (lease_token IS NULL OR lease_until < " + NOW_S + ") AND NOT (id = ANY(%s))"
+    " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, attempts"
+)
+
+
+class PostgresCoordinator:
+    def __init__(
+        self,
+        store: PostgresRunStore,
+        *,
+        replica: str,
+        lease_s: float = 15.0,
+        max_attempts: int = 3,
+    ) -> None:
+        self.store = store
+        self.replica = replica
+        self.lease_s = lease_s
+        self.max_attempts = max_attempts
+        self.sweep_s = min(1.0, lease_s / 3)
+        self._held: dict[str, str] = {}  # run id -> this replica's fencing token
+        self._offered: dict[str, str] = {}  # taken from the queue, not yet claimed
+        self._queue_bell = asyncio.Event()
+        self._webhook_bell = asyncio.Event()
+        self._member: ClusterMember | None = None
+        self._stopping = False
+        store.follower.listeners.append(self._told)
+
+    def _told(self, payload: str) -> None:
+        kind, _, run_id = payload.partition(":")
+        if kind == "q" and not run_id:
+            self._queue_bell.set()
+        elif kind == "c" and self._member is not None:
+            self._member.cancel_asked(run_id)
+        elif kind == "w" and not run_id:
+            self._webhook_bell.set()
+
+    async def _notify(self, conn: Conn, payload: str) -> None:
+        await conn.execute("SELECT pg_notify(%s, %s)", (self.store.channel, payload))
+
+    # -- the queue --------------------------------------------------------------------------
+
+    async def queued(self) -> int:
+        rows = await self.store.query(f"SELECT COUNT(*) FROM runs WHERE {_QUEUED}", ())
+        return int(rows[0][0])
+
+    async def enqueue(self, run_id: str) -> None:
+        async def enqueue(conn: Conn) -> None:
+            sql = f"UPDATE runs SET queued_at = {NOW_S} WHERE id = %s"
+            await conn.execute(sql, (run_id,))
+            await self._notify(conn, "q:")
+
+        await self.store.submit(enqueue)
+
+    async def hold(self, run_id: str, behind: str) -> None:
+        async def hold(conn: Conn) -> None:
+            sql = f"UPDATE runs SET held_behind = %s, queued_at = {NOW_S} WHERE id = %s"
+            await conn.execute(sql, (behind, run_id))
+
+        await self.store.submit(hold)
+
+    async def release_held(self, behind: str) -> None:
+        async def release(conn: Conn) -> list[Any]:
+            cur = await conn.execute(
+                f"UPDATE runs SET held_behind = NULL, queued_at = {NOW_S}"
+                " WHERE held_behind = %s RETURNING id",
+                (behind,),
+            )
+            released = await cur.fetchall()
+            if released:
+                await self._notify(conn, "q:")
+            return released
+
+        for (run_id,) in await self.store.submit(release):
+            log.info("run_released", run_id=str(run_id), behind=behind)
+
+    async def _release_stale_holds(self) -> None:
+        rows = await self.store.query(
+            "SELECT h.held_behind FROM runs h LEFT JOIN runs b ON b.id = h.held_behind"
+            " WHERE h.held_behind IS NOT NULL AND (b.id IS NULL"
+            " OR b.status NOT IN ('queued', 'running', 'requires_action'))",
+            (),
+        )
+        for (behind,) in rows:
+            await self.release_held(str(behind))
+
+    async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
+        ticket = self._token()
+
+        async def reserve(conn: Conn) -> tuple[str | None, int]:
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.store.channel,))
+            sql = f"DELETE FROM queue_places WHERE at < {NOW_S} - %s"
+            await conn.execute(sql, (ADMIT_HOLD_S,))
+            cur = await conn.execute(
+                f"SELECT (SELECT COUNT(*) FROM runs WHERE {_QUEUED})"
+                " + (SELECT COUNT(*) FROM queue_places)"
+                " + (SELECT COUNT(*) FROM runs WHERE held_behind IS NOT NULL)"
+            )
+            row = await cur.fetchone()
+            queued = int(row[0]) if row is not None else 0
+            if queued >= cap and (queued > 0 or busy):
+                return None, queued
+            sql = f"INSERT INTO queue_places (ticket, at) VALUES (%s, {NOW_S})"
+            await conn.execute(sql, (ticket,))
+            return ticket, queued
+
+        result: tuple[str | None, int] = await self.store.submit(reserve)
+        return result
+
+    async def unreserve(self, ticket: str) -> None:
+        async def unreserve(conn: Conn) -> None:
+            await conn.execute("DELETE FROM queue_places WHERE ticket = %s", (ticket,))
+
+        await self.store.submit(unreserve)
+
+    async def claim(self, run_id: str) -> bool:
+        token = self._offered.pop(run_id, None)
+        if token is None:
+            token = self._token()
+            rows = await self.store.query(_CLAIM, (self.replica, token, self.lease_s, run_id))
+            if not rows:
+                return False
+        self._hold(run_id, token)
+        return True
+
+    def release(self, run_id: str) -> None:
+        self._held.pop(run_id, None)
+        self.store.release(run_id)
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._queue_bell.set()
+
+    def _token(self) -> str:
+        return f"{self.replica}:{os.urandom(6).hex()}"
+
+    def _hold(self, run_id: str, token: str) -> None:
+        self._held[run_id] = token
+        self.store.hold(run_id, token)
+
+    async def request_cancel(self, run_id: str) -> None:
+        async def ask(conn: Conn) -> None:
+            sql = "UPDATE runs SET cancel_requested = TRUE WHERE id = %s"
+            await conn.execute(sql, (run_id,))
+            await self._notify(conn, "c:" + run_id)
+
+        await self.store.submit(ask)
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        sql = "SELECT cancel_requested FROM runs WHERE id = %s"
+        rows = await self.store.query(sql, (run_id,))
+        return bool(rows and rows[0][0])
+
+    async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.store.follower.listeners.remove(self._told)
+
+    async def serve(self, member: ClusterMember) -> None:
+        self._member = member
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._loop("queue_read_failed", self._claim_runs, member))
+            tasks.create_task(self._loop("lease_renewal_failed", self._renew_leases, member))
+            tasks.create_task(self._loop("takeover_sweep_failed", self._sweep, member))
+            tasks.create_task(self._loop("webhook_outbox_read_failed", self._webhooks, member))
+            if self.store.retention_s:
+                tasks.create_task(self._loop("retention_failed", self._expire, member))
+
+    async def _loop(
+        self, event: str, step: Callable[[ClusterMember], Awaitable[None]], member: ClusterMember
+    ) -> None:
+        """`step` again and again until the drain; an outage is waited out."""
+        while not self._stopping and member.free_slots() >= 0:
+            try:
+                await step(member)
+            except Exception as exc:
+                if not is_outage(exc):
+                    log.exception(event)
+                else:
+                    log.warning(event, error=str(exc))
+                await asyncio.sleep(RETRY_S)
+
+    async def _claim_runs(self, member: ClusterMember) -> None:
+        free = member.free_slots()
+        if free == 0:
+            member.slot_freed.clear()
+            if member.free_slots() == 0:
+                await member.slot_freed.wait()
+            return
+        if free < 0:
+            return
+        self._queue_bell.clear()
+        rows = await self.store.query(
+            _TAKE, (self.replica, self._token() + ":", self.lease_s, free)
+        )
+        for run_id, token in rows:
+            self._offered[run_id] = token
+            try:
+                await _handled("run_claim_failed", member.claimed(run_id))
+            finally:
+                self._offered.pop(run_id, None)  # not queued any more: its lease lapses
+        if not rows:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue_bell.wait(), POLL_S)
+
+    async def _renew_leases(self, member: ClusterMember) -> None:
+        await asyncio.sleep(self.lease_s / 3)
+        held = dict(self._held)
+        if not held:
+            return
+        params = (self.lease_s, list(held), list(held.values()))
+
+        async def renew(conn: Conn) -> set[str]:
+            # through the writer: behind this replica's writes of these runs, never
+            # interleaved with them (two statements locking rows in different orders deadlock)
+            return {run_id for (run_id,) in await (await conn.execute(_RENEW, params)).fetchall()}
+
+        renewed: set[str] = await self.store.submit(renew)
+        for run_id, token in held.items():
+            if run_id not in renewed and self._held.get(run_id) == token:
+                log.warning("lease_lost", run_id=run_id)
+                member.cancel_asked(run_id)
+
+    async def _sweep(self, member: ClusterMember) -> None:
+        await asyncio.sleep(self.sweep_s)
+        await self._release_stale_holds()
+        while member.free_slots() > 0 and not self._stopping:
+            if not await self._take_over(member):
+                return
+
+    async def _take_over(self, member: ClusterMember) -> bool:
+        """Take one running run whose lease lapsed, if any. Never one this replica holds:
+        its lease lapsing (Postgres was away past it) is this replica's renewal to find,
+        which stops the run here; taking it again here would run it twice in one process."""
+        token = self._token()
+        held = list(self._held)
+        rows = await self.store.query(_TAKE_OVER, (self.replica, token, self.lease_s, held))
+        if not rows:
+            return False
+        run_id, attempt = rows[0]
+        self._hold(run_id, token)
+        log.warning("run_taken_over", run_id=run_id, attempt=attempt)
+        await _handled("takeover_failed", member.taken_over(run_id, int(attempt)))
+        return True
+
+    async def _expire(self, member: ClusterMember) -> None:
+        """Retention (`FINISHLINE_RETENTION_S`): a batch at a time, by one replica at a
+        time, until nothing is left to delete; then again after `RETENTION_EVERY_S`."""
+        if await self.store.expire() == 0:
+            await asyncio.sleep(RETENTION_EVERY_S)
+
+    async def _webhooks(self, member: ClusterMember) -> None:
+        self._webhook_bell.clear()
+        rows = await self.store.query(
+            f"UPDATE runs SET webhook_owner = %s, webhook_until = {NOW_S} + %s WHERE id IN"
+            " (SELECT id FROM runs WHERE webhook_due AND (webhook_until IS NULL"
+            f" OR webhook_until < {NOW_S}) LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING id",
+            (self.replica, self.lease_s),
+        )
+        for (run_id,) in rows:
+            asyncio.create_task(self._deliver(str(run_id), member))  # noqa: RUF006
+        if not rows:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._webhook_bell.wait(), POLL_S)
+
+    async def _deliver(self, run_id: str, member: ClusterMember) -> None:
+        log.info("webhook_delivering", run_id=run_id)
+        holding = asyncio.create_task(self._hold_webhook(run_id))
+        try:
+            await _handled("webhook_failed", member.deliver_webhook(run_id))
+        except Exception:  # Postgres is away: still due, taken again after the lease
+            return
+        finally:
+            holding.cancel()
+        try:
+            await self.store.query(
+                "UPDATE runs SET webhook_due = FALSE, webhook_until = NULL"
+                " WHERE id = %s AND webhook_owner = %s RETURNING 1",
+                (run_id, self.replica),
+            )
+        except Exception as exc:  # still due: delivered again after the lease (Webhook-Id)
+            log.warning("webhook_ack_failed", run_id=run_id, error=str(exc))
+
+    async def _hold_webhook(self, run_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            with contextlib.suppress(Exception):
+                rows = await self.store.query(
+                    f"UPDATE runs SET webhook_until = {NOW_S} + %s"
+                    " WHERE id = %s AND webhook_owner = %s AND webhook_due RETURNING 1",
+                    (self.lease_s, run_id, self.replica),
+                )
+                if not rows:
+                    log.warning("webhook_entry_lost", run_id=run_id)
+                    return
+
+
+async def _handled(event: str, work: Awaitable[None]) -> None:
+    """Await this replica's part of a queued run or an outbox entry: an outage is raised (it
+    is handed out again once Postgres is back); anything else is logged and swallowed."""
+    try:
+        await work
+    except Exception as exc:
+        if is_outage(exc):
+            raise
+        log.exception(event)

@@ -1,0 +1,157 @@
+"""`Inbox` on Postgres, the replica side (`app.runs.inbox` has the one-process one): a run's
+undelivered steering messages are rows of `run_messages`, in order by `pos`, and a
+notification `m:<id>` on the store's channel tells the replicas a run has new ones
+(DESIGN §10 with §8, §18).
+
+`post` is one transaction on the run's row (locked): refused when the run has ended (its
+status, or `inbox_closed`) or holds `max_pending` messages already; else inserted and
+announced. The replica executing the run takes them (`pull`) when told, when it starts or
+resumes the run, and each time its listener reconnects (every run here looks). A replica
+that lost the run's lease takes nothing: the fencing token is checked in the same statement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from app.runs.errors import RunAlreadyEndedError, TooManyMessagesError
+from app.runs.inbox import already_ended
+from app.runs.live import ActiveRun, LiveRuns
+from app.runs.records import RunRecord
+from app.runs.store import LeaseLostError, StoreError
+from app.runs.stores.postgres import PostgresRunStore
+from app.runs.stores.postgres_errors import is_outage
+from app.runs.stores.postgres_rows import NOW_S, Conn, Write, refused
+
+log = structlog.get_logger("finishline.runs")
+
+
+async def insert_messages(conn: Conn, run_id: str, contents: list[str], *, front: bool) -> None:
+    """Add messages to the run's inbox, at its end or (held ones given back) its front."""
+    if not contents:
+        return
+    edge = "COALESCE(MIN(pos), 0) - %s" if front else "COALESCE(MAX(pos), 0) + 1"
+    start_sql = f"SELECT {edge} FROM run_messages WHERE run_id = %s"
+    params = (len(contents), run_id) if front else (run_id,)
+    row = await (await conn.execute(start_sql, params)).fetchone()
+    start = int(row[0]) if row is not None else 0
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO run_messages (run_id, pos, content) VALUES (%s, %s, %s)",
+            [(run_id, start + i, content) for i, content in enumerate(contents)],
+        )
+
+
+class PostgresInbox:
+    def __init__(self, store: PostgresRunStore, *, live: LiveRuns, max_pending: int) -> None:
+        self.store = store
+        self.live = live
+        self.max_pending = max_pending
+        self._lock = asyncio.Lock()
+        self._told_runs: asyncio.Queue[str | None] = asyncio.Queue()
+        store.follower.listeners.append(self._notified)
+        store.follower.reconnected.append(lambda: self._told_runs.put_nowait(None))
+
+    def _notified(self, payload: str) -> None:
+        kind, _, run_id = payload.partition(":")
+        if kind == "m" and run_id and self.live.get(run_id) is not None:
+            self._told_runs.put_nowait(run_id)
+
+    async def post(self, record: RunRecord, content: str) -> RunRecord:
+        """Stored for the run wherever it is; moved to it at once if it executes here."""
+        if record.status.terminal:
+            raise already_ended(record.id, record.status.value)
+        await self.store.submit(self._store(record.id, content))
+        log.info("user_message_queued", run_id=record.id, chars=len(content))
+        active = self.live.get(record.id)
+        if active is None:  # queued, waiting, or running on another replica
+            return await self.store.get(record.id) or record
+        await self.pull(active)
+        return active.record
+
+    def _store(self, run_id: str, content: str) -> Write:
+        channel, cap = self.store.channel, self.max_pending
+
+        async def post(conn: Conn) -> None:
+            cur = await conn.execute(
+                "SELECT status, inbox_closed FROM runs WHERE id = %s FOR UPDATE", (run_id,)
+            )
+            row = await cur.fetchone()
+            if row is None or row[1] or row[0] not in ("queued", "running", "requires_action"):
+                raise RunAlreadyEndedError(
+                    f"run {run_id!r} has ended: start a follow-up with previous_run_id instead",
+                    run_id=run_id,
+                )
+            sql = "SELECT COUNT(*) FROM run_messages WHERE run_id = %s"
+            held = await (await conn.execute(sql, (run_id,))).fetchone()
+            count = int(held[0]) if held is not None else 0
+            if count >= cap:
+                raise TooManyMessagesError(
+                    f"run {run_id!r} already holds {count} undelivered messages",
+                    run_id=run_id,
+                    cap=cap,
+                )
+            await insert_messages(conn, run_id, [content], front=False)
+            await conn.execute("SELECT pg_notify(%s, %s)", (channel, "m:" + run_id))
+
+        return post
+
+    async def pull(self, active: ActiveRun) -> None:
+        """A failed read leaves the messages stored, for the next notification or start; a
+        replica that lost the run's lease takes none (they are its new owner's)."""
+        if active.inbox_closed:
+            return
+        run_id = active.record.id
+        async with self._lock:
+            try:
+                taken = await self._taken(run_id, close=False)
+            except (StoreError, LeaseLostError) as exc:
+                log.warning("user_messages_not_taken", run_id=run_id, error=str(exc))
+                return
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                log.warning("user_messages_not_taken", run_id=run_id, error=str(exc))
+                return
+            if taken:
+                active.inbox.extend(taken)
+                log.info("user_messages_taken", run_id=run_id, count=len(taken))
+
+    async def close(self, run_id: str) -> list[str]:
+        async with self._lock:
+            return await self._taken(run_id, close=True)
+
+    async def _taken(self, run_id: str, *, close: bool) -> list[str]:
+        fence = self.store.fence_of(run_id)
+
+        async def take(conn: Conn) -> list[str]:
+            if fence:
+                sql = f"SELECT 1 FROM runs WHERE id = %s AND lease_token = %s AND lease_until >= {NOW_S} FOR UPDATE"  # noqa: E501
+                if await (await conn.execute(sql, (run_id, fence))).fetchone() is None:
+                    await refused(conn, run_id)
+            if close:
+                sql = "UPDATE runs SET inbox_closed = TRUE WHERE id = %s"
+                await conn.execute(sql, (run_id,))
+            cur = await conn.execute(
+                "DELETE FROM run_messages WHERE run_id = %s RETURNING pos, content", (run_id,)
+            )
+            return [content for _pos, content in sorted(await cur.fetchall())]
+
+        taken: list[str] = await self.store.submit(take)
+        return taken
+
+    async def listen(self) -> None:
+        """The store's listener hands over the runs here that were sent messages (and None,
+        each time it reconnects: every run here looks)."""
+        self._told_runs.put_nowait(None)
+        while True:
+            run_id = await self._told_runs.get()
+            try:
+                runs = self.live.all() if run_id is None else [self.live.get(run_id)]
+                for active in runs:
+                    if active is not None:
+                        await self.pull(active)
+            except Exception:  # the one listener of this replica: it must not stop
+                log.exception("user_message_notice_failed", run_id=run_id)

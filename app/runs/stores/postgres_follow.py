@@ -1,0 +1,201 @@
+"""Live events from Postgres into the in-process `Fanout`, with `LISTEN/NOTIFY` as the doorbell.
+
+Every append notifies `<schema>_events` with the run's id in its own transaction (delivered
+at commit). One connection per process, outside the pool, listens; a notification rings the
+run's bell. The first follower of a run in this process starts a reader task: it reads the
+rows after the last seq it published, publishes them to the fan-out, and waits for the bell,
+or `POLL_S` at most: a notification lost (the listening connection dropped and came back)
+costs at most one poll interval, never an event, because rows are always read from the table.
+Appends made in this process ring the bell at once, without waiting for the notification.
+
+While Postgres is away, readers and replays wait it out (their SSE streams keep sending
+keep-alives) and read again once it is back; a run no longer stored ends its followers' feeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import structlog
+
+from app.runs.errors import StoreUnavailableError
+from app.runs.records import Event
+from app.runs.stores.fanout import PAGE, Fanout, each_event
+from app.runs.stores.postgres_errors import RETRY_S, is_outage
+
+log = structlog.get_logger("finishline.runs")
+
+POLL_S = 1.0
+"""How long a reader waits for its bell before it reads anyway."""
+
+
+@dataclass(eq=False)
+class _Reader:
+    bell: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    followers: int = 0
+    stopped: bool = False
+    last: int = 0
+    """The last seq published to the fan-out (by this reader, or by this process's writer)."""
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+
+    @property
+    def done(self) -> bool:
+        return self.stopped or (self.task is not None and self.task.done())
+
+
+class PostgresFollower:
+    """`follow(run_id, after)`: the run's events after `after`, replayed then live."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        channel: str,
+        read: Callable[..., Awaitable[list[Event]]],
+        last_seq: Callable[[str], Awaitable[int | None]],
+        fanout: Callable[[], Fanout],
+        listeners: list[Callable[[str], None]] | None = None,
+    ) -> None:
+        self._conninfo = conninfo
+        self._channel = channel
+        self._read = read
+        self._last_seq = last_seq
+        self._fanout = fanout
+        self._readers: dict[str, _Reader] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self.listeners = listeners if listeners is not None else []
+        """Also told of every notification's payload (cancels, messages: the replicas)."""
+        self.reconnected: list[Callable[[], None]] = []
+        """Told each time the listener (re)connects: notifications may have been missed."""
+        self.listening = asyncio.Event()
+
+    def start(self) -> None:
+        self._listener = asyncio.create_task(self._listen(), name="postgres listen")
+
+    def ring(self, run_id: str) -> None:
+        reader = self._readers.get(run_id)
+        if reader is not None:
+            reader.bell.set()
+
+    def published(self, event: Event) -> None:
+        """`event` was committed and published by this process: the run's reader need not
+        read it back (it reads on only after a gap, or when another replica wrote)."""
+        reader = self._readers.get(event.run_id)
+        if reader is None:
+            return
+        if reader.last + 1 == event.seq:
+            reader.last = event.seq
+            if event.terminal:
+                reader.stopped = True
+                reader.bell.set()
+        else:
+            reader.bell.set()
+
+    def follow(self, run_id: str, after: int) -> AsyncIterator[Event]:
+        return each_event(self.follow_batches(run_id, after))
+
+    async def follow_batches(self, run_id: str, after: int) -> AsyncIterator[list[Event]]:
+        reader = self._readers.get(run_id)
+        if reader is None or reader.done:
+            last = await self._patiently(self._last_seq, run_id)
+            reader = self._readers.get(run_id)
+            if reader is None or reader.done:
+                reader = self._readers[run_id] = _Reader(last=last or 0)
+                reader.task = asyncio.create_task(
+                    self._run(run_id, last is not None, reader), name=f"pg follow {run_id}"
+                )
+        reader.followers += 1
+        try:
+            live = self._fanout().follow_batches(run_id, after, self._read_patiently)
+            try:
+                async for batch in live:
+                    yield batch
+            finally:
+                if isinstance(live, AsyncGenerator):
+                    await live.aclose()
+        finally:
+            reader.followers -= 1
+            if reader.followers == 0:
+                reader.stop()
+                if self._readers.get(run_id) is reader:
+                    del self._readers[run_id]
+
+    async def close(self) -> None:
+        readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            reader.stop()
+        tasks = [r.task for r in readers if r.task is not None]
+        if self._listener is not None:
+            self._listener.cancel()
+            tasks.append(self._listener)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _patiently(self, query: Callable[..., Awaitable[Any]], *args: Any, **kw: Any) -> Any:
+        while True:
+            try:
+                return await query(*args, **kw)
+            except StoreUnavailableError as exc:
+                log.warning("event_reader_failed", error=exc.message)
+                await asyncio.sleep(RETRY_S)
+
+    async def _read_patiently(self, run_id: str, *, after: int, limit: int) -> list[Event]:
+        events: list[Event] = await self._patiently(self._read, run_id, after=after, limit=limit)
+        return events
+
+    async def _run(self, run_id: str, stored: bool, reader: _Reader) -> None:
+        if not stored:  # not stored (deleted, or never made)
+            self._fanout().end(run_id)
+            return
+        while not reader.stopped:
+            reader.bell.clear()
+            events = await self._read_patiently(run_id, after=reader.last, limit=PAGE)
+            for event in events:
+                if reader.done:
+                    return
+                if event.seq <= reader.last:  # this process published it meanwhile
+                    continue
+                self._fanout().publish(event)
+                reader.last = event.seq
+                if event.terminal:
+                    return
+            if len(events) == PAGE:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader.bell.wait(), POLL_S)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                await asyncio.sleep(RETRY_S)
+                continue
+            try:
+                async with conn:
+                    await conn.execute(f'LISTEN "{self._channel}"')
+                    self.listening.set()
+                    for reader in list(self._readers.values()):
+                        reader.bell.set()  # what was missed while not listening
+                    for told in self.reconnected:
+                        told()
+                    async for note in conn.notifies():
+                        self.ring(note.payload)
+                        for listener in self.listeners:
+                            listener(note.payload)
+            except Exception as exc:
+                if not is_outage(exc):
+                    log.exception("store_listen_failed")
+                self.listening.clear()
+                await asyncio.sleep(RETRY_S)

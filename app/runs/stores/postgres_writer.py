@@ -1,0 +1,168 @@
+"""The writes of `PostgresRunStore`: one writer task, many writes per transaction.
+
+Every write is a coroutine function of a connection, queued with an asyncio future, in the
+order the store was asked. The writer takes whatever is queued (up to `MAX_BATCH`), borrows
+one connection from the pool, runs the batch in one transaction, commits, gives the
+connection back, and only then hands the outcomes back in queue order: first the write's
+`after_commit` hook, then its future. Nothing is acknowledged before it is committed, and
+under load many writes share one commit (group commit, as the SQLite store's writer).
+
+A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
+then made again one write per transaction, so that write fails alone. A batch Postgres
+rolled back on a deadlock is made again the same way (`RETRIES` times at most). If the connection
+fails instead (Postgres away, the backend terminated, a failover), the outcome of the batch
+is not known: every future in it fails with `StoreUnavailableError`, never retried here
+(the run's lease and takeover decide what happens next). No connection is held between
+batches, so none is left idle in a transaction, and none across an LLM or tool call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import structlog
+from psycopg import errors as pg_errors
+
+from app.runs.stores.postgres_errors import is_outage, outage
+
+log = structlog.get_logger("finishline.runs")
+
+Apply = Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]]
+AfterCommit = Callable[[Any], None]
+MAX_BATCH = 256
+RETRIES = 3
+"""Tries of a write Postgres rolled back on a deadlock or a serialization failure."""
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(slots=True)
+class _Write:
+    apply: Apply
+    future: asyncio.Future[Any]
+    after_commit: AfterCommit | None
+
+
+class PostgresWriter:
+    def __init__(
+        self, connection: Callable[[], Any], *, on_abort: Callable[[], None] | None = None
+    ) -> None:
+        self._connection = connection  # the pool's `connection()` context manager
+        self._on_abort = on_abort  # a transaction failed: forget what its writes derived
+        self._queue: deque[_Write] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.commits = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue) + self._in_flight
+
+    _in_flight = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="postgres writer")
+
+    def submit(self, apply: Apply, after_commit: AfterCommit | None = None) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # a queued write's failure is its caller's to see if it awaits it; a run given up on
+        # an outage leaves the futures of its last queued appends unawaited, which is fine
+        future.add_done_callback(_seen)
+        self._queue.append(_Write(apply, future, after_commit))
+        self._wake.set()
+        return future
+
+    async def stop(self) -> None:
+        """Commit what is queued, then end the task."""
+        if self._task is None:
+            return
+        if self._queue or self._in_flight:  # behind what is queued: all of it committed
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.submit(_nothing), STOP_TIMEOUT_S)
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+        for write in self._queue:
+            if not write.future.done():
+                write.future.set_exception(outage("the Postgres store is closed"))
+        self._queue.clear()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+                self._in_flight = len(batch)
+                try:
+                    await self._commit(batch)
+                except Exception as exc:  # our bug: the writer must go on, its batch failed
+                    log.exception("store_writer_failed")
+                    for write in batch:
+                        _fail(write.future, exc)
+                finally:
+                    self._in_flight = 0
+
+    async def _commit(self, batch: list[_Write], tries: int = RETRIES) -> None:
+        try:
+            results = await self._transaction(batch)
+        except pg_errors.TransactionRollback as exc:  # a deadlock: rolled back, again
+            log.info("store_write_retried", error=str(exc).splitlines()[0], writes=len(batch))
+            if tries > 1:
+                for write in batch:
+                    await self._commit([write], tries - 1)
+                return
+            for write in batch:
+                _fail(write.future, outage(f"Postgres did not take the write: {exc}"))
+            return
+        except Exception as exc:
+            if is_outage(exc):
+                log.warning("store_write_failed", error=str(exc), writes=len(batch))
+                failure = outage(f"Postgres did not take the write: {exc}")
+                for write in batch:
+                    _fail(write.future, failure)
+                return
+            if len(batch) == 1:
+                _fail(batch[0].future, exc)
+                return
+            for write in batch:  # again one at a time: the write that raised fails alone
+                await self._commit([write])
+            return
+        for write, result in zip(batch, results, strict=True):
+            if write.after_commit is not None:
+                try:
+                    write.after_commit(result)
+                except Exception:  # a hook's bug must not lose the others' outcomes
+                    log.exception("store_after_commit_failed")
+            if not write.future.done():
+                write.future.set_result(result)
+
+    async def _transaction(self, batch: list[_Write]) -> list[Any]:
+        try:
+            async with self._connection() as conn, conn.transaction():
+                results = [await write.apply(conn) for write in batch]
+        except BaseException:
+            if self._on_abort is not None:
+                self._on_abort()
+            raise
+        self.commits += 1
+        return results
+
+
+async def _nothing(conn: psycopg.AsyncConnection[Any]) -> None:
+    return None
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
