@@ -14,10 +14,8 @@ many per transaction, acknowledged only once committed (durable as Postgres's
 Reads borrow a pooled connection for one statement. No connection is held between
 statements of different requests, across an LLM or tool call, or idle in a transaction; the
 pool (`FINISHLINE_PG_POOL_SIZE`) checks a connection idle for a while before handing it out
-and replaces one that died (`pg_terminate_backend`, an idle timeout, a failover).
-Live followers on every replica are woken by `LISTEN/NOTIFY` and read the rows
-(`postgres_follow`).
-"""
+and replaces one that died (`pg_terminate_backend`, an idle timeout, a failover). Followers
+on every replica are woken by `LISTEN/NOTIFY` and read the rows (`postgres_follow`)."""
 
 from __future__ import annotations
 
@@ -68,6 +66,8 @@ POOL_TIMEOUT_S = 5.0
 """A request that cannot have a connection this long is refused 503 `store_unavailable`."""
 CHECK_IDLE_S = 2.0
 """A connection idle longer than this is checked (one round trip) before it is handed out."""
+IDLE_TX = "-c idle_in_transaction_session_timeout=5s"
+"""A session idle in a transaction 5 s is ended: a frozen replica's row locks go with it."""
 
 
 class PostgresRunStore(PostgresSummaries):
@@ -102,7 +102,7 @@ class PostgresRunStore(PostgresSummaries):
             timeout=POOL_TIMEOUT_S,
             kwargs={
                 "autocommit": True,
-                "options": f"-c search_path={schema} -c idle_in_transaction_session_timeout=60s",
+                "options": f"-c search_path={schema} {IDLE_TX}",
                 "connect_timeout": 5,
             },
             check=self._check,
