@@ -91,7 +91,7 @@ class ToolStep:
             item = self._prepare(call, finishing)
             prepared.append(item)
             self.run.log.info("tool_called", tool=call.name, call_id=call.id)
-            yield Action(st.step, call.id, call.name, item.arguments)
+            yield Action(st.step, call.id, call.name, item.arguments, _repeatable(item))
             if item.runnable and call.name in run.approval and isinstance(item.arguments, dict):
                 self.pending.append(PendingCall(call.id, call.name, item.arguments))
                 self.run.log.info("approval_requested", tool=call.name, call_id=call.id)
@@ -345,3 +345,11 @@ class ToolStep:
             result.timed_out,
             shown.text if shown.truncated else None,  # model_content
         )
+
+
+def _repeatable(item: PreparedCall) -> bool:
+    """Whether the call may run again without harm, or will not run: its action need not be
+    stored before it runs (a non-idempotent tool's and a sub-agent's must be)."""
+    if not item.runnable or item.tool is None:
+        return True
+    return item.tool.idempotent and not isinstance(item.tool, AgentTool)

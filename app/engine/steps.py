@@ -162,6 +162,9 @@ class Action(_Event):
     call_id: str
     tool: str
     arguments: Any
+    repeatable: bool = False
+    """The call may run again without harm (an idempotent tool; not a sub-agent), or will not
+    run at all: nothing orders its event's commit before the call (not an event field)."""
 
     def payload(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "tool": self.tool, "arguments": self.arguments}

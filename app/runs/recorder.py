@@ -3,12 +3,13 @@ checkpoint), and the run's end makes the record terminal with its terminal event
 
 Events are queued to the store (`append_soon`) and the run goes on while they are made
 durable, many in one commit; a subscriber sees each only once it is durable. The run waits
-for everything it queued (and fails if a write failed) where it matters: before a tool call
-can run (at its `action`), at a checkpoint taken while a step's calls are in flight (a
-resume elsewhere must find it before a non-idempotent call runs), before it waits for a
-person, at its end, and when `MAX_UNSETTLED` writes are in flight. Every other checkpoint is
-queued too (`save_checkpoint_soon`): it commits with the run's next events, and the run goes
-on to its next model call without waiting for a commit."""
+for everything it queued (and fails if a write failed) where it matters: before a call that
+must not run twice can run (the `action` of a non-idempotent tool or of a sub-agent; an
+idempotent tool's action is queued like any event, issue #42), at a checkpoint taken while a
+step's calls are in flight (a resume elsewhere must find it before a non-idempotent call
+runs), before it waits for a person, at its end, and when `MAX_UNSETTLED` writes are in
+flight. Every other checkpoint is queued too (`save_checkpoint_soon`): it commits with the
+run's next events, and the run goes on to its next model call without waiting for a commit."""
 
 from __future__ import annotations
 
@@ -151,8 +152,8 @@ class RunRecorder:
         )
         if call is not None:  # the key's day (DESIGN §13): before the run's next budget check
             queued.append(await self.quotas.spend(record.owner, call))
-        if isinstance(step, Action) or len(queued) >= MAX_UNSETTLED:
-            await self.settle(record.id)  # an action is stored before its call can run
+        if (isinstance(step, Action) and not step.repeatable) or len(queued) >= MAX_UNSETTLED:
+            await self.settle(record.id)  # stored before a call that must not repeat runs
 
     def queue(self, run_id: str, outcome: Awaitable[Any]) -> list[Awaitable[Any]]:
         """Note a queued write of the run (its outcome, as `append_soon` returns it): waited

@@ -70,7 +70,8 @@ class HttpToolIn(BaseModel):
         True,
         description="False for tools like job polling or ones that act (send, pay): repeats run "
         "until past the repetition threshold, and a call in flight when its replica died is "
-        "not run again after the takeover (the model is told its outcome is unknown).",
+        "not run again after the takeover (the model is told its outcome is unknown); its "
+        "call also waits until its action event is committed, an idempotent tool's does not.",
     )
     requires_approval: bool | None = Field(
         None,

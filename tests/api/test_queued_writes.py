@@ -1,12 +1,15 @@
 """A run's events are queued to the SQLite writer and committed many at once (app.runs.recorder):
-an action is committed before its tool is called, and a write that fails fails the run
-with a clear error instead of being lost in silence."""
+the action of a non-idempotent tool is committed before its tool is called, an idempotent
+tool's call does not wait for it, and a write that fails fails the run with a clear error
+instead of being lost in silence."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,9 @@ def committed_actions(path: Path) -> list[str]:
     return [json.loads(data)["call_id"] for (data,) in rows]
 
 
-async def test_each_action_is_committed_before_its_tool_is_called(tmp_path: Path) -> None:
+async def test_each_action_of_a_non_idempotent_tool_is_committed_before_it_is_called(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "runs.db"
     seen: list[tuple[str, list[str]]] = []
 
@@ -47,6 +52,7 @@ async def test_each_action_is_committed_before_its_tool_is_called(tmp_path: Path
             "description": "Record a number.",
             "parameters": {"type": "object", "properties": {"n": {"type": "string"}}},
             "url": server.url("/t"),
+            "idempotent": False,
         }
         calls = [
             {"tool_calls": [{"name": "record", "arguments": {"n": f"{i}"}, "id": f"c{i}"}]}
@@ -62,6 +68,57 @@ async def test_each_action_is_committed_before_its_tool_is_called(tmp_path: Path
         ("1", ["c0", "c1"]),
         ("2", ["c0", "c1", "c2"]),
     ]
+
+
+async def test_an_idempotent_tool_is_called_while_its_action_is_still_being_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer is held inside the action's insert until the tool has been called: a run
+    that waited for that commit first would never call it (the hold gives up after 10 s and
+    the test fails)."""
+    db = tmp_path / "runs.db"
+    called = threading.Event()
+    held: list[bool] = []
+    insert = SqliteRunStore._event_insert
+
+    def held_action(
+        self: SqliteRunStore, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Callable[[sqlite3.Connection], Any]:
+        write = insert(self, run_id, type, step, data)
+        if type != EventType.ACTION:
+            return write
+
+        def hold(conn: sqlite3.Connection) -> Any:
+            held.append(called.wait(timeout=10))  # in the writer thread, mid-transaction
+            return write(conn)
+
+        return hold
+
+    seen: list[list[str]] = []
+
+    async def tool(request: Request) -> JSONResponse:
+        seen.append(await asyncio.to_thread(committed_actions, db))
+        called.set()
+        return JSONResponse({"ok": True})
+
+    monkeypatch.setattr(SqliteRunStore, "_event_insert", held_action)
+    async with Served(Starlette(routes=[Route("/t", tool, methods=["POST"])])) as server:
+        http_tool = {
+            "name": "look",
+            "description": "Look a number up.",
+            "parameters": {"type": "object", "properties": {"n": {"type": "string"}}},
+            "url": server.url("/t"),
+        }
+        call = {"tool_calls": [{"name": "look", "arguments": {"n": "1"}, "id": "c0"}]}
+        body = scripted(call, finish(), http_tools=[http_tool])
+        config = settings(store_url=f"sqlite:///{db}", http_tool_allow_hosts=["127.0.0.1"])
+        async with api_client(config) as client:
+            run = await create(client, body)
+            assert (await wait_ended(client, run["id"]))["status"] == "completed"
+    assert held == [True, True]  # the tool was called while its action's insert was held
+    # (the second: task_finished's action, after it)
+    assert seen == [[]]  # and the action was not committed yet when it ran
+    assert committed_actions(db)[0] == "c0"  # then it was
 
 
 async def test_a_queued_write_that_fails_fails_the_run_and_leaves_no_gap(

@@ -137,6 +137,16 @@ async def test_an_action_returns_only_once_everything_queued_before_it_is_stored
         await acting
 
 
+async def test_an_action_whose_call_may_repeat_is_queued_and_not_waited_for() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    with anyio.fail_after(BOUND_S):  # an idempotent tool's call: nothing orders the commit first
+        await rec.record(run, Action(1, "c1", "calculator", {}, repeatable=True))
+    assert [(t, f.done()) for t, f in store.queued] == [("thought", False), ("action", False)]
+    assert store.written == []
+
+
 @pytest.mark.parametrize(
     "step",
     [Checkpoint(1, {**STATE, "acting": True}), Suspended(1, ())],
