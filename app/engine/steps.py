@@ -11,7 +11,7 @@ The values made every step (events, `Checkpoint`) are immutable by contract but 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from app.engine.events import EventType
@@ -70,7 +70,8 @@ _PAYLOAD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class _Event:
-    """Mixin: the payload of an event is every field but `step`. The events of every step
+    """Mixin: the payload of an event is every field but `step` (and but a field whose
+    metadata says `event: False`, engine-only, as `Action.repeatable`). The events of every step
     spell theirs out (a dict display costs a third of the generic comprehension);
     tests/engine/test_steps.py holds each to its fields."""
 
@@ -81,7 +82,11 @@ class _Event:
         names = _PAYLOAD_FIELDS.get(type(self))
         if names is None:
             # every subclass is a dataclass; the mixin itself cannot say so to the checker
-            names = tuple(f.name for f in fields(self) if f.name != "step")  # type: ignore[arg-type]
+            names = tuple(
+                f.name
+                for f in fields(self)  # type: ignore[arg-type]
+                if f.name != "step" and f.metadata.get("event", True)
+            )
             _PAYLOAD_FIELDS[type(self)] = names
         return {name: getattr(self, name) for name in names}
 
@@ -162,9 +167,9 @@ class Action(_Event):
     call_id: str
     tool: str
     arguments: Any
-    repeatable: bool = False
+    repeatable: bool = field(default=False, metadata={"event": False})
     """The call may run again without harm (an idempotent tool; not a sub-agent), or will not
-    run at all: nothing orders its event's commit before the call (not an event field)."""
+    run at all: nothing orders its event's commit before the call. Not in the event."""
 
     def payload(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "tool": self.tool, "arguments": self.arguments}
