@@ -165,11 +165,11 @@ class Execution:
                     state = RunState(elapsed_s=_queued_s(record))
                 # the record running and its event in one write, queued: the first model
                 # call need not wait for its commit (its error fails the run where it waits)
-                self.recorder.queue(
-                    record.id,
+                queued = self.recorder.pending(record.id)  # before the write is queued
+                queued.append(
                     await self.store.append_soon(
                         record.id, EventType.RUN_STARTED, 0, started, record=record
-                    ),
+                    )
                 )
                 log.info("run_started", resumed=state is not None)
             else:  # taken over from a replica that stopped: from its last checkpoint

@@ -7,9 +7,10 @@ for everything it queued (and fails if a write failed) where it matters: before 
 must not run twice can run (the `action` of a non-idempotent tool or of a sub-agent; an
 idempotent tool's action is queued like any event, issue #42), at a checkpoint taken while a
 step's calls are in flight (a resume elsewhere must find it before a non-idempotent call
-runs), before it waits for a person, at its end, and when `MAX_UNSETTLED` writes are in
-flight. Every other checkpoint is queued too (`save_checkpoint_soon`): it commits with the
-run's next events, and the run goes on to its next model call without waiting for a commit."""
+runs), before it waits for a person, at its end (its closing write queued behind them:
+`RunStore.append_closing`), and when `MAX_UNSETTLED` writes are in flight. Every other
+checkpoint is queued too (`save_checkpoint_soon`): it commits with the run's next events,
+and the run goes on to its next model call without waiting for a commit."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from app.runs.records import (
     status_for,
     utcnow,
 )
-from app.runs.store import DayUsage, RunStore
+from app.runs.store import DayUsage, RunStore, WritesFailedError
 
 log = structlog.get_logger("finishline.runs")
 
@@ -90,10 +91,13 @@ class RunRecorder:
         self.max_answer_chars = max_answer_chars
         self._unsettled: dict[str, list[Awaitable[Any]]] = {}
         """Per run, the appends queued and not yet known stored (see the module's doc)."""
+        self._failures_before: dict[str, int] = {}
+        """Per run with writes queued, the store's `write_failures()` before the first."""
 
     async def settle(self, run_id: str) -> None:
         """Wait until every append queued for the run is stored; raise the first error."""
         queued = self._unsettled.pop(run_id, None)
+        self._failures_before.pop(run_id, None)
         if queued is not None:
             for outcome in queued:
                 await outcome
@@ -101,6 +105,7 @@ class RunRecorder:
     def forget(self, run_id: str) -> None:
         """The run is no longer this process's (ended, or taken over): drop what it queued."""
         self._unsettled.pop(run_id, None)
+        self._failures_before.pop(run_id, None)
 
     async def record(self, record: RunRecord, step: Step) -> None:
         """Store one step of the engine: an event, the checkpoint, or the run's end."""
@@ -113,9 +118,10 @@ class RunRecorder:
                 await self.store.save_checkpoint(record.id, step.step, state)  # twice: stored
                 await self.settle(record.id)  # before the step's calls run
                 return
-            checkpoint = await self.store.save_checkpoint_soon(record.id, step.step, state)
-            if len(self.queue(record.id, checkpoint)) >= MAX_UNSETTLED:  # else no wait: it
-                await self.settle(record.id)  # commits with the run's next events
+            queued = self.pending(record.id)
+            queued.append(await self.store.save_checkpoint_soon(record.id, step.step, state))
+            if len(queued) >= MAX_UNSETTLED:  # else no wait: it commits with the run's next
+                await self.settle(record.id)  # events
             return
         if isinstance(step, Suspended):  # the manager's (app.runs.approvals); not an event
             await self.settle(record.id)
@@ -147,19 +153,22 @@ class RunRecorder:
             self.metrics.key_spent(
                 record.owner, call.prompt_tokens, call.completion_tokens, call.cost_usd
             )
-        queued = self.queue(
-            record.id, await self.store.append_soon(record.id, step.type, step.step, data)
-        )
+        queued = self.pending(record.id)
+        queued.append(await self.store.append_soon(record.id, step.type, step.step, data))
         if call is not None:  # the key's day (DESIGN §13): before the run's next budget check
             queued.append(await self.quotas.spend(record.owner, call))
         if (isinstance(step, Action) and not step.repeatable) or len(queued) >= MAX_UNSETTLED:
             await self.settle(record.id)  # stored before a call that must not repeat runs
 
-    def queue(self, run_id: str, outcome: Awaitable[Any]) -> list[Awaitable[Any]]:
-        """Note a queued write of the run (its outcome, as `append_soon` returns it): waited
-        for, and its error raised, where the run waits next. What the run has in flight."""
-        queued = self._unsettled.setdefault(run_id, [])
-        queued.append(outcome)
+    def pending(self, run_id: str) -> list[Awaitable[Any]]:
+        """The run's queued writes, to add the outcome of the next one to (as `append_soon`
+        returns it): waited for, and its error raised, where the run waits next. Ask before
+        queuing the write: a new list notes the store's `write_failures()` first, which the
+        run's closing write is made against (`end`)."""
+        queued = self._unsettled.get(run_id)
+        if queued is None:
+            queued = self._unsettled[run_id] = []
+            self._failures_before[run_id] = self.store.write_failures()
         return queued
 
     async def end(
@@ -175,8 +184,12 @@ class RunRecorder:
         output_errors: Sequence[OutputError] | None = None,
     ) -> None:
         """Store the record terminal and the terminal event in one write, after everything
-        queued before; then `on_ended`."""
-        await self.settle(record.id)  # raises a failed write's error: the caller fails the run
+        queued before; then `on_ended`. With writes of the run still queued, the closing
+        write is queued behind them (one commit for both, `RunStore.append_closing`), and
+        refused if one of them fails: the record is then put back as it was, and the failed
+        write's error raised (the caller fails the run)."""
+        failures = self._failures_before.get(record.id)
+        before = record.model_copy()
         terminal = self.ending(
             record,
             reason,
@@ -187,8 +200,35 @@ class RunRecorder:
             output=output,
             output_errors=output_errors,
         )
-        await self.store.append(record.id, *terminal, record=record)
+        if failures is None:  # nothing queued: the closing write alone
+            await self.store.append(record.id, *terminal, record=record)
+        else:
+            await self._close_behind_queued(record, before, terminal, failures)
         self.ended(record)
+
+    async def _close_behind_queued(
+        self,
+        record: RunRecord,
+        before: RunRecord,
+        terminal: tuple[EventType, int, dict[str, Any]],
+        failures: int,
+    ) -> None:
+        closing = await self.store.append_closing(
+            record.id, *terminal, record=record, failures=failures
+        )
+        try:
+            await self.settle(record.id)
+        except Exception as exc:
+            if not await _stored(closing):  # refused, as it must be: the run is not over
+                _put_back(record, before)
+                raise
+            # a write no store failure counted failed: the run has ended all the same
+            log.error("run_write_failed_after_end", run_id=record.id, error=repr(exc))
+        else:
+            try:
+                await closing
+            except WritesFailedError:  # another run's write failed meanwhile, none of this one's
+                await self.store.append(record.id, *terminal, record=record)
 
     def ending(
         self,
@@ -237,3 +277,17 @@ class RunRecorder:
         )
         self.metrics.run_ended(record)
         self.on_ended(record)
+
+
+async def _stored(outcome: Awaitable[Any]) -> bool:
+    try:
+        await outcome
+    except Exception:
+        return False
+    return True
+
+
+def _put_back(record: RunRecord, before: RunRecord) -> None:
+    """Undo `RunRecorder.ending` (what it set on the record)."""
+    for name in ("status", "ended_at", "result", "error", "usage"):
+        setattr(record, name, getattr(before, name))

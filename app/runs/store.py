@@ -138,6 +138,11 @@ class LeaseLostError(StoreError):
     write was refused, and the run is no longer this process's to change."""
 
 
+class WritesFailedError(StoreError):
+    """A run's closing write was not made (`RunStore.append_closing`): a queued write failed
+    after the run's pending writes began, perhaps one of them."""
+
+
 class UnsupportedStoreError(StoreError):
     """The store URL names no known backend."""
 
@@ -170,6 +175,38 @@ def settled(outcome: T) -> Awaitable[T]:
     future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     future.set_result(outcome)
     return future
+
+
+class _Appends(Protocol):
+    async def append(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event: ...
+
+
+class WritesAtOnce:
+    """`RunStore`'s closing write for a store whose writes are made at once (memory, Redis):
+    none is queued, so none can fail behind the caller's back."""
+
+    def write_failures(self) -> int:
+        return 0
+
+    async def append_closing(
+        self: _Appends,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord,
+        failures: int,
+    ) -> Awaitable[Event]:
+        return settled(await self.append(run_id, type, step, data, record=record))
 
 
 class RunStore(Protocol):
@@ -286,6 +323,28 @@ class RunStore(Protocol):
         saved in the same write, before the event), behind every write asked of this store
         before; return what to await for the stored event (or the error). A store whose
         writes are not queued makes the append before it returns."""
+
+    def write_failures(self) -> int:
+        """How many queued writes of this store have failed since it opened (always 0 for a
+        store whose writes are not queued): what `append_closing` compares."""
+
+    async def append_closing(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord,
+        failures: int,
+    ) -> Awaitable[Event]:
+        """Queue the run's terminal write (`record` saved with its terminal event, as
+        `append(record=)`) behind every write asked before, unless more than `failures`
+        queued writes (`write_failures()` taken before the run queued the writes it has
+        pending) have failed by the time it would be made: then nothing is written and the
+        awaitable raises `WritesFailedError`. A run thus ends in the commit of its last writes
+        and never after one of them failed. A store whose writes are not queued appends
+        before it returns."""
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]: ...
 

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.engine.events import EventType
+from app.runs.live import LiveRuns
 from app.runs.stores.sqlite import SqliteRunStore
 from tests.api.kit import create, finish, scripted, settings, wait_ended
 from tests.fakes.service import api_client
@@ -153,3 +154,49 @@ async def test_a_queued_write_that_fails_fails_the_run_and_leaves_no_gap(
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert "observation" not in [e["type"] for e in events]
     assert events[-1]["type"] == "run.failed"
+
+
+async def test_wait_answers_once_the_terminal_event_is_stored_not_when_the_record_is_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is terminal before its terminal event is stored (DESIGN §5); GET /wait
+    answers only once the event is: the terminal insert is held until /wait waits."""
+    db = tmp_path / "runs.db"
+    entered, release = threading.Event(), threading.Event()
+    insert = SqliteRunStore._event_insert
+    wait_for = LiveRuns.wait_for
+
+    def held_end(
+        self: SqliteRunStore, run_id: str, type: EventType, step: int, data: dict[str, Any]
+    ) -> Callable[[sqlite3.Connection], Any]:
+        write = insert(self, run_id, type, step, data)
+        if type != EventType.RUN_COMPLETED:
+            return write
+
+        def hold(conn: sqlite3.Connection) -> Any:
+            entered.set()
+            release.wait(timeout=10)  # in the writer thread, mid-transaction
+            return write(conn)
+
+        return hold
+
+    async def waiting(self: LiveRuns, run_ids: Any, timeout_s: float) -> None:
+        release.set()  # /wait waits: the end may be stored now
+        await wait_for(self, run_ids, timeout_s)
+
+    monkeypatch.setattr(SqliteRunStore, "_event_insert", held_end)
+    monkeypatch.setattr(LiveRuns, "wait_for", waiting)
+    async with api_client(settings(store_url=f"sqlite:///{db}")) as client:
+        run = await create(client, scripted(finish()))
+        assert await asyncio.to_thread(entered.wait, 10)
+        shown = (await client.get(f"/runs/{run['id']}")).json()
+        assert shown["status"] == "completed"  # the record first
+        ended = await wait_ended(client, run["id"])
+        stored = await asyncio.to_thread(committed_types, db)
+    assert ended["status"] == "completed"
+    assert stored[-1] == "run.completed"
+
+
+def committed_types(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return [t for (t,) in conn.execute("SELECT type FROM events ORDER BY seq")]

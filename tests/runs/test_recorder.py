@@ -1,6 +1,7 @@
 """The recorder queues a run's events and goes on while the store makes them durable; it
-waits for them where it matters: before a tool call can run (its action), at a checkpoint,
-before the run waits for a person, at the end, and when too many are in flight."""
+waits for them where it matters: before a call that must not run twice can run (its action),
+at a checkpoint, before the run waits for a person, at the end (its closing write queued
+behind them, refused if one failed), and when too many are in flight."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from app.runs.quotas.local import LocalQuotas
 from app.runs.quotas.seam import QuotaLimits
 from app.runs.recorder import MAX_UNSETTLED, RunRecorder
 from app.runs.records import Event, RunRecord, RunStatus, new_run_id
+from app.runs.store import WritesFailedError
 from app.runs.stores.memory import MemoryRunStore
 
 BOUND_S = 10  # a failure bound, not a wait
@@ -43,6 +45,31 @@ class HeldStore:
         self.queued: list[tuple[str, asyncio.Future[Event]]] = []
         self.written: list[str] = []  # what was written at once (append, save_checkpoint)
         self.awaited = asyncio.Event()  # set when a queued append is waited for
+        self.failures = 0  # queued writes failed (`fail`)
+        self.closing: list[tuple[str, int]] = []  # closing writes queued: type, failures
+        self.closed: list[str] = []  # closing writes made (`settle_all`)
+
+    def write_failures(self) -> int:
+        return self.failures
+
+    async def append_closing(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord,
+        failures: int,
+    ) -> Awaitable[Event]:
+        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self.queued.append((type, future))
+        self.closing.append((type, failures))
+        return HeldWrite(future, self.awaited)
+
+    def fail(self, index: int, exc: Exception) -> None:
+        self.queued[index][1].set_exception(exc)
+        self.failures += 1
 
     async def append_soon(
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]
@@ -74,10 +101,19 @@ class HeldStore:
         return HeldWrite(future, self.awaited)
 
     def settle_all(self) -> None:
+        """Store every queued write; a closing one only if no write failed since the run's
+        pending writes began (else refused, as a store does)."""
+        closing = dict(self.closing)
         for type, future in self.queued:
-            if not future.done():
-                done = None if type == "checkpoint" else Event("r", 0, EventType(type), 0.0, 1, {})
-                future.set_result(done)
+            if future.done():
+                continue
+            if type in closing and self.failures > closing[type]:
+                future.set_exception(WritesFailedError("refused"))
+                continue
+            if type in closing:
+                self.closed.append(type)
+            done = None if type == "checkpoint" else Event("r", 0, EventType(type), 0.0, 1, {})
+            future.set_result(done)
 
 
 def recorder(store: HeldStore) -> RunRecorder:
@@ -196,7 +232,7 @@ async def test_a_failed_queued_write_fails_the_next_wait_once() -> None:
     store, run = HeldStore(), run_record()
     rec = recorder(store)
     await rec.record(run, Thought(1, "thinking"))
-    store.queued[0][1].set_exception(OSError("disk I/O error"))
+    store.fail(0, OSError("disk I/O error"))
     with pytest.raises(OSError, match="disk I/O error"), anyio.fail_after(BOUND_S):
         await rec.record(run, Action(1, "c1", "calculator", {}))
     # the failure was reported: ending the run (failed, by the manager) is not refused again
@@ -207,17 +243,61 @@ async def test_a_failed_queued_write_fails_the_next_wait_once() -> None:
     assert store.written == ["run.failed"]
 
 
-async def test_the_end_stores_the_terminal_record_and_event_in_one_write_after_the_queue() -> None:
+async def test_the_end_with_nothing_queued_stores_the_terminal_record_and_event_at_once() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    with anyio.fail_after(BOUND_S):
+        await rec.end(run, StopReason.FINISHED, "42")
+    assert store.written == ["run.completed"]
+    assert run.status is RunStatus.COMPLETED
+
+
+async def test_the_end_queues_its_closing_write_behind_the_runs_queued_writes() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
+    await store.waited_on()  # the end waits for the thought with its closing write queued
+    assert [t for t, _ in store.queued] == ["thought", "run.completed"]
+    assert store.closing == [("run.completed", 0)]
+    assert not ending.done()
+    store.settle_all()  # one commit for both
+    with anyio.fail_after(BOUND_S):
+        await ending
+    assert store.written == []
+    assert store.closed == ["run.completed"]
+    assert run.status is RunStatus.COMPLETED
+
+
+async def test_a_closing_write_behind_a_failed_one_is_refused_and_the_record_put_back() -> None:
     store, run = HeldStore(), run_record()
     rec = recorder(store)
     await rec.record(run, Thought(1, "thinking"))
     ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
     await store.waited_on()
-    assert store.written == []  # not before the thought is stored
+    store.fail(0, OSError("disk I/O error"))
+    store.settle_all()
+    with pytest.raises(OSError, match="disk I/O error"), anyio.fail_after(BOUND_S):
+        await ending
+    assert (store.closed, store.written) == ([], [])
+    assert (run.status, run.result, run.ended_at) == (RunStatus.RUNNING, None, None)
+    with anyio.fail_after(BOUND_S):  # the manager fails the run: its one terminal write
+        await rec.end(run, StopReason.ERROR)
+    assert store.written == ["run.failed"]
+    assert run.status is RunStatus.FAILED
+
+
+async def test_a_closing_write_refused_for_another_runs_failure_is_made_again() -> None:
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
+    await store.waited_on()
+    store.failures += 1  # a write of another run failed meanwhile
     store.settle_all()
     with anyio.fail_after(BOUND_S):
         await ending
-    assert store.written == ["run.completed"]
+    assert (store.closed, store.written) == ([], ["run.completed"])
     assert run.status is RunStatus.COMPLETED
 
 
@@ -233,3 +313,19 @@ async def test_a_run_waits_once_it_has_max_unsettled_writes_in_flight() -> None:
     store.settle_all()
     with anyio.fail_after(BOUND_S):
         await full
+
+
+async def test_a_queued_write_that_failed_uncounted_after_the_end_was_stored_ends_it_once() -> None:
+    """A failure the store did not count (none of ours should exist): the closing write was
+    made, so the run has ended, once; the failure is logged, not turned into a second end."""
+    store, run = HeldStore(), run_record()
+    rec = recorder(store)
+    await rec.record(run, Thought(1, "thinking"))
+    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
+    await store.waited_on()
+    store.queued[0][1].set_exception(OSError("disk I/O error"))  # not counted
+    store.settle_all()
+    with anyio.fail_after(BOUND_S):
+        await ending
+    assert (store.closed, store.written) == (["run.completed"], [])
+    assert run.status is RunStatus.COMPLETED

@@ -310,8 +310,9 @@ async def decide_approvals(
     "/{run_id}/wait",
     response_model=RunView,
     summary="Wait for a run to end",
-    description="Blocks until the run ends or waits for a person (`requires_action`), or answers "
-    "with the run as it stands after timeout_s.",
+    description="Blocks until the run ends (its terminal event stored: the events read after "
+    "it are complete) or waits for a person (`requires_action`), or answers with the run as it "
+    "stands after timeout_s.",
     responses={**ERRORS, 422: {"model": ErrorBody}},
 )
 async def wait_run(

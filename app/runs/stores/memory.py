@@ -24,6 +24,7 @@ from app.runs.store import (
     DuplicateRunError,
     FirstEvent,
     StoreError,
+    WritesAtOnce,
     read_record,
     settled,
 )
@@ -97,7 +98,7 @@ class MemoryCounters:
         return sum(1 for r in runs if r.owner == owner and r.status in WAITING_OR_ACTIVE)
 
 
-class MemoryRunStore:
+class MemoryRunStore(WritesAtOnce):
     def __init__(self) -> None:
         self._runs: dict[str, _Row] = {}
         self.counters = MemoryCounters(self._runs)

@@ -36,6 +36,7 @@ from app.runs.store import Checkpoint, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.postgres_closing import QueuedClosing
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
@@ -70,11 +71,10 @@ IDLE_TX = "-c idle_in_transaction_session_timeout=5s"
 """A session idle in a transaction 5 s is ended: a frozen replica's row locks go with it."""
 
 
-class PostgresRunStore(PostgresSummaries):
-    """A `RunStore` in Postgres (13 or newer; run summaries: `PostgresSummaries`). `schema`:
-    where its tables are (`FINISHLINE_PG_SCHEMA`); `pool_size`: the most connections it
-    opens, besides the one that listens; `retention_s`: how long a terminal run is kept (0:
-    for good)."""
+class PostgresRunStore(QueuedClosing, PostgresSummaries):
+    """A `RunStore` in Postgres 13+ (summaries: `PostgresSummaries`). `schema`: where its
+    tables are (`FINISHLINE_PG_SCHEMA`); `pool_size`: the most connections it opens, besides
+    the one that listens; `retention_s`: how long a terminal run is kept (0: for good)."""
 
     shared = True  # several processes may serve this store at once
 

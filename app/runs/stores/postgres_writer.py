@@ -58,6 +58,7 @@ class PostgresWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.commits = 0
+        self.failures = 0  # writes that failed (their futures' exceptions), counted on the loop
 
     @property
     def pending(self) -> int:
@@ -72,10 +73,20 @@ class PostgresWriter:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
-        future.add_done_callback(_seen)
+        future.add_done_callback(self._counted)
         self._queue.append(_Write(apply, future, after_commit))
         self._wake.set()
         return future
+
+    async def drained(self) -> None:
+        """Return once every write submitted before has its outcome, and `failures` counts
+        the ones that failed (their callbacks ran first: in the order they were resolved)."""
+        await asyncio.wait([self.submit(_nothing)])
+
+    def _counted(self, future: asyncio.Future[Any]) -> None:
+        _seen(future)
+        if not future.cancelled() and future.exception() is not None:
+            self.failures += 1
 
     async def stop(self) -> None:
         """Commit what is queued, then end the task."""

@@ -32,6 +32,7 @@ from app.runs.store import (
     LeaseLostError,
     RunGoneError,
     StoreError,
+    WritesAtOnce,
     read_record,
     settled,
 )
@@ -61,7 +62,7 @@ DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 
 
 @translated
-class RedisRunStore(RedisSummaries):
+class RedisRunStore(WritesAtOnce, RedisSummaries):
     """A `RunStore` in Redis 7 (run summaries: `RedisSummaries`). `prefix` starts every key
     (several deployments can share a database); `retention_s`: how long a terminal run is kept."""
 

@@ -22,18 +22,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.engine.events import EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.reports.summaries import RunFilter
 from app.runs.store import Checkpoint, DuplicateRunError, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas
-from app.runs.stores.events import encode, stored
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.sqlite_counters import SqliteCounters
 from app.runs.stores.sqlite_reports import SqliteSummaries, where_matching
@@ -41,7 +39,7 @@ from app.runs.stores.sqlite_rows import (
     UPSERT_RUN,
     checkpoint_query,
     checkpoint_upsert,
-    raise_if_no_such_run,
+    event_insert,
     record_of,
     run_row,
     tree_member,
@@ -279,8 +277,30 @@ class SqliteRunStore(SqliteSummaries):
             await future
         return future
 
+    def write_failures(self) -> int:
+        return self._writer.failures
+
+    async def append_closing(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord,
+        failures: int,
+    ) -> Awaitable[Event]:
+        """Queued with the run's last writes, guarded by the writer (`sqlite_threads`)."""
+        return self._queue_append(run_id, type, step, data, record, failures)
+
     def _queue_append(
-        self, run_id: str, type: EventType, step: int, data: Any, record: RunRecord | None
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: Any,
+        record: RunRecord | None,
+        unless_failures_above: int | None = None,
     ) -> asyncio.Future[Event]:
         """The append (with `record`: saved first, in the same transaction), queued."""
         self._check_open()
@@ -292,38 +312,17 @@ class SqliteRunStore(SqliteSummaries):
             save(conn)  # type: ignore[misc]  # (only with a record)
             return insert(conn)
 
-        return self._writer.submit(insert if save is None else write, self.fanout.publish)
+        return self._writer.submit(
+            insert if save is None else write,
+            self.fanout.publish,
+            unless_failures_above=unless_failures_above,
+        )
 
     def _event_insert(
         self, run_id: str, type: EventType, step: int, data: dict[str, Any]
     ) -> Callable[[sqlite3.Connection], Event]:
         """The write that appends an event (its JSON made now: the caller may change `data`)."""
-        payload = encode(data)
-        ts = time.time()
-
-        def insert(conn: sqlite3.Connection) -> Event:
-            seq = self._next_seq.get(run_id)
-            if seq is None:
-                (last,) = conn.execute(
-                    "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,)
-                ).fetchone()
-                seq = (last or 0) + 1
-            try:
-                conn.execute(
-                    "INSERT INTO events (run_id, seq, type, ts, step, data) VALUES (?,?,?,?,?,?)",
-                    (run_id, seq, type, ts, step, payload),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise_if_no_such_run(exc, run_id)
-                raise
-            if type in TERMINAL_EVENT_TYPES:  # the run is over: free its cache entries
-                self._next_seq.pop(run_id, None)
-                self._chunked.pop(run_id, None)
-            else:
-                self._next_seq[run_id] = seq + 1
-            return stored(run_id, seq, type, ts, step, payload)  # as replayed
-
-        return insert
+        return event_insert(self._next_seq, self._chunked, run_id, type, step, data)
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         sql = (

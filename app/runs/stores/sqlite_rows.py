@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
-from app.runs.records import RunRecord
+from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.runs.records import Event, RunRecord
 from app.runs.store import CHECKPOINT_FORMAT, Checkpoint, DuplicateRunError, read_record
 from app.runs.stores.checkpoints import CheckpointWrite, loaded, stored_count
+from app.runs.stores.events import encode, stored
 from app.runs.stores.sqlite_reports import summary_write
 
 # Never INSERT OR REPLACE a run: REPLACE deletes the row first, and the cascade its events.
@@ -152,3 +155,42 @@ def checkpoint_query(run_id: str, conn: sqlite3.Connection) -> Checkpoint | None
         return loaded(found[0], state, chunks, found[2])
     finally:
         conn.execute("COMMIT")
+
+
+def event_insert(
+    next_seq: dict[str, int],
+    chunked: dict[str, Any],
+    run_id: str,
+    type: EventType,
+    step: int,
+    data: dict[str, Any],
+) -> Callable[[sqlite3.Connection], Event]:
+    """The write that appends an event of the run, its seq from `next_seq` (the store's
+    cache: read from the table when missing), dropping the run's entries of both caches at
+    its terminal event. Its JSON is made now: the caller may change `data`."""
+    payload = encode(data)
+    ts = time.time()
+
+    def insert(conn: sqlite3.Connection) -> Event:
+        seq = next_seq.get(run_id)
+        if seq is None:
+            (last,) = conn.execute(
+                "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            seq = (last or 0) + 1
+        try:
+            conn.execute(
+                "INSERT INTO events (run_id, seq, type, ts, step, data) VALUES (?,?,?,?,?,?)",
+                (run_id, seq, type, ts, step, payload),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise_if_no_such_run(exc, run_id)
+            raise
+        if type in TERMINAL_EVENT_TYPES:  # the run is over: free its cache entries
+            next_seq.pop(run_id, None)
+            chunked.pop(run_id, None)
+        else:
+            next_seq[run_id] = seq + 1
+        return stored(run_id, seq, type, ts, step, payload)  # as replayed
+
+    return insert

@@ -15,6 +15,11 @@ transaction as a whole fails (BEGIN or COMMIT: disk full, I/O error, a lock held
 nothing of the batch is durable, every future in it fails, and `on_abort` lets the store
 forget state it derived from the batch (its next-seq cache).
 
+`failures` counts the writes that failed either way. A write submitted with
+`unless_failures_above=N` is not made, and fails with `WritesFailedError`, once more than N
+have (a run's closing write: `RunStore.append_closing`); the writer checks just before it
+would make it, after every write submitted before it has been made or has failed.
+
 Reads run on a small thread pool, each thread with its own connection; WAL lets them read the
 last commit while the writer writes. `close()` closes every one of those connections.
 """
@@ -31,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from app.runs.store import WritesFailedError
+
 T = TypeVar("T")
 Apply = Callable[[sqlite3.Connection], Any]
 AfterCommit = Callable[[Any], None]
@@ -41,6 +48,7 @@ class _Write:
     apply: Apply
     future: asyncio.Future[Any]
     after_commit: AfterCommit | None
+    unless_failures_above: int | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +74,7 @@ class GroupCommitWriter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Future[None] | None = None
         self.commits = 0  # transactions committed; written on the writer thread only
+        self.failures = 0  # writes that failed; written on the writer thread only
         self.pending = 0  # writes submitted and not yet resolved; loop thread only
 
     @property
@@ -79,12 +88,19 @@ class GroupCommitWriter:
         self._thread.start()
         await self._ready
 
-    def submit(self, apply: Apply, after_commit: AfterCommit | None = None) -> asyncio.Future[Any]:
-        """Queue `apply`; the future resolves with its result once the result is committed."""
+    def submit(
+        self,
+        apply: Apply,
+        after_commit: AfterCommit | None = None,
+        *,
+        unless_failures_above: int | None = None,
+    ) -> asyncio.Future[Any]:
+        """Queue `apply`; the future resolves with its result once the result is committed.
+        `unless_failures_above`: see the module's doc."""
         assert self._loop is not None, "start() first"
         future: asyncio.Future[Any] = self._loop.create_future()
         self.pending += 1
-        self._queue.put(_Write(apply, future, after_commit))
+        self._queue.put(_Write(apply, future, after_commit, unless_failures_above))
         return future
 
     async def stop(self) -> None:
@@ -132,12 +148,16 @@ class GroupCommitWriter:
         try:
             conn.execute("BEGIN IMMEDIATE")
             for write in batch:
+                if (refused := self._refused(write)) is not None:
+                    outcomes.append((write, False, refused))
+                    continue
                 conn.execute("SAVEPOINT write")
                 try:
                     value = write.apply(conn)
                 except Exception as exc:
                     conn.execute("ROLLBACK TO write")
                     conn.execute("RELEASE write")
+                    self.failures += 1
                     outcomes.append((write, False, exc))
                 else:
                     conn.execute("RELEASE write")
@@ -148,6 +168,7 @@ class GroupCommitWriter:
                 with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
                     conn.execute("ROLLBACK")
             self._on_abort()
+            self.failures += len(batch)
             outcomes = [(write, False, exc) for write in batch]
         else:
             self.commits += 1
@@ -155,12 +176,16 @@ class GroupCommitWriter:
 
     def _commit_one(self, conn: sqlite3.Connection, write: _Write) -> None:
         """A batch of one: its transaction is its savepoint (what raises rolls it all back)."""
+        if (refused := self._refused(write)) is not None:
+            self._to_loop(self._deliver, [(write, False, refused)])
+            return
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 value = write.apply(conn)
             except Exception as exc:
                 conn.execute("ROLLBACK")
+                self.failures += 1
                 outcome = (write, False, exc)
             else:
                 conn.execute("COMMIT")
@@ -171,8 +196,15 @@ class GroupCommitWriter:
                 with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
                     conn.execute("ROLLBACK")
             self._on_abort()
+            self.failures += 1
             outcome = (write, False, exc)
         self._to_loop(self._deliver, [outcome])
+
+    def _refused(self, write: _Write) -> WritesFailedError | None:
+        limit = write.unless_failures_above
+        if limit is None or self.failures <= limit:
+            return None
+        return WritesFailedError(f"{self.failures - limit} queued writes failed before it")
 
     def _to_loop(self, callback: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None
