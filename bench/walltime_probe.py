@@ -114,14 +114,16 @@ def _patch_writer() -> None:
         GroupCommitWriter._to_loop,
     )
 
-    def timed_submit(self: GroupCommitWriter, apply: Any, after_commit: Any = None) -> Any:
+    def timed_submit(
+        self: GroupCommitWriter, apply: Any, after_commit: Any = None, **options: Any
+    ) -> Any:
         queued = _now()
 
         def applied(conn: Any) -> Any:
             SAMPLES["write_queue_ms"].append((_now() - queued) * 1000)  # (list.append: atomic)
             return apply(conn)
 
-        return submit(self, applied, after_commit)
+        return submit(self, applied, after_commit, **options)
 
     def timed_commit(self: GroupCommitWriter, conn: sqlite3.Connection, batch: list[Any]) -> None:
         started = _now()
