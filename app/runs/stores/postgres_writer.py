@@ -59,6 +59,7 @@ class PostgresWriter:
         self._task: asyncio.Task[None] | None = None
         self.commits = 0
         self.failures = 0  # writes that failed (their futures' exceptions), counted on the loop
+        self._unresolved: set[asyncio.Future[Any]] = set()
 
     @property
     def pending(self) -> int:
@@ -74,16 +75,20 @@ class PostgresWriter:
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
         future.add_done_callback(self._counted)
+        self._unresolved.add(future)
         self._queue.append(_Write(apply, future, after_commit))
         self._wake.set()
         return future
 
     async def drained(self) -> None:
         """Return once every write submitted before has its outcome, and `failures` counts
-        the ones that failed (their callbacks ran first: in the order they were resolved)."""
-        await asyncio.wait([self.submit(_nothing)])
+        the ones that failed (each future's count runs before the wait's wake-up: its
+        callbacks run in the order they were added)."""
+        if self._unresolved:
+            await asyncio.wait(list(self._unresolved))
 
     def _counted(self, future: asyncio.Future[Any]) -> None:
+        self._unresolved.discard(future)
         _seen(future)
         if not future.cancelled() and future.exception() is not None:
             self.failures += 1
