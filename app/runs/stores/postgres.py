@@ -20,13 +20,11 @@ on every replica are woken by `LISTEN/NOTIFY` and read the rows (`postgres_follo
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 import structlog
-from psycopg_pool import AsyncConnectionPool
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.errors import RunUnreadableError
@@ -39,6 +37,7 @@ from app.runs.stores.fanout import Fanout
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
+from app.runs.stores.postgres_pool import POOL_TIMEOUT_S, make_pool
 from app.runs.stores.postgres_reports import PostgresSummaries, where_matching
 from app.runs.stores.postgres_rows import (
     Write,
@@ -62,12 +61,6 @@ log = structlog.get_logger("finishline.runs")
 T = TypeVar("T")
 
 DEFAULT_POOL_SIZE = 10
-POOL_TIMEOUT_S = 5.0
-"""A request that cannot have a connection this long is refused 503 `store_unavailable`."""
-CHECK_IDLE_S = 2.0
-"""A connection idle longer than this is checked (one round trip) before it is handed out."""
-IDLE_TX = "-c idle_in_transaction_session_timeout=5s"
-"""A session idle in a transaction 5 s is ended: a frozen replica's row locks go with it."""
 
 
 class PostgresRunStore(PostgresSummaries):
@@ -93,30 +86,15 @@ class PostgresRunStore(PostgresSummaries):
         self.retention_s = retention_s
         self.channel = f"{schema}_events"
         self.fanout = Fanout()
-        self._returned: dict[int, float] = {}  # id(connection) -> when it was given back
-        self.pool = AsyncConnectionPool(
-            url,
-            min_size=1,
-            max_size=pool_size,
-            open=False,
-            timeout=POOL_TIMEOUT_S,
-            kwargs={
-                "autocommit": True,
-                "options": f"-c search_path={schema} {IDLE_TX}",
-                "connect_timeout": 5,
-            },
-            check=self._check,
-            reset=self._note_returned,
-            name="finishline",
+        self.follower = PostgresFollower(
+            url, self.channel, self.read, self._last_seq, lambda: self.fanout
         )
+        self.pool = make_pool(url, self.schema, pool_size, self.follower.own)
         self._chunked: dict[str, int] = {}  # the writer's: messages in chunks, per run
         self._writer = PostgresWriter(self.pool.connection, on_abort=self._chunked.clear)
         self.counters = PostgresCounters(self.query, self.queue)
         self.threads = PostgresThreadIndex(self.query, self.submit)
         self.schedules = PostgresSchedules(self.query, self.submit)
-        self.follower = PostgresFollower(
-            url, self.channel, self.read, self._last_seq, lambda: self.fanout
-        )
         self._state = "new"
         self._fences: dict[str, str] = {}
         self.deltas = CheckpointDeltas()  # (`postgres_upkeep` plans with it too)
@@ -388,13 +366,3 @@ class PostgresRunStore(PostgresSummaries):
     async def _last_seq(self, run_id: str) -> int | None:
         rows = await self.query("SELECT last_seq FROM runs WHERE id = %s", (run_id,))
         return int(rows[0][0]) if rows else None
-
-    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Checked before use when idle a while: a dead one is replaced by the pool."""
-        if time.monotonic() - self._returned.get(id(conn), 0.0) > CHECK_IDLE_S:
-            await AsyncConnectionPool.check_connection(conn)
-
-    async def _note_returned(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._returned[id(conn)] = time.monotonic()
-        if len(self._returned) > 4 * (self.pool.max_size + 1):  # ids of closed ones
-            self._returned.clear()
