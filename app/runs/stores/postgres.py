@@ -20,6 +20,7 @@ on every replica are woken by `LISTEN/NOTIFY` and read the rows (`postgres_follo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from app.runs.store import Checkpoint, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.postgres_appends import Row, append_many
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
@@ -92,6 +94,7 @@ class PostgresRunStore(PostgresSummaries):
         self.pool = make_pool(url, self.schema, pool_size, self.follower.own)
         self._chunked: dict[str, int] = {}  # the writer's: messages in chunks, per run
         self._writer = PostgresWriter(self.pool.connection, on_abort=self._chunked.clear)
+        self._append_many = lambda conn, rows: append_many(conn, rows, self.channel)
         self.counters = PostgresCounters(self.query, self.queue)
         self.threads = PostgresThreadIndex(self.query, self.submit)
         self.schedules = PostgresSchedules(self.query, self.submit)
@@ -261,14 +264,15 @@ class PostgresRunStore(PostgresSummaries):
     ) -> asyncio.Future[Event]:
         """The append (with `record`: saved first, in the same transaction), queued."""
         self._check_open()
-        fence = self.fence_of(run_id)
-        insert = append_event(run_id, type, step, encode(data), fence, self.channel)
-        save = upsert_run(record, fence, self.channel) if record is not None else None
+        row = Row(run_id, self.fence_of(run_id), type, time.time(), step, encode(data))
+        insert = append_event(run_id, type, step, row.payload, row.fence, self.channel, row.ts)
         self.deltas.appended(run_id, type)
+        if record is None:  # made with the appends queued next to it (`postgres_appends`)
+            return self._writer.submit(insert, self.published, (self._append_many, row))
+        save = upsert_run(record, row.fence, self.channel)
 
         async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
-            if save is not None:  # in the same transaction, before the event
-                await save(conn)
+            await save(conn)  # in the same transaction, before the event
             return await insert(conn)
 
         return self._writer.submit(write, self.published)

@@ -127,9 +127,9 @@ def upsert_run(record: RunRecord, fence: str, channel: str) -> Write:
 
 
 def append_event(
-    run_id: str, type: str, step: int, payload: str, fence: str, channel: str
+    run_id: str, type: str, step: int, payload: str, fence: str, channel: str, ts: float = 0.0
 ) -> Callable[[Conn], Awaitable[Event]]:
-    ts = time.time()
+    ts = ts or time.time()
     params = (run_id, fence, fence, type, ts, step, payload, channel)
 
     async def append(conn: Conn) -> Event:

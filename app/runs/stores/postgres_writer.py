@@ -7,6 +7,10 @@ connection back, and only then hands the outcomes back in queue order: first the
 `after_commit` hook, then its future. Nothing is acknowledged before it is committed, and
 under load many writes share one commit (group commit, as the SQLite store's writer).
 
+Writes queued one after another that name the same `Many` (appends: `postgres_appends`) are
+made together, in one statement: it tells, for each, its outcome or why it was refused
+(`Failed`: that write fails alone, the others commit).
+
 A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
 then made again one write per transaction, so that write fails alone. A batch Postgres
 rolled back on a deadlock is made again the same way (`RETRIES` times at most). If the connection
@@ -35,6 +39,8 @@ log = structlog.get_logger("finishline.runs")
 
 Apply = Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]]
 AfterCommit = Callable[[Any], None]
+Many = Callable[[psycopg.AsyncConnection[Any], list[Any]], Awaitable[list[Any]]]
+"""Writes made together: given each one's item, the outcome of each (or `Failed`)."""
 MAX_BATCH = 256
 RETRIES = 3
 """Tries of a write Postgres rolled back on a deadlock or a serialization failure."""
@@ -42,10 +48,18 @@ STOP_TIMEOUT_S = 10.0
 
 
 @dataclass(slots=True)
+class Failed:
+    """A write of a `Many` refused without aborting the transaction: its future fails."""
+
+    error: Exception
+
+
+@dataclass(slots=True)
 class _Write:
     apply: Apply
     future: asyncio.Future[Any]
     after_commit: AfterCommit | None
+    many: tuple[Many, Any] | None = None
 
 
 class PostgresWriter:
@@ -68,12 +82,19 @@ class PostgresWriter:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="postgres writer")
 
-    def submit(self, apply: Apply, after_commit: AfterCommit | None = None) -> asyncio.Future[Any]:
+    def submit(
+        self,
+        apply: Apply,
+        after_commit: AfterCommit | None = None,
+        many: tuple[Many, Any] | None = None,
+    ) -> asyncio.Future[Any]:
+        """`many`: (a `Many`, this write's item), to be made with the writes next to it that
+        name the same `Many`; alone (a batch made again one write at a time), by `apply`."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
         future.add_done_callback(_seen)
-        self._queue.append(_Write(apply, future, after_commit))
+        self._queue.append(_Write(apply, future, after_commit, many))
         self._wake.set()
         return future
 
@@ -134,6 +155,9 @@ class PostgresWriter:
                 await self._commit([write])
             return
         for write, result in zip(batch, results, strict=True):
+            if isinstance(result, Failed):
+                _fail(write.future, result.error)
+                continue
             if write.after_commit is not None:
                 try:
                     write.after_commit(result)
@@ -145,13 +169,35 @@ class PostgresWriter:
     async def _transaction(self, batch: list[_Write]) -> list[Any]:
         try:
             async with self._connection() as conn, conn.transaction():
-                results = [await write.apply(conn) for write in batch]
+                results = await _apply(conn, batch)
         except BaseException:
             if self._on_abort is not None:
                 self._on_abort()
             raise
         self.commits += 1
         return results
+
+
+async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> list[Any]:
+    """Each write in order; the writes next to each other naming the same `Many`, together."""
+    results: list[Any] = []
+    start = 0
+    while start < len(batch):
+        many, items = batch[start].many, []
+        end = start
+        while many is not None and end < len(batch):
+            other = batch[end].many
+            if other is None or other[0] is not many[0]:
+                break
+            items.append(other[1])
+            end += 1
+        if many is not None and len(items) > 1:
+            results += await many[0](conn, items)
+        else:
+            results.append(await batch[start].apply(conn))
+            end = start + 1
+        start = end
+    return results
 
 
 async def _nothing(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -1,0 +1,105 @@
+"""Appends the Postgres writer makes together (`postgres_appends`): queued one after another,
+from several runs, they commit in one transaction with seqs 1..N per run in the order asked;
+one of a run another replica took over (or of a run that is gone) fails alone, without the
+others being made again; a run whose appends name two tokens in one batch is fenced by each."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+
+import pytest
+
+from app.engine.events import EventType
+from app.runs.records import Event, new_run_id
+from app.runs.store import LeaseLostError, RunGoneError
+from app.runs.stores.postgres import PostgresRunStore
+from app.runs.stores.postgres_rows import NOW_S
+from tests.runs.test_store_contract import record
+
+THOUGHT = EventType.THOUGHT
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[PostgresRunStore]:
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def leased(store: PostgresRunStore, token: str) -> str:
+    """A stored run whose lease `token` holds for a minute."""
+    run = record()
+    await store.create(run)
+    sql = f"UPDATE runs SET lease_token = %s, lease_until = {NOW_S} + 60 WHERE id = %s RETURNING 1"
+    rows = await store.query(sql, (token, run.id))
+    assert rows == [(1,)]
+    return run.id
+
+
+async def outcomes(futures: list[Awaitable[Event]]) -> list[Event | BaseException]:
+    return list(await asyncio.gather(*futures, return_exceptions=True))
+
+
+async def test_appends_of_several_runs_commit_together_and_a_fenced_one_fails_alone(
+    store: PostgresRunStore,
+) -> None:
+    mine, other, taken = [await leased(store, token) for token in ("a", "b", "c")]
+    store.hold(mine, "a")
+    store.hold(other, "b")
+    store.hold(taken, "mine-no-more")  # another replica's token "c" holds it
+    gone = new_run_id()
+    commits = store._writer.commits
+    futures: list[Awaitable[Event]] = []
+    for n in range(3):  # queued before the writer runs: one batch
+        for run_id in (mine, taken, other, gone):
+            futures.append(await store.append_soon(run_id, THOUGHT, n, {"n": n, "run": run_id}))
+    results = await outcomes(futures)
+
+    assert store._writer.commits == commits + 1  # one transaction, none made again
+    by_run = {run_id: results[i::4] for i, run_id in enumerate((mine, taken, other, gone))}
+    for run_id in (mine, other):
+        events = by_run[run_id]
+        assert all(isinstance(e, Event) for e in events)
+        assert [(e.seq, e.data) for e in events] == [  # type: ignore[union-attr]
+            (n + 1, {"n": n, "run": run_id}) for n in range(3)
+        ]
+        assert await store.read(run_id) == events
+    assert all(isinstance(e, LeaseLostError) for e in by_run[taken])
+    assert all(isinstance(e, RunGoneError) for e in by_run[gone])
+    assert await store.read(taken) == []
+    rows = await store.query("SELECT last_seq FROM runs WHERE id = %s", (taken,))
+    assert rows == [(0,)]
+
+
+async def test_a_run_whose_appends_name_two_tokens_in_one_batch_is_fenced_by_each(
+    store: PostgresRunStore,
+) -> None:
+    run_id = await leased(store, "new")
+    store.hold(run_id, "old")
+    first = await store.append_soon(run_id, THOUGHT, 1, {"n": 1})
+    store.hold(run_id, "new")
+    second = await store.append_soon(run_id, THOUGHT, 1, {"n": 2})
+    third = await store.append_soon(run_id, THOUGHT, 1, {"n": 3})
+    results = await outcomes([first, second, third])
+
+    assert isinstance(results[0], LeaseLostError)
+    assert [(e.seq, e.data) for e in results[1:]] == [(1, {"n": 2}), (2, {"n": 3})]  # type: ignore[union-attr]
+    assert [e.seq for e in await store.read(run_id)] == [1, 2]
+
+
+async def test_appends_made_together_reach_a_follower_once_each_in_order(
+    store: PostgresRunStore,
+) -> None:
+    run_id = await leased(store, "a")
+    store.hold(run_id, "a")
+    feed = store.subscribe(run_id)
+    first = asyncio.ensure_future(anext(feed))  # following while the appends are made
+    futures = [await store.append_soon(run_id, THOUGHT, 1, {"n": n}) for n in range(5)]
+    futures.append(await store.append_soon(run_id, EventType.RUN_COMPLETED, 1, {}))
+    await asyncio.gather(*futures)
+    seen = [await first] + [event async for event in feed]
+    assert [e.seq for e in seen] == [1, 2, 3, 4, 5, 6]
