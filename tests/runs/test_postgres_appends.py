@@ -103,3 +103,32 @@ async def test_appends_made_together_reach_a_follower_once_each_in_order(
     await asyncio.gather(*futures)
     seen = [await first] + [event async for event in feed]
     assert [e.seq for e in seen] == [1, 2, 3, 4, 5, 6]
+
+
+async def test_a_run_s_writes_between_appends_made_together_keep_their_order(
+    store: PostgresRunStore,
+) -> None:
+    first, second = [await leased(store, token) for token in ("a", "b")]
+    store.hold(first, "a")
+    store.hold(second, "b")
+    saved = (await store.get(first)).model_copy(update={"model": "saved"})  # type: ignore[union-attr]
+    commits = store._writer.commits
+    futures = [
+        await store.append_soon(first, THOUGHT, 1, {"n": 1}),
+        await store.append_soon(second, THOUGHT, 1, {"n": 1}),
+        await store.save_checkpoint_soon(second, 1, {"messages": []}),  # made before the group
+        await store.append_soon(first, THOUGHT, 2, {"n": 2}, record=saved),  # after it
+        await store.append_soon(first, THOUGHT, 3, {"n": 3}),
+        await store.append_soon(second, THOUGHT, 2, {"n": 2}),
+    ]
+    await asyncio.gather(*futures)
+
+    assert store._writer.commits == commits + 1
+    assert [(e.seq, e.data) for e in await store.read(first)] == [
+        (1, {"n": 1}),
+        (2, {"n": 2}),
+        (3, {"n": 3}),
+    ]
+    assert [e.seq for e in await store.read(second)] == [1, 2]
+    assert (await store.get(first)) == saved
+    assert (await store.load_checkpoint(second)) is not None

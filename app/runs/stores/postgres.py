@@ -181,7 +181,7 @@ class PostgresRunStore(PostgresSummaries):
         return event
 
     async def save(self, record: RunRecord) -> None:
-        await self.submit(upsert_run(record, self.fence_of(record.id), self.channel))
+        await self.submit(upsert_run(record, self.fence_of(record.id), self.channel), run=record.id)
 
     async def get(self, run_id: str) -> RunRecord | None:
         rows = await self.query("SELECT id, owner, record FROM runs WHERE id = %s", (run_id,))
@@ -268,14 +268,14 @@ class PostgresRunStore(PostgresSummaries):
         insert = append_event(run_id, type, step, row.payload, row.fence, self.channel, row.ts)
         self.deltas.appended(run_id, type)
         if record is None:  # made with the appends queued next to it (`postgres_appends`)
-            return self._writer.submit(insert, self.published, (self._append_many, row))
+            return self._writer.submit(insert, self.published, (self._append_many, row), run_id)
         save = upsert_run(record, row.fence, self.channel)
 
         async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
             await save(conn)  # in the same transaction, before the event
             return await insert(conn)
 
-        return self._writer.submit(write, self.published)
+        return self._writer.submit(write, self.published, run=run_id)
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         return await self.with_connection(lambda conn: read_events(conn, run_id, after, limit))
@@ -291,7 +291,8 @@ class PostgresRunStore(PostgresSummaries):
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
         fence = self.fence_of(run_id)
         with self.deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
-            await self.submit(checkpoint_upsert(run_id, step, write, fence, self._chunked))
+            upsert = checkpoint_upsert(run_id, step, write, fence, self._chunked)
+            await self.submit(upsert, run=run_id)
 
     async def save_checkpoint_soon(
         self, run_id: str, step: int, state: dict[str, Any]
@@ -300,7 +301,7 @@ class PostgresRunStore(PostgresSummaries):
         self._check_open()
         write = self.deltas.plan(run_id, state)
         upsert = checkpoint_upsert(run_id, step, write, self.fence_of(run_id), self._chunked)
-        future: asyncio.Future[None] = self._writer.submit(upsert)
+        future: asyncio.Future[None] = self._writer.submit(upsert, run=run_id)
         future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
         return future
 
@@ -336,16 +337,19 @@ class PostgresRunStore(PostgresSummaries):
             what = "closed" if self._state == "closed" else "not open yet: call open() first"
             raise StoreError(f"the Postgres store is {what}")
 
-    async def submit(self, apply: Write, after_commit: Callable[[Any], None] | None = None) -> Any:
-        """Make the write (behind every write asked before) and return its outcome."""
-        return await self.queue(apply, after_commit)
+    async def submit(
+        self, apply: Write, after_commit: Callable[[Any], None] | None = None, run: str = ""
+    ) -> Any:
+        """Make the write (behind every write asked before) and return its outcome; `run`:
+        the only run it touches (`postgres_writer`), if one."""
+        return await self.queue(apply, after_commit, run)
 
     def queue(
-        self, apply: Write, after_commit: Callable[[Any], None] | None = None
+        self, apply: Write, after_commit: Callable[[Any], None] | None = None, run: str = ""
     ) -> asyncio.Future[Any]:
         """Queue the write (behind every write asked before); what to await for it."""
         self._check_open()
-        return self._writer.submit(apply, after_commit)
+        return self._writer.submit(apply, after_commit, run=run or None)
 
     async def with_connection(
         self, use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]

@@ -7,9 +7,11 @@ connection back, and only then hands the outcomes back in queue order: first the
 `after_commit` hook, then its future. Nothing is acknowledged before it is committed, and
 under load many writes share one commit (group commit, as the SQLite store's writer).
 
-Writes queued one after another that name the same `Many` (appends: `postgres_appends`) are
-made together, in one statement: it tells, for each, its outcome or why it was refused
-(`Failed`: that write fails alone, the others commit).
+Writes of a batch that name the same `Many` (appends: `postgres_appends`) are made together,
+in one statement: it tells, for each, its outcome or why it was refused (`Failed`: that write
+fails alone, the others commit). A write that names the one run it touches (`run`) may be
+made before such a group queued ahead of it when none of the group is of its run; one that
+does not (most) is made after all that was queued before it, as every write of that run is.
 
 A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
 then made again one write per transaction, so that write fails alone. A batch Postgres
@@ -60,6 +62,7 @@ class _Write:
     future: asyncio.Future[Any]
     after_commit: AfterCommit | None
     many: tuple[Many, Any] | None = None
+    run: str | None = None
 
 
 class PostgresWriter:
@@ -87,14 +90,17 @@ class PostgresWriter:
         apply: Apply,
         after_commit: AfterCommit | None = None,
         many: tuple[Many, Any] | None = None,
+        run: str | None = None,
     ) -> asyncio.Future[Any]:
-        """`many`: (a `Many`, this write's item), to be made with the writes next to it that
-        name the same `Many`; alone (a batch made again one write at a time), by `apply`."""
+        """`many`: (a `Many`, this write's item), to be made with the other writes of the
+        batch that name the same `Many`; alone (a batch made again one write at a time), by
+        `apply`. `run`: the only run the write touches (given with `many`: required)."""
+        assert many is None or run is not None, "a write made with others names its run"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
         future.add_done_callback(_seen)
-        self._queue.append(_Write(apply, future, after_commit, many))
+        self._queue.append(_Write(apply, future, after_commit, many, run))
         self._wake.set()
         return future
 
@@ -179,24 +185,37 @@ class PostgresWriter:
 
 
 async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> list[Any]:
-    """Each write in order; the writes next to each other naming the same `Many`, together."""
-    results: list[Any] = []
-    start = 0
-    while start < len(batch):
-        many, items = batch[start].many, []
-        end = start
-        while many is not None and end < len(batch):
-            other = batch[end].many
-            if other is None or other[0] is not many[0]:
-                break
-            items.append(other[1])
-            end += 1
-        if many is not None and len(items) > 1:
-            results += await many[0](conn, items)
-        else:
-            results.append(await batch[start].apply(conn))
-            end = start + 1
-        start = end
+    """Each write's outcome, in the batch's order. The writes naming a `Many` are gathered in
+    a group, made together when a write of one of the group's runs (or of no named run), or
+    a write naming another `Many`, comes next, and at the end: every write of a run is made in
+    the order asked, and one of another run may be made before a group queued ahead of it."""
+    results: list[Any] = [None] * len(batch)
+    group: list[tuple[int, Any]] = []  # (where in the batch, item)
+    runs: set[str | None] = set()
+    together: Many | None = None
+
+    async def made_together() -> None:
+        if len(group) == 1:
+            results[group[0][0]] = await batch[group[0][0]].apply(conn)
+        elif together is not None and group:
+            made = await together(conn, [item for _, item in group])
+            for (i, _), result in zip(group, made, strict=True):
+                results[i] = result
+        group.clear()
+        runs.clear()
+
+    for i, write in enumerate(batch):
+        if write.many is not None:
+            if group and write.many[0] is not together:
+                await made_together()
+            together = write.many[0]
+            group.append((i, write.many[1]))
+            runs.add(write.run)
+            continue
+        if group and (write.run is None or write.run in runs):
+            await made_together()
+        results[i] = await write.apply(conn)
+    await made_together()
     return results
 
 
