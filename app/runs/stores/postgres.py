@@ -181,7 +181,9 @@ class PostgresRunStore(PostgresSummaries):
         return event
 
     async def save(self, record: RunRecord) -> None:
-        await self.submit(upsert_run(record, self.fence_of(record.id), self.channel), run=record.id)
+        await self.submit(
+            upsert_run(record, self.fence_of(record.id), self.channel), touches=record.id
+        )
 
     async def get(self, run_id: str) -> RunRecord | None:
         rows = await self.query("SELECT id, owner, record FROM runs WHERE id = %s", (run_id,))
@@ -275,7 +277,7 @@ class PostgresRunStore(PostgresSummaries):
             await save(conn)  # in the same transaction, before the event
             return await insert(conn)
 
-        return self._writer.submit(write, self.published, run=run_id)
+        return self._writer.submit(write, self.published, touches=run_id)
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         return await self.with_connection(lambda conn: read_events(conn, run_id, after, limit))
@@ -292,7 +294,7 @@ class PostgresRunStore(PostgresSummaries):
         fence = self.fence_of(run_id)
         with self.deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
             upsert = checkpoint_upsert(run_id, step, write, fence, self._chunked)
-            await self.submit(upsert, run=run_id)
+            await self.submit(upsert, touches=run_id)
 
     async def save_checkpoint_soon(
         self, run_id: str, step: int, state: dict[str, Any]
@@ -301,7 +303,7 @@ class PostgresRunStore(PostgresSummaries):
         self._check_open()
         write = self.deltas.plan(run_id, state)
         upsert = checkpoint_upsert(run_id, step, write, self.fence_of(run_id), self._chunked)
-        future: asyncio.Future[None] = self._writer.submit(upsert, run=run_id)
+        future: asyncio.Future[None] = self._writer.submit(upsert, touches=run_id)
         future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
         return future
 
@@ -338,18 +340,18 @@ class PostgresRunStore(PostgresSummaries):
             raise StoreError(f"the Postgres store is {what}")
 
     async def submit(
-        self, apply: Write, after_commit: Callable[[Any], None] | None = None, run: str = ""
+        self, apply: Write, after_commit: Callable[[Any], None] | None = None, touches: str = ""
     ) -> Any:
-        """Make the write (behind every write asked before) and return its outcome; `run`:
-        the only run it touches (`postgres_writer`), if one."""
-        return await self.queue(apply, after_commit, run)
+        """Make the write (behind every write asked before) and return its outcome;
+        `touches`: the one run whose rows it writes, if so (`postgres_writer`)."""
+        return await self.queue(apply, after_commit, touches)
 
     def queue(
-        self, apply: Write, after_commit: Callable[[Any], None] | None = None, run: str = ""
+        self, apply: Write, after_commit: Callable[[Any], None] | None = None, touches: str = ""
     ) -> asyncio.Future[Any]:
         """Queue the write (behind every write asked before); what to await for it."""
         self._check_open()
-        return self._writer.submit(apply, after_commit, run=run or None)
+        return self._writer.submit(apply, after_commit, touches=touches or None)
 
     async def with_connection(
         self, use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]

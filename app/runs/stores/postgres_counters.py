@@ -12,7 +12,7 @@ from typing import Any
 
 from app.runs.records import RunStatus
 from app.runs.store import DayUsage
-from app.runs.stores.postgres_rows import Conn, Write
+from app.runs.stores.postgres_rows import Conn
 
 Query = Callable[[str, tuple[Any, ...]], Awaitable[list[tuple[Any, ...]]]]
 
@@ -35,7 +35,7 @@ _UNENDED = tuple(s.value for s in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatu
 
 
 class PostgresCounters:
-    def __init__(self, query: Query, submit: Callable[[Write], Awaitable[Any]]) -> None:
+    def __init__(self, query: Query, submit: Callable[..., Awaitable[Any]]) -> None:
         self._query = query
         self._submit = submit
 
@@ -61,7 +61,7 @@ class PostgresCounters:
         async def add(conn: Conn) -> None:
             await conn.execute(_ADD, row)
 
-        return self._submit(add)
+        return self._submit(add, None, f"key_days {owner or ''}")  # no run's rows
 
     async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
         async def note(conn: Conn) -> None:

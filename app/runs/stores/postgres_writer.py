@@ -9,9 +9,10 @@ under load many writes share one commit (group commit, as the SQLite store's wri
 
 Writes of a batch that name the same `Many` (appends: `postgres_appends`) are made together,
 in one statement: it tells, for each, its outcome or why it was refused (`Failed`: that write
-fails alone, the others commit). A write that names the one run it touches (`run`) may be
-made before such a group queued ahead of it when none of the group is of its run; one that
-does not (most) is made after all that was queued before it, as every write of that run is.
+fails alone, the others commit). A write that names what it touches (`touches`: the one run
+whose rows it writes, or rows no run has, such as a key's usage) may be made before such a
+group queued ahead of it when none of the group touches the same; one that does not is made
+after all that was queued before it, as every write of a run is.
 
 A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
 then made again one write per transaction, so that write fails alone. A batch Postgres
@@ -62,7 +63,7 @@ class _Write:
     future: asyncio.Future[Any]
     after_commit: AfterCommit | None
     many: tuple[Many, Any] | None = None
-    run: str | None = None
+    touches: str | None = None
 
 
 class PostgresWriter:
@@ -90,17 +91,18 @@ class PostgresWriter:
         apply: Apply,
         after_commit: AfterCommit | None = None,
         many: tuple[Many, Any] | None = None,
-        run: str | None = None,
+        touches: str | None = None,
     ) -> asyncio.Future[Any]:
         """`many`: (a `Many`, this write's item), to be made with the other writes of the
         batch that name the same `Many`; alone (a batch made again one write at a time), by
-        `apply`. `run`: the only run the write touches (given with `many`: required)."""
-        assert many is None or run is not None, "a write made with others names its run"
+        `apply`. `touches`: the one run whose rows the write touches (or a name for other rows
+        no run has); required with `many`."""
+        assert many is None or touches is not None, "a write made with others names its run"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
         future.add_done_callback(_seen)
-        self._queue.append(_Write(apply, future, after_commit, many, run))
+        self._queue.append(_Write(apply, future, after_commit, many, touches))
         self._wake.set()
         return future
 
@@ -186,12 +188,13 @@ class PostgresWriter:
 
 async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> list[Any]:
     """Each write's outcome, in the batch's order. The writes naming a `Many` are gathered in
-    a group, made together when a write of one of the group's runs (or of no named run), or
+    a group, made together when a write touching what one of the group touches (or not
+    saying what it touches), or
     a write naming another `Many`, comes next, and at the end: every write of a run is made in
     the order asked, and one of another run may be made before a group queued ahead of it."""
     results: list[Any] = [None] * len(batch)
     group: list[tuple[int, Any]] = []  # (where in the batch, item)
-    runs: set[str | None] = set()
+    touched: set[str | None] = set()
     together: Many | None = None
 
     async def made_together() -> None:
@@ -202,7 +205,7 @@ async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> lis
             for (i, _), result in zip(group, made, strict=True):
                 results[i] = result
         group.clear()
-        runs.clear()
+        touched.clear()
 
     for i, write in enumerate(batch):
         if write.many is not None:
@@ -210,9 +213,9 @@ async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> lis
                 await made_together()
             together = write.many[0]
             group.append((i, write.many[1]))
-            runs.add(write.run)
+            touched.add(write.touches)
             continue
-        if group and (write.run is None or write.run in runs):
+        if group and (write.touches is None or write.touches in touched):
             await made_together()
         results[i] = await write.apply(conn)
     await made_together()
