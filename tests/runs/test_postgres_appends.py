@@ -12,7 +12,7 @@ import pytest
 
 from app.engine.events import EventType
 from app.runs.records import Event, new_run_id
-from app.runs.store import LeaseLostError, RunGoneError
+from app.runs.store import Checkpoint, LeaseLostError, RunGoneError
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
 from tests.runs.test_store_contract import record
@@ -132,3 +132,39 @@ async def test_a_run_s_writes_between_appends_made_together_keep_their_order(
     assert [e.seq for e in await store.read(second)] == [1, 2]
     assert (await store.get(first)) == saved
     assert (await store.load_checkpoint(second)) is not None
+
+
+def said(n: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"message {i}"} for i in range(n)]
+
+
+async def test_checkpoints_of_several_runs_commit_together_and_a_fenced_one_fails_alone(
+    store: PostgresRunStore,
+) -> None:
+    mine, other, taken = [await leased(store, token) for token in ("a", "b", "c")]
+    store.hold(mine, "a")
+    store.hold(other, "b")
+    store.hold(taken, "mine-no-more")
+    live = said(5)  # the run's conversation, growing: its checkpoints after the first, deltas
+    await store.save_checkpoint(mine, 1, {"messages": live[:2]})
+    commits = store._writer.commits
+    futures = [
+        await store.save_checkpoint_soon(mine, 2, {"messages": live[:3]}),
+        await store.save_checkpoint_soon(other, 1, {"messages": said(1)}),
+        await store.save_checkpoint_soon(taken, 1, {"messages": said(1)}),
+        await store.save_checkpoint_soon(mine, 3, {"messages": live}),  # in the next statement
+        await store.save_checkpoint_soon(other, 2, {"messages": said(2)}),
+    ]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+
+    assert store._writer.commits == commits + 1
+    assert results[:2] + results[3:] == [None] * 4
+    assert isinstance(results[2], LeaseLostError)
+    assert await store.load_checkpoint(mine) == Checkpoint(3, {"messages": said(5)})
+    assert await store.load_checkpoint(other) == Checkpoint(2, {"messages": said(2)})
+    assert await store.load_checkpoint(taken) is None
+    chunks = await store.query("SELECT start FROM checkpoint_chunks WHERE run_id = %s", (mine,))
+    assert sorted(chunks) == [(0,), (2,), (3,)]  # deltas on the whole of step 1
+    store.hold(taken, "c")  # its lease again: its next checkpoint is whole
+    await store.save_checkpoint(taken, 2, {"messages": said(2)})
+    assert await store.load_checkpoint(taken) == Checkpoint(2, {"messages": said(2)})

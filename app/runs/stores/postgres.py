@@ -32,10 +32,11 @@ from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.reports.summaries import RunFilter
 from app.runs.store import Checkpoint, FirstEvent, StoreError
-from app.runs.stores.checkpoints import CheckpointDeltas
+from app.runs.stores.checkpoints import CheckpointDeltas, CheckpointWrite
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
 from app.runs.stores.postgres_appends import Row, append_many
+from app.runs.stores.postgres_checkpoints import Saved, save_many
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
@@ -95,6 +96,7 @@ class PostgresRunStore(PostgresSummaries):
         self._chunked: dict[str, int] = {}  # the writer's: messages in chunks, per run
         self._writer = PostgresWriter(self.pool.connection, on_abort=self._chunked.clear)
         self._append_many = lambda conn, rows: append_many(conn, rows, self.channel)
+        self._save_many = lambda conn, saved: save_many(conn, saved, self._chunked)
         self.counters = PostgresCounters(self.query, self.queue)
         self.threads = PostgresThreadIndex(self.query, self.submit)
         self.schedules = PostgresSchedules(self.query, self.submit)
@@ -291,21 +293,26 @@ class PostgresRunStore(PostgresSummaries):
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        fence = self.fence_of(run_id)
         with self.deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
-            upsert = checkpoint_upsert(run_id, step, write, fence, self._chunked)
-            await self.submit(upsert, touches=run_id)
+            await self._queue_checkpoint(run_id, step, write)
 
     async def save_checkpoint_soon(
         self, run_id: str, step: int, state: dict[str, Any]
     ) -> Awaitable[None]:
         """Queued as `append_soon`: it commits with the run's next events (`checkpoint_upsert`)."""
         self._check_open()
-        write = self.deltas.plan(run_id, state)
-        upsert = checkpoint_upsert(run_id, step, write, self.fence_of(run_id), self._chunked)
-        future: asyncio.Future[None] = self._writer.submit(upsert, touches=run_id)
+        future = self._queue_checkpoint(run_id, step, self.deltas.plan(run_id, state))
         future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
         return future
+
+    def _queue_checkpoint(
+        self, run_id: str, step: int, write: CheckpointWrite
+    ) -> asyncio.Future[None]:
+        """Made with the other checkpoints of its batch (`postgres_checkpoints`)."""
+        self._check_open()
+        saved = Saved(run_id, self.fence_of(run_id), step, write)
+        upsert = checkpoint_upsert(run_id, step, write, saved.fence, self._chunked)
+        return self._writer.submit(upsert, None, (self._save_many, saved), run_id)
 
     def _forget_if_failed(self, run_id: str, done: asyncio.Future[None]) -> None:
         if done.cancelled() or done.exception() is not None:

@@ -77,12 +77,12 @@ async def _append(conn: Conn, rows: Sequence[Row], channel: str) -> list[Event |
             results.append(stored(row.run_id, seq, row.type, row.ts, row.step, row.payload))
             continue
         if row.run_id not in refusals:
-            refusals[row.run_id] = Failed(await _why_refused(conn, row.run_id))
+            refusals[row.run_id] = Failed(await why_refused(conn, row.run_id))
         results.append(refusals[row.run_id])
     return results
 
 
-async def _why_refused(conn: Conn, run_id: str) -> Exception:
+async def why_refused(conn: Conn, run_id: str) -> Exception:
     cur = await conn.execute("SELECT 1 FROM runs WHERE id = %s", (run_id,))
     if await cur.fetchone() is None:
         return RunGoneError(run_id)

@@ -7,12 +7,13 @@ connection back, and only then hands the outcomes back in queue order: first the
 `after_commit` hook, then its future. Nothing is acknowledged before it is committed, and
 under load many writes share one commit (group commit, as the SQLite store's writer).
 
-Writes of a batch that name the same `Many` (appends: `postgres_appends`) are made together,
-in one statement: it tells, for each, its outcome or why it was refused (`Failed`: that write
-fails alone, the others commit). A write that names what it touches (`touches`: the one run
-whose rows it writes, or rows no run has, such as a key's usage) may be made before such a
-group queued ahead of it when none of the group touches the same; one that does not is made
-after all that was queued before it, as every write of a run is.
+Writes of a batch that name the same `Many` (appends: `postgres_appends`; checkpoints:
+`postgres_checkpoints`) are made together, in one statement: it tells, for each, its outcome
+or why it was refused (`Failed`: that write fails alone, the others commit). A write that
+names what it touches (`touches`: the one run whose rows it writes, or rows no run has, such
+as a key's usage) may be made before such a group queued ahead of it when none of the group
+touches the same; one that does not is made after all that was queued before it, as every
+write of a run is.
 
 A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
 then made again one write per transaction, so that write fails alone. A batch Postgres
@@ -29,7 +30,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -186,39 +187,47 @@ class PostgresWriter:
         return results
 
 
+@dataclass(slots=True)
+class _Group:
+    """Writes of a batch naming one `Many`, to be made together: where each is in the batch,
+    its item, and what they touch."""
+
+    many: Many
+    members: list[tuple[int, Any]] = field(default_factory=list)
+    touched: set[str | None] = field(default_factory=set)
+
+
 async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> list[Any]:
     """Each write's outcome, in the batch's order. The writes naming a `Many` are gathered in
-    a group, made together when a write touching what one of the group touches (or not
-    saying what it touches), or
-    a write naming another `Many`, comes next, and at the end: every write of a run is made in
-    the order asked, and one of another run may be made before a group queued ahead of it."""
+    its group, made together when a write touching what the group touches (or not saying
+    what it touches) comes next, and at the end: every write of a run is made in the order
+    asked, and one of another run may be made before a group queued ahead of it."""
     results: list[Any] = [None] * len(batch)
-    group: list[tuple[int, Any]] = []  # (where in the batch, item)
-    touched: set[str | None] = set()
-    together: Many | None = None
+    groups: dict[Many, _Group] = {}
 
-    async def made_together() -> None:
-        if len(group) == 1:
-            results[group[0][0]] = await batch[group[0][0]].apply(conn)
-        elif together is not None and group:
-            made = await together(conn, [item for _, item in group])
-            for (i, _), result in zip(group, made, strict=True):
-                results[i] = result
-        group.clear()
-        touched.clear()
+    async def made_together(group: _Group) -> None:
+        del groups[group.many]
+        if len(group.members) == 1:
+            i = group.members[0][0]
+            results[i] = await batch[i].apply(conn)
+            return
+        made = await group.many(conn, [item for _, item in group.members])
+        for (i, _), result in zip(group.members, made, strict=True):
+            results[i] = result
 
     for i, write in enumerate(batch):
-        if write.many is not None:
-            if group and write.many[0] is not together:
-                await made_together()
-            together = write.many[0]
-            group.append((i, write.many[1]))
-            touched.add(write.touches)
+        many = write.many[0] if write.many is not None else None
+        for group in list(groups.values()):
+            if group.many is not many and (write.touches is None or write.touches in group.touched):
+                await made_together(group)
+        if write.many is None:
+            results[i] = await write.apply(conn)
             continue
-        if group and (write.touches is None or write.touches in touched):
-            await made_together()
-        results[i] = await write.apply(conn)
-    await made_together()
+        group = groups.setdefault(write.many[0], _Group(write.many[0]))
+        group.members.append((i, write.many[1]))
+        group.touched.add(write.touches)
+    for group in list(groups.values()):
+        await made_together(group)
     return results
 
 
