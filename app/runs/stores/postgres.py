@@ -58,7 +58,7 @@ from app.runs.stores.postgres_schedules import PostgresSchedules
 from app.runs.stores.postgres_schema import check_schema_name, migrate
 from app.runs.stores.postgres_thread_index import PostgresThreadIndex
 from app.runs.stores.postgres_upkeep import RETENTION_BATCH, expire, import_run
-from app.runs.stores.postgres_writer import PostgresWriter
+from app.runs.stores.postgres_writer import Many, PostgresWriter
 
 log = structlog.get_logger("finishline.runs")
 T = TypeVar("T")
@@ -354,11 +354,15 @@ class PostgresRunStore(PostgresSummaries):
         return await self.queue(apply, after_commit, touches)
 
     def queue(
-        self, apply: Write, after_commit: Callable[[Any], None] | None = None, touches: str = ""
+        self,
+        apply: Write,
+        after_commit: Callable[[Any], None] | None = None,
+        touches: str = "",
+        many: tuple[Many, Any] | None = None,
     ) -> asyncio.Future[Any]:
         """Queue the write (behind every write asked before); what to await for it."""
         self._check_open()
-        return self._writer.submit(apply, after_commit, touches=touches or None)
+        return self._writer.submit(apply, after_commit, many, touches or None)
 
     async def with_connection(
         self, use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]

@@ -1,7 +1,9 @@
-"""Appends the Postgres writer makes together (`postgres_appends`): queued one after another,
-from several runs, they commit in one transaction with seqs 1..N per run in the order asked;
-one of a run another replica took over (or of a run that is gone) fails alone, without the
-others being made again; a run whose appends name two tokens in one batch is fenced by each."""
+"""Writes the Postgres writer makes together, one statement for many (`postgres_appends`,
+`postgres_checkpoints`, `postgres_counters.add_many`): appends queued from several runs commit
+in one transaction with seqs 1..N per run in the order asked; an append or a checkpoint of a
+run another replica took over (or of a run that is gone) fails alone, without the others being
+made again; a run whose appends name two tokens in one batch is fenced by each; a run's other
+writes keep their place among its appends; usage adds of one batch are summed per key and day."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 from app.engine.events import EventType
 from app.runs.records import Event, new_run_id
-from app.runs.store import Checkpoint, LeaseLostError, RunGoneError
+from app.runs.store import Checkpoint, DayUsage, LeaseLostError, RunGoneError
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
 from tests.runs.test_store_contract import record
@@ -168,3 +170,26 @@ async def test_checkpoints_of_several_runs_commit_together_and_a_fenced_one_fail
     store.hold(taken, "c")  # its lease again: its next checkpoint is whole
     await store.save_checkpoint(taken, 2, {"messages": said(2)})
     assert await store.load_checkpoint(taken) == Checkpoint(2, {"messages": said(2)})
+
+
+async def test_usage_adds_of_one_batch_are_summed_per_key_and_day(
+    store: PostgresRunStore,
+) -> None:
+    call = DayUsage(llm_calls=1, prompt_tokens=10, completion_tokens=2, cost_usd=0.25)
+    commits = store._writer.commits
+    futures = [
+        await store.counters.add_usage("key-a", "2026-12-03", DayUsage(runs=1)),
+        await store.counters.add_usage("key-a", "2026-12-03", call),
+        await store.counters.add_usage("key-b", "2026-12-03", call),
+        await store.counters.add_usage("key-a", "2026-12-03", call),
+        await store.counters.add_usage("key-a", "2026-12-04", call),
+        await store.counters.add_usage("key-a", "2026-12-03", DayUsage(runs=-1)),
+    ]
+    await asyncio.gather(*futures)
+
+    assert store._writer.commits == commits + 1
+    assert await store.counters.day_usage("key-a", "2026-12-03") == DayUsage(
+        runs=0, llm_calls=2, prompt_tokens=20, completion_tokens=4, cost_usd=0.5
+    )
+    assert await store.counters.day_usage("key-b", "2026-12-03") == call
+    assert await store.counters.day_usage("key-a", "2026-12-04") == call
