@@ -179,7 +179,7 @@ class PostgresRunStore(PostgresSummaries):
             await insert(conn)
             return await append(conn)
 
-        event: Event = await self.submit(both, self.published)
+        event: Event = await self.submit(both, self.published, touches=record.id)
         return event
 
     async def save(self, record: RunRecord) -> None:
