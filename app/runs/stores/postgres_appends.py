@@ -20,18 +20,19 @@ from app.runs.stores.postgres_rows import NOW_S, Conn
 from app.runs.stores.postgres_writer import Failed
 
 APPEND_MANY = (
-    "WITH a AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::float8[],"
-    " %s::int[], %s::text[]) WITH ORDINALITY AS a (run_id, fence, type, ts, step, data, n)),"
-    " k AS (SELECT run_id, min(fence) AS fence, count(*) AS c FROM a GROUP BY run_id),"
-    " s AS (UPDATE runs SET last_seq = runs.last_seq + k.c FROM k WHERE runs.id = k.run_id"
+    "WITH s AS (UPDATE runs SET last_seq = runs.last_seq + k.c"
+    " FROM unnest(%s::text[], %s::text[], %s::int8[]) AS k (id, fence, c) WHERE runs.id = k.id"
     " AND (k.fence = '' OR (runs.lease_token = k.fence AND runs.lease_until >= " + NOW_S + "))"
     " RETURNING runs.id, runs.last_seq - k.c AS base, pg_notify(%s, runs.id)),"
-    " q AS (SELECT a.n, a.run_id, s.base + row_number() OVER (PARTITION BY a.run_id ORDER BY a.n)"
-    " AS seq, a.type, a.ts, a.step, a.data FROM a JOIN s ON s.id = a.run_id),"
     " i AS (INSERT INTO events (run_id, seq, type, ts, step, data)"
-    " SELECT run_id, seq, type, ts, step, data FROM q)"
-    " SELECT n, seq FROM q"
+    " SELECT e.run_id, s.base + e.k, e.type, e.ts, e.step, e.data FROM unnest(%s::text[],"
+    " %s::int8[], %s::text[], %s::float8[], %s::int[], %s::text[]) AS e (run_id, k, type, ts,"
+    " step, data) JOIN s ON s.id = e.run_id)"
+    " SELECT id, base FROM s"
 )
+"""Each run's `last_seq` up by its number of events (k 1..c: the k-th of the run's events
+takes `last_seq + k`), fenced; the events of the runs updated inserted; those runs' old
+`last_seq` answered."""
 
 
 class Row(NamedTuple):
@@ -63,18 +64,25 @@ async def append_many(conn: Conn, rows: Sequence[Row], channel: str) -> list[Eve
 
 
 async def _append(conn: Conn, rows: Sequence[Row], channel: str) -> list[Event | Failed]:
-    columns: list[list[Any]] = [[], [], [], [], [], []]
+    counts: dict[str, int] = {}
+    fences: dict[str, str] = {}
+    events: list[list[Any]] = [[], [], [], [], [], []]
     for row in rows:
-        for column, value in zip(columns, row, strict=True):
+        k = counts[row.run_id] = counts.get(row.run_id, 0) + 1
+        fences[row.run_id] = row.fence
+        for column, value in zip(
+            events, (row.run_id, k, row.type, row.ts, row.step, row.payload), strict=True
+        ):
             column.append(value)
-    cur = await conn.execute(APPEND_MANY, (*columns, channel))
-    seqs = {int(n): int(seq) for n, seq in await cur.fetchall()}
+    runs = (list(counts), [fences[run_id] for run_id in counts], list(counts.values()))
+    cur = await conn.execute(APPEND_MANY, (*runs, channel, *events))
+    bases = {run_id: int(base) for run_id, base in await cur.fetchall()}
     refusals: dict[str, Failed] = {}
     results: list[Event | Failed] = []
-    for n, row in enumerate(rows, start=1):
-        seq = seqs.get(n)
-        if seq is not None:
-            results.append(stored(row.run_id, seq, row.type, row.ts, row.step, row.payload))
+    for row, k in zip(rows, events[1], strict=True):
+        base = bases.get(row.run_id)
+        if base is not None:
+            results.append(stored(row.run_id, base + k, row.type, row.ts, row.step, row.payload))
             continue
         if row.run_id not in refusals:
             refusals[row.run_id] = Failed(await why_refused(conn, row.run_id))
