@@ -193,3 +193,24 @@ async def test_usage_adds_of_one_batch_are_summed_per_key_and_day(
     )
     assert await store.counters.day_usage("key-b", "2026-12-03") == call
     assert await store.counters.day_usage("key-a", "2026-12-04") == call
+
+
+async def test_a_lone_append_or_checkpoint_is_its_own_transaction_and_fenced_alike(
+    store: PostgresRunStore,
+) -> None:
+    """A batch of one append (or one checkpoint) is made without BEGIN/COMMIT: its statement
+    checks the lease and writes, or writes nothing."""
+    run_id = await leased(store, "theirs")
+    store.hold(run_id, "mine-no-more")
+    with pytest.raises(LeaseLostError):
+        await store.append(run_id, THOUGHT, 1, {"n": 1})
+    with pytest.raises(LeaseLostError):
+        await store.save_checkpoint(run_id, 1, {"messages": said(1)})
+    assert await store.read(run_id) == []
+    assert await store.load_checkpoint(run_id) is None
+    with pytest.raises(RunGoneError):
+        await store.append(new_run_id(), THOUGHT, 1, {"n": 1})
+    store.hold(run_id, "theirs")
+    assert (await store.append(run_id, THOUGHT, 1, {"n": 1})).seq == 1
+    await store.save_checkpoint(run_id, 1, {"messages": said(1)})
+    assert await store.load_checkpoint(run_id) == Checkpoint(1, {"messages": said(1)})

@@ -96,8 +96,10 @@ class PostgresWriter:
     ) -> asyncio.Future[Any]:
         """`many`: (a `Many`, this write's item), to be made with the other writes of the
         batch that name the same `Many`; alone (a batch made again one write at a time), by
-        `apply`. `touches`: the one run whose rows the write touches (or a name for other rows
-        no run has); required with `many`."""
+        `apply`, which then writes in one statement (and may read after it): a batch of that
+        write alone is made without BEGIN and COMMIT, the statement its own transaction.
+        `touches`: the one run whose rows the write touches (or a name for other rows no run
+        has); required with `many`."""
         assert many is None or touches is not None, "a write made with others names its run"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
@@ -177,8 +179,12 @@ class PostgresWriter:
 
     async def _transaction(self, batch: list[_Write]) -> list[Any]:
         try:
-            async with self._connection() as conn, conn.transaction():
-                results = await _apply(conn, batch)
+            async with self._connection() as conn:
+                if len(batch) == 1 and batch[0].many is not None:
+                    results = [await batch[0].apply(conn)]  # one statement: its own transaction
+                else:
+                    async with conn.transaction():
+                        results = await _apply(conn, batch)
         except BaseException:
             if self._on_abort is not None:
                 self._on_abort()
