@@ -139,7 +139,7 @@ class PostgresInbox:
             )
             return [content for _pos, content in sorted(await cur.fetchall())]
 
-        taken: list[str] = await self.store.submit(take)
+        taken: list[str] = await self.store.submit(take, touches=run_id)
         return taken
 
     async def listen(self) -> None:

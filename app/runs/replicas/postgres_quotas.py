@@ -104,7 +104,8 @@ class PostgresQuotas:
                 await conn.execute(sql + " ON CONFLICT DO NOTHING", (key, run_id, now))
             await conn.execute(_ADD_RUNS, (key, day, 1))
 
-        await self.store.submit(take)
+        # (reads the key's usage: made after the adds queued before it, `postgres_counters`)
+        await self.store.submit(take, touches=f"key_days {key}")
         try:
             yield ticket
         finally:

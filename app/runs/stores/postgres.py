@@ -26,20 +26,22 @@ from typing import Any, TypeVar
 
 import psycopg
 import structlog
-from psycopg_pool import AsyncConnectionPool
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.reports.summaries import RunFilter
 from app.runs.store import Checkpoint, FirstEvent, StoreError
-from app.runs.stores.checkpoints import CheckpointDeltas
+from app.runs.stores.checkpoints import CheckpointDeltas, CheckpointWrite
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
+from app.runs.stores.postgres_appends import Row, append_many
+from app.runs.stores.postgres_checkpoints import Saved, save_many
 from app.runs.stores.postgres_closing import QueuedClosing
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
+from app.runs.stores.postgres_pool import POOL_TIMEOUT_S, make_pool
 from app.runs.stores.postgres_reports import PostgresSummaries, where_matching
 from app.runs.stores.postgres_rows import (
     Write,
@@ -57,18 +59,12 @@ from app.runs.stores.postgres_schedules import PostgresSchedules
 from app.runs.stores.postgres_schema import check_schema_name, migrate
 from app.runs.stores.postgres_thread_index import PostgresThreadIndex
 from app.runs.stores.postgres_upkeep import RETENTION_BATCH, expire, import_run
-from app.runs.stores.postgres_writer import PostgresWriter
+from app.runs.stores.postgres_writer import Many, PostgresWriter
 
 log = structlog.get_logger("finishline.runs")
 T = TypeVar("T")
 
 DEFAULT_POOL_SIZE = 10
-POOL_TIMEOUT_S = 5.0
-"""A request that cannot have a connection this long is refused 503 `store_unavailable`."""
-CHECK_IDLE_S = 2.0
-"""A connection idle longer than this is checked (one round trip) before it is handed out."""
-IDLE_TX = "-c idle_in_transaction_session_timeout=5s"
-"""A session idle in a transaction 5 s is ended: a frozen replica's row locks go with it."""
 
 
 class PostgresRunStore(QueuedClosing, PostgresSummaries):
@@ -93,30 +89,17 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
         self.retention_s = retention_s
         self.channel = f"{schema}_events"
         self.fanout = Fanout()
-        self._returned: dict[int, float] = {}  # id(connection) -> when it was given back
-        self.pool = AsyncConnectionPool(
-            url,
-            min_size=1,
-            max_size=pool_size,
-            open=False,
-            timeout=POOL_TIMEOUT_S,
-            kwargs={
-                "autocommit": True,
-                "options": f"-c search_path={schema} {IDLE_TX}",
-                "connect_timeout": 5,
-            },
-            check=self._check,
-            reset=self._note_returned,
-            name="finishline",
-        )
-        self._chunked: dict[str, int] = {}  # the writer's: messages in chunks, per run
-        self._writer = PostgresWriter(self.pool.connection, on_abort=self._chunked.clear)
-        self.counters = PostgresCounters(self.query, self.queue)
-        self.threads = PostgresThreadIndex(self.query, self.submit)
-        self.schedules = PostgresSchedules(self.query, self.submit)
         self.follower = PostgresFollower(
             url, self.channel, self.read, self._last_seq, lambda: self.fanout
         )
+        self.pool = make_pool(url, self.schema, pool_size, self.follower.own)
+        self._chunked: dict[str, int] = {}  # the writer's: messages in chunks, per run
+        self._writer = PostgresWriter(self.pool.connection, on_abort=self._chunked.clear)
+        self._append_many = lambda conn, rows: append_many(conn, rows, self.channel)
+        self._save_many = lambda conn, saved: save_many(conn, saved, self._chunked)
+        self.counters = PostgresCounters(self.query, self.queue)
+        self.threads = PostgresThreadIndex(self.query, self.submit)
+        self.schedules = PostgresSchedules(self.query, self.submit)
         self._state = "new"
         self._fences: dict[str, str] = {}
         self.deltas = CheckpointDeltas()  # (`postgres_upkeep` plans with it too)
@@ -196,11 +179,13 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
             await insert(conn)
             return await append(conn)
 
-        event: Event = await self.submit(both, self.published)
+        event: Event = await self.submit(both, self.published, touches=record.id)
         return event
 
     async def save(self, record: RunRecord) -> None:
-        await self.submit(upsert_run(record, self.fence_of(record.id), self.channel))
+        await self.submit(
+            upsert_run(record, self.fence_of(record.id), self.channel), touches=record.id
+        )
 
     async def get(self, run_id: str) -> RunRecord | None:
         rows = await self.query("SELECT id, owner, record FROM runs WHERE id = %s", (run_id,))
@@ -283,17 +268,18 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
     ) -> asyncio.Future[Event]:
         """The append (with `record`: saved first, in the same transaction), queued."""
         self._check_open()
-        fence = self.fence_of(run_id)
-        insert = append_event(run_id, type, step, encode(data), fence, self.channel)
-        save = upsert_run(record, fence, self.channel) if record is not None else None
+        row = Row(run_id, self.fence_of(run_id), type, time.time(), step, encode(data))
+        insert = append_event(run_id, type, step, row.payload, row.fence, self.channel, row.ts)
         self.deltas.appended(run_id, type)
+        if record is None:  # made with the appends queued next to it (`postgres_appends`)
+            return self._writer.submit(insert, self.published, (self._append_many, row), run_id)
+        save = upsert_run(record, row.fence, self.channel)
 
         async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
-            if save is not None:  # in the same transaction, before the event
-                await save(conn)
+            await save(conn)  # in the same transaction, before the event
             return await insert(conn)
 
-        return self._writer.submit(write, self.published)
+        return self._writer.submit(write, self.published, touches=run_id)
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         return await self.with_connection(lambda conn: read_events(conn, run_id, after, limit))
@@ -307,20 +293,26 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
     # -- checkpoints ------------------------------------------------------------------------
 
     async def save_checkpoint(self, run_id: str, step: int, state: dict[str, Any]) -> None:
-        fence = self.fence_of(run_id)
         with self.deltas.writing(run_id, state) as write:  # incremental: stores.checkpoints
-            await self.submit(checkpoint_upsert(run_id, step, write, fence, self._chunked))
+            await self._queue_checkpoint(run_id, step, write)
 
     async def save_checkpoint_soon(
         self, run_id: str, step: int, state: dict[str, Any]
     ) -> Awaitable[None]:
         """Queued as `append_soon`: it commits with the run's next events (`checkpoint_upsert`)."""
         self._check_open()
-        write = self.deltas.plan(run_id, state)
-        upsert = checkpoint_upsert(run_id, step, write, self.fence_of(run_id), self._chunked)
-        future: asyncio.Future[None] = self._writer.submit(upsert)
+        future = self._queue_checkpoint(run_id, step, self.deltas.plan(run_id, state))
         future.add_done_callback(lambda done: self._forget_if_failed(run_id, done))
         return future
+
+    def _queue_checkpoint(
+        self, run_id: str, step: int, write: CheckpointWrite
+    ) -> asyncio.Future[None]:
+        """Made with the other checkpoints of its batch (`postgres_checkpoints`)."""
+        self._check_open()
+        saved = Saved(run_id, self.fence_of(run_id), step, write)
+        upsert = checkpoint_upsert(run_id, step, write, saved.fence, self._chunked)
+        return self._writer.submit(upsert, None, (self._save_many, saved), run_id)
 
     def _forget_if_failed(self, run_id: str, done: asyncio.Future[None]) -> None:
         if done.cancelled() or done.exception() is not None:
@@ -354,16 +346,23 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
             what = "closed" if self._state == "closed" else "not open yet: call open() first"
             raise StoreError(f"the Postgres store is {what}")
 
-    async def submit(self, apply: Write, after_commit: Callable[[Any], None] | None = None) -> Any:
-        """Make the write (behind every write asked before) and return its outcome."""
-        return await self.queue(apply, after_commit)
+    async def submit(
+        self, apply: Write, after_commit: Callable[[Any], None] | None = None, touches: str = ""
+    ) -> Any:
+        """Make the write (behind every write asked before) and return its outcome;
+        `touches`: the one run whose rows it writes, if so (`postgres_writer`)."""
+        return await self.queue(apply, after_commit, touches)
 
     def queue(
-        self, apply: Write, after_commit: Callable[[Any], None] | None = None
+        self,
+        apply: Write,
+        after_commit: Callable[[Any], None] | None = None,
+        touches: str = "",
+        many: tuple[Many, Any] | None = None,
     ) -> asyncio.Future[Any]:
         """Queue the write (behind every write asked before); what to await for it."""
         self._check_open()
-        return self._writer.submit(apply, after_commit)
+        return self._writer.submit(apply, after_commit, many, touches or None)
 
     async def with_connection(
         self, use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
@@ -388,13 +387,3 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
     async def _last_seq(self, run_id: str) -> int | None:
         rows = await self.query("SELECT last_seq FROM runs WHERE id = %s", (run_id,))
         return int(rows[0][0]) if rows else None
-
-    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Checked before use when idle a while: a dead one is replaced by the pool."""
-        if time.monotonic() - self._returned.get(id(conn), 0.0) > CHECK_IDLE_S:
-            await AsyncConnectionPool.check_connection(conn)
-
-    async def _note_returned(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._returned[id(conn)] = time.monotonic()
-        if len(self._returned) > 4 * (self.pool.max_size + 1):  # ids of closed ones
-            self._returned.clear()

@@ -12,14 +12,12 @@ from typing import Any
 
 from app.runs.records import RunStatus
 from app.runs.store import DayUsage
-from app.runs.stores.postgres_rows import Conn, Write
+from app.runs.stores.postgres_rows import Conn
 
 Query = Callable[[str, tuple[Any, ...]], Awaitable[list[tuple[Any, ...]]]]
 
 WINDOW_S = 60.0
-_ADD = """
-INSERT INTO key_days (owner, day, runs, llm_calls, unpriced_calls, prompt_tokens,
-    completion_tokens, cost_usd) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+_ON_CONFLICT = """
 ON CONFLICT (owner, day) DO UPDATE SET runs = key_days.runs + excluded.runs,
     llm_calls = key_days.llm_calls + excluded.llm_calls,
     unpriced_calls = key_days.unpriced_calls + excluded.unpriced_calls,
@@ -27,6 +25,30 @@ ON CONFLICT (owner, day) DO UPDATE SET runs = key_days.runs + excluded.runs,
     completion_tokens = key_days.completion_tokens + excluded.completion_tokens,
     cost_usd = key_days.cost_usd + excluded.cost_usd
 """
+_COLUMNS = "owner, day, runs, llm_calls, unpriced_calls, prompt_tokens, completion_tokens, cost_usd"
+_ADD = f"INSERT INTO key_days ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) {_ON_CONFLICT}"
+_ADD_MANY = (
+    f"INSERT INTO key_days ({_COLUMNS}) SELECT * FROM unnest(%s::text[], %s::text[],"
+    f" %s::int8[], %s::int8[], %s::int8[], %s::int8[], %s::int8[], %s::float8[]) {_ON_CONFLICT}"
+)
+
+
+async def add_many(conn: Conn, rows: list[tuple[Any, ...]]) -> list[None]:
+    """The usage adds the writer found in one batch, summed per key and day: one statement
+    (`UsageCounters.add_usage` made together)."""
+    sums: dict[tuple[str, str], list[Any]] = {}
+    for owner, day, *figures in rows:
+        summed = sums.setdefault((owner, day), [0, 0, 0, 0, 0, 0.0])
+        for n, figure in enumerate(figures):
+            summed[n] += figure
+    columns: list[list[Any]] = [[] for _ in range(8)]
+    for key, figures in sums.items():
+        for column, value in zip(columns, (*key, *figures), strict=True):
+            column.append(value)
+    await conn.execute(_ADD_MANY, columns)
+    return [None] * len(rows)
+
+
 _DAY = """
 SELECT runs, llm_calls, unpriced_calls, prompt_tokens, completion_tokens, cost_usd
 FROM key_days WHERE owner = %s AND day = %s
@@ -35,7 +57,7 @@ _UNENDED = tuple(s.value for s in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatu
 
 
 class PostgresCounters:
-    def __init__(self, query: Query, submit: Callable[[Write], Awaitable[Any]]) -> None:
+    def __init__(self, query: Query, submit: Callable[..., Awaitable[Any]]) -> None:
         self._query = query
         self._submit = submit
 
@@ -61,7 +83,8 @@ class PostgresCounters:
         async def add(conn: Conn) -> None:
             await conn.execute(_ADD, row)
 
-        return self._submit(add)
+        # made with the other adds of the writer's batch (`add_many`); no run's rows
+        return self._submit(add, None, f"key_days {owner or ''}", (add_many, row))
 
     async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
         async def note(conn: Conn) -> None:

@@ -6,7 +6,9 @@ run's bell. The first follower of a run in this process starts a reader task: it
 rows after the last seq it published, publishes them to the fan-out, and waits for the bell,
 or `POLL_S` at most: a notification lost (the listening connection dropped and came back)
 costs at most one poll interval, never an event, because rows are always read from the table.
-Appends made in this process ring the bell at once, without waiting for the notification.
+Appends made in this process ring the bell at once, without waiting for the notification,
+and their notifications (sent by a backend of this process's pool: `own`) ring no bell: the
+reader would read nothing new.
 
 While Postgres is away, readers and replays wait it out (their SSE streams keep sending
 keep-alives) and read again once it is back; a run no longer stored ends its followers' feeds.
@@ -77,6 +79,9 @@ class PostgresFollower:
         self.reconnected: list[Callable[[], None]] = []
         """Told each time the listener (re)connects: notifications may have been missed."""
         self.listening = asyncio.Event()
+        self.own: set[int] = set()
+        """The backend pids of this process's pool: their appends are published here at
+        commit (`published`), their notifications need not wake a reader."""
 
     def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="postgres listen")
@@ -191,7 +196,8 @@ class PostgresFollower:
                     for told in self.reconnected:
                         told()
                     async for note in conn.notifies():
-                        self.ring(note.payload)
+                        if note.pid not in self.own:
+                            self.ring(note.payload)
                         for listener in self.listeners:
                             listener(note.payload)
             except Exception as exc:

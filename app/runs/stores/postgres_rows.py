@@ -127,9 +127,9 @@ def upsert_run(record: RunRecord, fence: str, channel: str) -> Write:
 
 
 def append_event(
-    run_id: str, type: str, step: int, payload: str, fence: str, channel: str
+    run_id: str, type: str, step: int, payload: str, fence: str, channel: str, ts: float = 0.0
 ) -> Callable[[Conn], Awaitable[Event]]:
-    ts = time.time()
+    ts = ts or time.time()
     params = (run_id, fence, fence, type, ts, step, payload, channel)
 
     async def append(conn: Conn) -> Event:
@@ -143,42 +143,58 @@ def append_event(
     return append
 
 
+def checkpoint_sql(fenced: bool, whole: bool, chunk: bool) -> str:
+    """A checkpoint's write as one statement: the run's row (locked against a takeover until
+    this commits when `fenced`), its head, its old chunks dropped (`whole`), its new chunk
+    (`chunk`); the rows of the run found (0: nothing written)."""
+    lease = f" AND lease_token = %(fence)s AND lease_until >= {NOW_S} FOR SHARE" if fenced else ""
+    sql = f"WITH r AS (SELECT id FROM runs WHERE id = %(run_id)s{lease}),"
+    sql += (
+        " h AS (INSERT INTO checkpoints (run_id, step, state, version)"
+        " SELECT id, %(step)s, %(state)s, %(version)s FROM r ON CONFLICT (run_id) DO UPDATE"
+        " SET step = excluded.step, state = excluded.state, version = excluded.version)"
+    )
+    if whole:  # (not the chunk at 0 the same statement writes: a row is changed once)
+        sql += ", d AS (DELETE FROM checkpoint_chunks WHERE run_id IN (SELECT id FROM r)"
+        sql += " AND start > 0)" if chunk else ")"
+    if chunk:
+        sql += (
+            ", c AS (INSERT INTO checkpoint_chunks (run_id, start, messages)"
+            " SELECT id, %(start)s, %(chunk)s FROM r ON CONFLICT (run_id, start)"
+            " DO UPDATE SET messages = excluded.messages)"
+        )
+    return sql + " SELECT count(*) FROM r"
+
+
+_CHECKPOINT_SQL = {
+    (f, w, c): checkpoint_sql(f, w, c)
+    for f in (False, True)
+    for w in (False, True)
+    for c in (False, True)
+}
+
+
 def checkpoint_upsert(
     run_id: str, step: int, write: CheckpointWrite, fence: str, stored: dict[str, int]
 ) -> Write:
     """A checkpoint's head, and its chunk of messages since this process's last (`start` 0:
-    a full snapshot, the old chunks dropped). `stored` (the writer's: the run's messages in
-    chunks as of the transaction so far, cleared when a transaction fails): a delta whose
-    earlier chunks are not all there (a queued checkpoint before it failed) is written whole."""
+    a full snapshot, the old chunks dropped), in one statement (`checkpoint_sql`). `stored`
+    (the writer's: the run's messages in chunks as of the transaction so far, cleared when a
+    transaction fails): a delta whose earlier chunks are not all there (a queued checkpoint
+    before it failed) is written whole."""
     count = len(write.messages) if write.messages is not None else None
 
     async def upsert(conn: Conn) -> None:
         start, chunk = write.start, write.chunk
         if start and stored.get(run_id) != start:
             start, chunk = 0, write.whole()
-        if fence:  # the run's row locked against a takeover until this commits
-            sql = "SELECT 1 FROM runs WHERE id = %s AND lease_token = %s"
-            sql += f" AND lease_until >= {NOW_S} FOR SHARE"
-            cur = await conn.execute(sql, (run_id, fence))
-            if await cur.fetchone() is None:
-                await refused(conn, run_id)
-        try:
-            await conn.execute(
-                "INSERT INTO checkpoints (run_id, step, state, version) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
-                " state = excluded.state, version = excluded.version",
-                (run_id, step, write.state, CHECKPOINT_FORMAT),
-            )
-        except pg_errors.ForeignKeyViolation as exc:
-            raise RunGoneError(run_id) from exc
-        if not start:
-            await conn.execute("DELETE FROM checkpoint_chunks WHERE run_id = %s", (run_id,))
-        if chunk is not None:
-            await conn.execute(
-                "INSERT INTO checkpoint_chunks (run_id, start, messages) VALUES (%s, %s, %s)"
-                " ON CONFLICT (run_id, start) DO UPDATE SET messages = excluded.messages",
-                (run_id, start, chunk),
-            )
+        sql = _CHECKPOINT_SQL[(bool(fence), not start, chunk is not None)]
+        params = {"run_id": run_id, "fence": fence, "step": step, "state": write.state}
+        params |= {"version": CHECKPOINT_FORMAT, "start": start, "chunk": chunk}
+        cur = await conn.execute(sql, params)
+        found = await cur.fetchone()
+        if found is None or not found[0]:  # gone, or (fenced) taken over
+            await refused(conn, run_id)
         if count is None:
             stored.pop(run_id, None)
         else:

@@ -7,6 +7,14 @@ connection back, and only then hands the outcomes back in queue order: first the
 `after_commit` hook, then its future. Nothing is acknowledged before it is committed, and
 under load many writes share one commit (group commit, as the SQLite store's writer).
 
+Writes of a batch that name the same `Many` (appends: `postgres_appends`; checkpoints:
+`postgres_checkpoints`) are made together, in one statement: it tells, for each, its outcome
+or why it was refused (`Failed`: that write fails alone, the others commit). A write that
+names what it touches (`touches`: the one run whose rows it writes, or rows no run has, such
+as a key's usage) may be made before such a group queued ahead of it when none of the group
+touches the same; one that does not is made after all that was queued before it, as every
+write of a run is.
+
 A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
 then made again one write per transaction, so that write fails alone. A batch Postgres
 rolled back on a deadlock is made again the same way (`RETRIES` times at most). If the connection
@@ -22,7 +30,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -35,6 +43,8 @@ log = structlog.get_logger("finishline.runs")
 
 Apply = Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]]
 AfterCommit = Callable[[Any], None]
+Many = Callable[[psycopg.AsyncConnection[Any], list[Any]], Awaitable[list[Any]]]
+"""Writes made together: given each one's item, the outcome of each (or `Failed`)."""
 MAX_BATCH = 256
 RETRIES = 3
 """Tries of a write Postgres rolled back on a deadlock or a serialization failure."""
@@ -42,10 +52,19 @@ STOP_TIMEOUT_S = 10.0
 
 
 @dataclass(slots=True)
+class Failed:
+    """A write of a `Many` refused without aborting the transaction: its future fails."""
+
+    error: Exception
+
+
+@dataclass(slots=True)
 class _Write:
     apply: Apply
     future: asyncio.Future[Any]
     after_commit: AfterCommit | None
+    many: tuple[Many, Any] | None = None
+    touches: str | None = None
 
 
 class PostgresWriter:
@@ -70,13 +89,26 @@ class PostgresWriter:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="postgres writer")
 
-    def submit(self, apply: Apply, after_commit: AfterCommit | None = None) -> asyncio.Future[Any]:
+    def submit(
+        self,
+        apply: Apply,
+        after_commit: AfterCommit | None = None,
+        many: tuple[Many, Any] | None = None,
+        touches: str | None = None,
+    ) -> asyncio.Future[Any]:
+        """`many`: (a `Many`, this write's item), to be made with the other writes of the
+        batch that name the same `Many`; alone (a batch made again one write at a time), by
+        `apply`, which then writes in one statement (and may read after it): a batch of that
+        write alone is made without BEGIN and COMMIT, the statement its own transaction.
+        `touches`: the one run whose rows the write touches (or a name for other rows no run
+        has); required with `many`."""
+        assert many is None or touches is not None, "a write made with others names its run"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
         future.add_done_callback(self._counted)
         self._unresolved.add(future)
-        self._queue.append(_Write(apply, future, after_commit))
+        self._queue.append(_Write(apply, future, after_commit, many, touches))
         self._wake.set()
         return future
 
@@ -150,6 +182,9 @@ class PostgresWriter:
                 await self._commit([write])
             return
         for write, result in zip(batch, results, strict=True):
+            if isinstance(result, Failed):
+                _fail(write.future, result.error)
+                continue
             if write.after_commit is not None:
                 try:
                     write.after_commit(result)
@@ -160,14 +195,62 @@ class PostgresWriter:
 
     async def _transaction(self, batch: list[_Write]) -> list[Any]:
         try:
-            async with self._connection() as conn, conn.transaction():
-                results = [await write.apply(conn) for write in batch]
+            async with self._connection() as conn:
+                if len(batch) == 1 and batch[0].many is not None:
+                    results = [await batch[0].apply(conn)]  # one statement: its own transaction
+                else:
+                    async with conn.transaction():
+                        results = await _apply(conn, batch)
         except BaseException:
             if self._on_abort is not None:
                 self._on_abort()
             raise
         self.commits += 1
         return results
+
+
+@dataclass(slots=True)
+class _Group:
+    """Writes of a batch naming one `Many`, to be made together: where each is in the batch,
+    its item, and what they touch."""
+
+    many: Many
+    members: list[tuple[int, Any]] = field(default_factory=list)
+    touched: set[str | None] = field(default_factory=set)
+
+
+async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> list[Any]:
+    """Each write's outcome, in the batch's order. The writes naming a `Many` are gathered in
+    its group, made together when a write touching what the group touches (or not saying
+    what it touches) comes next, and at the end: every write of a run is made in the order
+    asked, and one of another run may be made before a group queued ahead of it."""
+    results: list[Any] = [None] * len(batch)
+    groups: dict[Many, _Group] = {}
+
+    async def made_together(group: _Group) -> None:
+        del groups[group.many]
+        if len(group.members) == 1:
+            i = group.members[0][0]
+            results[i] = await batch[i].apply(conn)
+            return
+        made = await group.many(conn, [item for _, item in group.members])
+        for (i, _), result in zip(group.members, made, strict=True):
+            results[i] = result
+
+    for i, write in enumerate(batch):
+        many = write.many[0] if write.many is not None else None
+        for group in list(groups.values()):
+            if group.many is not many and (write.touches is None or write.touches in group.touched):
+                await made_together(group)
+        if write.many is None:
+            results[i] = await write.apply(conn)
+            continue
+        group = groups.setdefault(write.many[0], _Group(write.many[0]))
+        group.members.append((i, write.many[1]))
+        group.touched.add(write.touches)
+    for group in list(groups.values()):
+        await made_together(group)
+    return results
 
 
 async def _nothing(conn: psycopg.AsyncConnection[Any]) -> None:

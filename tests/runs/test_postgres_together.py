@@ -1,0 +1,216 @@
+"""Writes the Postgres writer makes together, one statement for many (`postgres_appends`,
+`postgres_checkpoints`, `postgres_counters.add_many`): appends queued from several runs commit
+in one transaction with seqs 1..N per run in the order asked; an append or a checkpoint of a
+run another replica took over (or of a run that is gone) fails alone, without the others being
+made again; a run whose appends name two tokens in one batch is fenced by each; a run's other
+writes keep their place among its appends; usage adds of one batch are summed per key and day."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+
+import pytest
+
+from app.engine.events import EventType
+from app.runs.records import Event, new_run_id
+from app.runs.store import Checkpoint, DayUsage, LeaseLostError, RunGoneError
+from app.runs.stores.postgres import PostgresRunStore
+from app.runs.stores.postgres_rows import NOW_S
+from tests.runs.test_store_contract import record
+
+THOUGHT = EventType.THOUGHT
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[PostgresRunStore]:
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def leased(store: PostgresRunStore, token: str) -> str:
+    """A stored run whose lease `token` holds for a minute."""
+    run = record()
+    await store.create(run)
+    sql = f"UPDATE runs SET lease_token = %s, lease_until = {NOW_S} + 60 WHERE id = %s RETURNING 1"
+    rows = await store.query(sql, (token, run.id))
+    assert rows == [(1,)]
+    return run.id
+
+
+async def outcomes(futures: list[Awaitable[Event]]) -> list[Event | BaseException]:
+    return list(await asyncio.gather(*futures, return_exceptions=True))
+
+
+async def test_appends_of_several_runs_commit_together_and_a_fenced_one_fails_alone(
+    store: PostgresRunStore,
+) -> None:
+    mine, other, taken = [await leased(store, token) for token in ("a", "b", "c")]
+    store.hold(mine, "a")
+    store.hold(other, "b")
+    store.hold(taken, "mine-no-more")  # another replica's token "c" holds it
+    gone = new_run_id()
+    commits = store._writer.commits
+    futures: list[Awaitable[Event]] = []
+    for n in range(3):  # queued before the writer runs: one batch
+        for run_id in (mine, taken, other, gone):
+            futures.append(await store.append_soon(run_id, THOUGHT, n, {"n": n, "run": run_id}))
+    results = await outcomes(futures)
+
+    assert store._writer.commits == commits + 1  # one transaction, none made again
+    by_run = {run_id: results[i::4] for i, run_id in enumerate((mine, taken, other, gone))}
+    for run_id in (mine, other):
+        events = by_run[run_id]
+        assert all(isinstance(e, Event) for e in events)
+        assert [(e.seq, e.data) for e in events] == [  # type: ignore[union-attr]
+            (n + 1, {"n": n, "run": run_id}) for n in range(3)
+        ]
+        assert await store.read(run_id) == events
+    assert all(isinstance(e, LeaseLostError) for e in by_run[taken])
+    assert all(isinstance(e, RunGoneError) for e in by_run[gone])
+    assert await store.read(taken) == []
+    rows = await store.query("SELECT last_seq FROM runs WHERE id = %s", (taken,))
+    assert rows == [(0,)]
+
+
+async def test_a_run_whose_appends_name_two_tokens_in_one_batch_is_fenced_by_each(
+    store: PostgresRunStore,
+) -> None:
+    run_id = await leased(store, "new")
+    store.hold(run_id, "old")
+    first = await store.append_soon(run_id, THOUGHT, 1, {"n": 1})
+    store.hold(run_id, "new")
+    second = await store.append_soon(run_id, THOUGHT, 1, {"n": 2})
+    third = await store.append_soon(run_id, THOUGHT, 1, {"n": 3})
+    results = await outcomes([first, second, third])
+
+    assert isinstance(results[0], LeaseLostError)
+    assert [(e.seq, e.data) for e in results[1:]] == [(1, {"n": 2}), (2, {"n": 3})]  # type: ignore[union-attr]
+    assert [e.seq for e in await store.read(run_id)] == [1, 2]
+
+
+async def test_appends_made_together_reach_a_follower_once_each_in_order(
+    store: PostgresRunStore,
+) -> None:
+    run_id = await leased(store, "a")
+    store.hold(run_id, "a")
+    feed = store.subscribe(run_id)
+    first = asyncio.ensure_future(anext(feed))  # following while the appends are made
+    futures = [await store.append_soon(run_id, THOUGHT, 1, {"n": n}) for n in range(5)]
+    futures.append(await store.append_soon(run_id, EventType.RUN_COMPLETED, 1, {}))
+    await asyncio.gather(*futures)
+    seen = [await first] + [event async for event in feed]
+    assert [e.seq for e in seen] == [1, 2, 3, 4, 5, 6]
+
+
+async def test_a_run_s_writes_between_appends_made_together_keep_their_order(
+    store: PostgresRunStore,
+) -> None:
+    first, second = [await leased(store, token) for token in ("a", "b")]
+    store.hold(first, "a")
+    store.hold(second, "b")
+    saved = (await store.get(first)).model_copy(update={"model": "saved"})  # type: ignore[union-attr]
+    commits = store._writer.commits
+    futures = [
+        await store.append_soon(first, THOUGHT, 1, {"n": 1}),
+        await store.append_soon(second, THOUGHT, 1, {"n": 1}),
+        await store.save_checkpoint_soon(second, 1, {"messages": []}),  # made before the group
+        await store.append_soon(first, THOUGHT, 2, {"n": 2}, record=saved),  # after it
+        await store.append_soon(first, THOUGHT, 3, {"n": 3}),
+        await store.append_soon(second, THOUGHT, 2, {"n": 2}),
+    ]
+    await asyncio.gather(*futures)
+
+    assert store._writer.commits == commits + 1
+    assert [(e.seq, e.data) for e in await store.read(first)] == [
+        (1, {"n": 1}),
+        (2, {"n": 2}),
+        (3, {"n": 3}),
+    ]
+    assert [e.seq for e in await store.read(second)] == [1, 2]
+    assert (await store.get(first)) == saved
+    assert (await store.load_checkpoint(second)) is not None
+
+
+def said(n: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"message {i}"} for i in range(n)]
+
+
+async def test_checkpoints_of_several_runs_commit_together_and_a_fenced_one_fails_alone(
+    store: PostgresRunStore,
+) -> None:
+    mine, other, taken = [await leased(store, token) for token in ("a", "b", "c")]
+    store.hold(mine, "a")
+    store.hold(other, "b")
+    store.hold(taken, "mine-no-more")
+    live = said(5)  # the run's conversation, growing: its checkpoints after the first, deltas
+    await store.save_checkpoint(mine, 1, {"messages": live[:2]})
+    commits = store._writer.commits
+    futures = [
+        await store.save_checkpoint_soon(mine, 2, {"messages": live[:3]}),
+        await store.save_checkpoint_soon(other, 1, {"messages": said(1)}),
+        await store.save_checkpoint_soon(taken, 1, {"messages": said(1)}),
+        await store.save_checkpoint_soon(mine, 3, {"messages": live}),  # in the next statement
+        await store.save_checkpoint_soon(other, 2, {"messages": said(2)}),
+    ]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+
+    assert store._writer.commits == commits + 1
+    assert results[:2] + results[3:] == [None] * 4
+    assert isinstance(results[2], LeaseLostError)
+    assert await store.load_checkpoint(mine) == Checkpoint(3, {"messages": said(5)})
+    assert await store.load_checkpoint(other) == Checkpoint(2, {"messages": said(2)})
+    assert await store.load_checkpoint(taken) is None
+    chunks = await store.query("SELECT start FROM checkpoint_chunks WHERE run_id = %s", (mine,))
+    assert sorted(chunks) == [(0,), (2,), (3,)]  # deltas on the whole of step 1
+    store.hold(taken, "c")  # its lease again: its next checkpoint is whole
+    await store.save_checkpoint(taken, 2, {"messages": said(2)})
+    assert await store.load_checkpoint(taken) == Checkpoint(2, {"messages": said(2)})
+
+
+async def test_usage_adds_of_one_batch_are_summed_per_key_and_day(
+    store: PostgresRunStore,
+) -> None:
+    call = DayUsage(llm_calls=1, prompt_tokens=10, completion_tokens=2, cost_usd=0.25)
+    commits = store._writer.commits
+    futures = [
+        await store.counters.add_usage("key-a", "2026-12-03", DayUsage(runs=1)),
+        await store.counters.add_usage("key-a", "2026-12-03", call),
+        await store.counters.add_usage("key-b", "2026-12-03", call),
+        await store.counters.add_usage("key-a", "2026-12-03", call),
+        await store.counters.add_usage("key-a", "2026-12-04", call),
+        await store.counters.add_usage("key-a", "2026-12-03", DayUsage(runs=-1)),
+    ]
+    await asyncio.gather(*futures)
+
+    assert store._writer.commits == commits + 1
+    assert await store.counters.day_usage("key-a", "2026-12-03") == DayUsage(
+        runs=0, llm_calls=2, prompt_tokens=20, completion_tokens=4, cost_usd=0.5
+    )
+    assert await store.counters.day_usage("key-b", "2026-12-03") == call
+    assert await store.counters.day_usage("key-a", "2026-12-04") == call
+
+
+async def test_a_lone_append_or_checkpoint_is_its_own_transaction_and_fenced_alike(
+    store: PostgresRunStore,
+) -> None:
+    """A batch of one append (or one checkpoint) is made without BEGIN/COMMIT: its statement
+    checks the lease and writes, or writes nothing."""
+    run_id = await leased(store, "theirs")
+    store.hold(run_id, "mine-no-more")
+    with pytest.raises(LeaseLostError):
+        await store.append(run_id, THOUGHT, 1, {"n": 1})
+    with pytest.raises(LeaseLostError):
+        await store.save_checkpoint(run_id, 1, {"messages": said(1)})
+    assert await store.read(run_id) == []
+    assert await store.load_checkpoint(run_id) is None
+    with pytest.raises(RunGoneError):
+        await store.append(new_run_id(), THOUGHT, 1, {"n": 1})
+    store.hold(run_id, "theirs")
+    assert (await store.append(run_id, THOUGHT, 1, {"n": 1})).seq == 1
+    await store.save_checkpoint(run_id, 1, {"messages": said(1)})
+    assert await store.load_checkpoint(run_id) == Checkpoint(1, {"messages": said(1)})
