@@ -252,12 +252,18 @@ async def test_the_end_with_nothing_queued_stores_the_terminal_record_and_event_
     assert run.status is RunStatus.COMPLETED
 
 
+async def end_behind_a_thought(rec: RunRecorder, store: HeldStore, run: RunRecord) -> Any:
+    """Queue a thought of the run, then ask for its end: once it waits for the thought."""
+    await rec.record(run, Thought(1, "thinking"))
+    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
+    await store.waited_on()
+    return ending
+
+
 async def test_the_end_queues_its_closing_write_behind_the_runs_queued_writes() -> None:
     store, run = HeldStore(), run_record()
     rec = recorder(store)
-    await rec.record(run, Thought(1, "thinking"))
-    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
-    await store.waited_on()  # the end waits for the thought with its closing write queued
+    ending = await end_behind_a_thought(rec, store, run)  # with its closing write queued
     assert [t for t, _ in store.queued] == ["thought", "run.completed"]
     assert store.closing == [("run.completed", 0)]
     assert not ending.done()
@@ -272,9 +278,7 @@ async def test_the_end_queues_its_closing_write_behind_the_runs_queued_writes() 
 async def test_a_closing_write_behind_a_failed_one_is_refused_and_the_record_put_back() -> None:
     store, run = HeldStore(), run_record()
     rec = recorder(store)
-    await rec.record(run, Thought(1, "thinking"))
-    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
-    await store.waited_on()
+    ending = await end_behind_a_thought(rec, store, run)
     store.fail(0, OSError("disk I/O error"))
     store.settle_all()
     with pytest.raises(OSError, match="disk I/O error"), anyio.fail_after(BOUND_S):
@@ -290,9 +294,7 @@ async def test_a_closing_write_behind_a_failed_one_is_refused_and_the_record_put
 async def test_a_closing_write_refused_for_another_runs_failure_is_made_again() -> None:
     store, run = HeldStore(), run_record()
     rec = recorder(store)
-    await rec.record(run, Thought(1, "thinking"))
-    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
-    await store.waited_on()
+    ending = await end_behind_a_thought(rec, store, run)
     store.failures += 1  # a write of another run failed meanwhile
     store.settle_all()
     with anyio.fail_after(BOUND_S):
@@ -320,9 +322,7 @@ async def test_a_queued_write_that_failed_uncounted_after_the_end_was_stored_end
     made, so the run has ended, once; the failure is logged, not turned into a second end."""
     store, run = HeldStore(), run_record()
     rec = recorder(store)
-    await rec.record(run, Thought(1, "thinking"))
-    ending = asyncio.create_task(rec.end(run, StopReason.FINISHED, "42"))
-    await store.waited_on()
+    ending = await end_behind_a_thought(rec, store, run)
     store.queued[0][1].set_exception(OSError("disk I/O error"))  # not counted
     store.settle_all()
     with anyio.fail_after(BOUND_S):
