@@ -13,12 +13,13 @@ stack for the same reason: it follows whatever the store does), written with the
   commits;
 - `run.started` with the running record, queued (`append_soon(record=)`);
 - per step: `step.started`, `llm.call` and the call added to the key's day (`add_usage`),
-  `thought` queued (`append_soon`), `action` queued and
-  every queued write waited for before the tool runs; `observation` queued; the step's
-  checkpoint (the engine's state: messages and counters, incremental as the store makes it),
-  queued too (`save_checkpoint_soon`: nothing waited for before the next model call);
-- the end: everything queued waited for, then the terminal record and `run.completed` in one
-  write.
+  `thought` queued (`append_soon`), `action` queued (the calculator is idempotent: its call
+  waits for no commit); `observation` queued; the step's checkpoint (the engine's state:
+  messages and counters, incremental as the store makes it), queued too
+  (`save_checkpoint_soon`: nothing waited for before the next model call);
+- the end: the terminal record and `run.completed` queued behind the run's writes
+  (`append_closing`, against the store's failure count before they began), then everything
+  waited for: one commit for the last writes and the end.
 
 Events carry the payloads finishline's do (the same keys), so the bytes stored and streamed
 are comparable. An event is streamed only once committed (the store's future resolved), as
@@ -91,6 +92,13 @@ class _Writer:
         self.store = store
         self.run = run
         self.queued: list[Awaitable[Any]] = []
+        self.failures: int | None = None  # the store's before the first queued write
+
+    def pending(self) -> list[Awaitable[Any]]:
+        """The queued writes, to add the next one to (the failure count noted first)."""
+        if self.failures is None:
+            self.failures = self.store.write_failures()
+        return self.queued
 
     def _publish(self, future: asyncio.Future[Any]) -> None:
         if not future.cancelled() and future.exception() is None:
@@ -100,19 +108,26 @@ class _Writer:
     async def soon(
         self, kind: EventType, step: int, data: dict[str, Any], record: RunRecord | None = None
     ) -> None:
+        queued = self.pending()
         future = await self.store.append_soon(self.run.run_id, kind, step, data, record=record)
         asyncio.ensure_future(future).add_done_callback(self._publish)
-        self.queued.append(future)
+        queued.append(future)
 
     async def settle(self) -> None:
-        queued, self.queued = self.queued, []
+        queued, self.queued, self.failures = self.queued, [], None
         for outcome in queued:
             await outcome
 
-    async def now(
+    async def close(
         self, kind: EventType, step: int, data: dict[str, Any], record: RunRecord
     ) -> None:
-        e = await self.store.append(self.run.run_id, kind, step, data, record=record)
+        self.pending()
+        assert self.failures is not None
+        closing = await self.store.append_closing(
+            self.run.run_id, kind, step, data, record=record, failures=self.failures
+        )
+        await self.settle()
+        e = await closing
         self.run.committed(e.seq, e.type.value, e.ts, e.step, e.data)
 
 
@@ -178,7 +193,7 @@ async def _execute(
             "cost_usd": None,
         }
         await w.soon(EventType.LLM_CALL, step, llm)
-        w.queued.append(await store.counters.add_usage(None, utc_day(time.time()), spent(llm)))
+        w.pending().append(await store.counters.add_usage(None, utc_day(time.time()), spent(llm)))
         if reply.content:
             await w.soon(EventType.THOUGHT, step, {"text": reply.content})
         messages.append(
@@ -198,12 +213,10 @@ async def _execute(
         for call in calls:
             arguments = json.loads(call.arguments)
             action = {"call_id": call.id, "tool": call.name, "arguments": arguments}
-            await w.soon(EventType.ACTION, step, action)
-            await w.settle()  # an action is stored before its call can run
+            await w.soon(EventType.ACTION, step, action)  # idempotent: no wait
             if call.name == "task_finished":
                 state = _state(messages, step, usage)
-                w.queued.append(await store.save_checkpoint_soon(run.run_id, step, state))
-                await w.settle()
+                w.pending().append(await store.save_checkpoint_soon(run.run_id, step, state))
                 record.status, record.ended_at = RunStatus.COMPLETED, utcnow()
                 answer = arguments.get("answer")
                 record.result = RunResult(answer=answer, reason=StopReason.FINISHED, degraded=False)
@@ -211,7 +224,7 @@ async def _execute(
                     "usage": usage.model_dump(),
                     "result": record.result.model_dump(mode="json"),
                 }
-                await w.now(EventType.RUN_COMPLETED, step, ending, record)
+                await w.close(EventType.RUN_COMPLETED, step, ending, record)
                 return
             result = await CALCULATOR.call(arguments, ctx)
             usage.tool_calls += 1
@@ -229,7 +242,7 @@ async def _execute(
             await w.soon(EventType.OBSERVATION, step, observed)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         state = _state(messages, step, usage)
-        w.queued.append(await store.save_checkpoint_soon(run.run_id, step, state))
+        w.pending().append(await store.save_checkpoint_soon(run.run_id, step, state))
 
 
 def _ended(run: _Run, task: asyncio.Task[None], tasks: set[asyncio.Task[None]]) -> None:

@@ -21,7 +21,14 @@ from bench import durable_floor
 from bench.service_client import scripted_body
 from tests.fakes.serving import Served
 
-WRITES = ("create", "append", "append_soon", "save_checkpoint", "save_checkpoint_soon")
+WRITES = (
+    "create",
+    "append",
+    "append_soon",
+    "append_closing",
+    "save_checkpoint",
+    "save_checkpoint_soon",
+)
 COUNTS = ("add_usage", "admitted", "unadmitted")
 """The key's books (GET /usage, quotas): written by a run too, in the same commits."""
 
@@ -79,7 +86,7 @@ async def test_the_durable_floor_writes_what_a_finishline_run_writes(
         structlog.configure(**logging)
     assert calls == finishline
     assert finishline[:2] == [("add_usage", ""), ("create", "run.queued")]
-    assert finishline[-1] == ("append", "run.completed+record")
+    assert finishline[-1] == ("append_closing", "run.completed+record")
     assert sum(1 for name, _ in finishline if name == "save_checkpoint_soon") == 5
     assert ("append_soon", "run.started+record") in finishline
     assert sum(1 for name, _ in finishline if name == "add_usage") == 6  # the run, 5 calls

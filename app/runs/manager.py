@@ -352,12 +352,10 @@ class RunManager:
         active = self.live.get(run_id)
         if record.status.terminal and active is None:
             return record
-        if active is not None:  # its record is terminal before its end is stored (DESIGN §5):
-            if not record.status.terminal:  # the answer waits for that too
-                log.info("run_wait_started", run_id=run_id, timeout_s=timeout_s)
+        log.info("run_wait_started", run_id=run_id, timeout_s=timeout_s)
+        if active is not None:  # its record turns terminal before its end is stored (DESIGN §5)
             await self.live.wait_for([run_id], timeout_s)
             return active.record
-        log.info("run_wait_started", run_id=run_id, timeout_s=timeout_s)
         return await self.placement.wait(record, timeout_s)  # another replica's, or queued
 
     async def delete(self, run_id: str, owner: str | None, *, any_owner: bool = False) -> None:
