@@ -57,7 +57,7 @@ _CLAIM = (
     " WHERE id = %s AND (lease_token IS NULL OR lease_until < " + NOW_S + ") RETURNING 1"
 )
 _RENEW = (
-    "UPDATE runs r SET lease_until = " + NOW_S + " + %s FROM unnest(%s::text[], %s::text[])"
+    "UPDATE runs r SET lease_until = " + NOW_S + " + %s FROM unnest(%b::text[], %b::text[])"
     " AS h(id, token) WHERE r.id = h.id AND r.lease_token = h.token"
     " AND r.lease_until >= " + NOW_S + " RETURNING r.id"
 )

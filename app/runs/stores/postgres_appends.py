@@ -19,14 +19,16 @@ from app.runs.stores.events import stored
 from app.runs.stores.postgres_rows import NOW_S, Conn
 from app.runs.stores.postgres_writer import Failed
 
+# The arrays go in binary (`%b`): psycopg's text array dumper escapes every element with a
+# regular expression, about 1 ms for 8 events' JSON against 6 µs in binary.
 APPEND_MANY = (
     "WITH s AS (UPDATE runs SET last_seq = runs.last_seq + k.c"
-    " FROM unnest(%s::text[], %s::text[], %s::int8[]) AS k (id, fence, c) WHERE runs.id = k.id"
+    " FROM unnest(%b::text[], %b::text[], %b::int8[]) AS k (id, fence, c) WHERE runs.id = k.id"
     " AND (k.fence = '' OR (runs.lease_token = k.fence AND runs.lease_until >= " + NOW_S + "))"
     " RETURNING runs.id, runs.last_seq - k.c AS base, pg_notify(%s, runs.id)),"
     " i AS (INSERT INTO events (run_id, seq, type, ts, step, data)"
-    " SELECT e.run_id, s.base + e.k, e.type, e.ts, e.step, e.data FROM unnest(%s::text[],"
-    " %s::int8[], %s::text[], %s::float8[], %s::int[], %s::text[]) AS e (run_id, k, type, ts,"
+    " SELECT e.run_id, s.base + e.k, e.type, e.ts, e.step, e.data FROM unnest(%b::text[],"
+    " %b::int8[], %b::text[], %b::float8[], %b::int[], %b::text[]) AS e (run_id, k, type, ts,"
     " step, data) JOIN s ON s.id = e.run_id)"
     " SELECT id, base FROM s"
 )

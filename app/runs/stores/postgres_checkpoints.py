@@ -19,8 +19,8 @@ from app.runs.stores.postgres_rows import NOW_S, Conn
 from app.runs.stores.postgres_writer import Failed
 
 SAVE_MANY = (
-    "WITH a AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::int[],"
-    " %s::text[]) AS a (run_id, fence, step, state, start, chunk)),"
+    "WITH a AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], %b::int[],"
+    " %b::text[]) AS a (run_id, fence, step, state, start, chunk)),"
     " r AS (SELECT a.* FROM a JOIN runs ON runs.id = a.run_id AND (a.fence = ''"
     " OR (runs.lease_token = a.fence AND runs.lease_until >= " + NOW_S + ")) FOR SHARE OF runs),"
     " h AS (INSERT INTO checkpoints (run_id, step, state, version)"

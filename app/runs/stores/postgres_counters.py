@@ -28,8 +28,8 @@ ON CONFLICT (owner, day) DO UPDATE SET runs = key_days.runs + excluded.runs,
 _COLUMNS = "owner, day, runs, llm_calls, unpriced_calls, prompt_tokens, completion_tokens, cost_usd"
 _ADD = f"INSERT INTO key_days ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) {_ON_CONFLICT}"
 _ADD_MANY = (
-    f"INSERT INTO key_days ({_COLUMNS}) SELECT * FROM unnest(%s::text[], %s::text[],"
-    f" %s::int8[], %s::int8[], %s::int8[], %s::int8[], %s::int8[], %s::float8[]) {_ON_CONFLICT}"
+    f"INSERT INTO key_days ({_COLUMNS}) SELECT * FROM unnest(%b::text[], %b::text[],"
+    f" %b::int8[], %b::int8[], %b::int8[], %b::int8[], %b::int8[], %b::float8[]) {_ON_CONFLICT}"
 )
 
 
