@@ -47,6 +47,21 @@ POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
 RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
 ADMIT_HOLD_S = 30.0  # a place taken in the queue by a POST whose replica died meanwhile
 _QUEUED = f"status = 'queued' AND queued_at IS NOT NULL AND held_behind IS NULL AND (lease_token IS NULL OR lease_until < {NOW_S})"  # noqa: E501
+_RING_QUEUE = "pg_notify(%s, 'q:')"
+"""The queue's doorbell, rung by a statement that queues a run (once per transaction)."""
+_RESERVE = (
+    # a place of a POST whose replica died (older than ADMIT_HOLD_S) is dropped, not counted
+    "WITH d AS (DELETE FROM queue_places WHERE at < " + NOW_S + " - %s),"
+    " n AS (SELECT (SELECT COUNT(*) FROM runs WHERE " + _QUEUED + ")"
+    " + (SELECT COUNT(*) FROM queue_places WHERE at >= " + NOW_S + " - %s)"
+    " + (SELECT COUNT(*) FROM runs WHERE held_behind IS NOT NULL) AS queued),"
+    " i AS (INSERT INTO queue_places (ticket, at) SELECT %s, " + NOW_S + " FROM n"
+    " WHERE NOT (n.queued >= %s AND (n.queued > 0 OR %s)) RETURNING 1)"
+    " SELECT n.queued, EXISTS (SELECT 1 FROM i) FROM n"
+)
+"""The cluster's queue counted (queued runs, places taken by POSTs being admitted, held
+runs) and a place taken unless it is full: `queued >= cap`, and a run would wait (some are
+queued, or this replica is busy)."""
 _TAKE = (
     "UPDATE runs SET lease_owner = %s, lease_token = %s || id, lease_until = " + NOW_S + " + %s"
     " WHERE id IN (SELECT id FROM runs WHERE " + _QUEUED + " ORDER BY queued_at LIMIT %s"
@@ -100,9 +115,6 @@ class PostgresCoordinator:
         elif kind == "w" and not run_id:
             self._webhook_bell.set()
 
-    async def _notify(self, conn: Conn, payload: str) -> None:
-        await conn.execute("SELECT pg_notify(%s, %s)", (self.store.channel, payload))
-
     # -- the queue --------------------------------------------------------------------------
 
     async def queued(self) -> int:
@@ -111,32 +123,28 @@ class PostgresCoordinator:
 
     async def enqueue(self, run_id: str) -> None:
         async def enqueue(conn: Conn) -> None:
-            sql = f"UPDATE runs SET queued_at = {NOW_S} WHERE id = %s"
-            await conn.execute(sql, (run_id,))
-            await self._notify(conn, "q:")
+            sql = f"UPDATE runs SET queued_at = {NOW_S} WHERE id = %s RETURNING {_RING_QUEUE}"
+            await conn.execute(sql, (run_id, self.store.channel))
 
-        await self.store.submit(enqueue)
+        await self.store.submit(enqueue, one_statement=True)
 
     async def hold(self, run_id: str, behind: str) -> None:
         async def hold(conn: Conn) -> None:
             sql = f"UPDATE runs SET held_behind = %s, queued_at = {NOW_S} WHERE id = %s"
             await conn.execute(sql, (behind, run_id))
 
-        await self.store.submit(hold)
+        await self.store.submit(hold, one_statement=True)
 
     async def release_held(self, behind: str) -> None:
         async def release(conn: Conn) -> list[Any]:
             cur = await conn.execute(
-                f"UPDATE runs SET held_behind = NULL, queued_at = {NOW_S}"
-                " WHERE held_behind = %s RETURNING id",
-                (behind,),
+                f"WITH r AS (UPDATE runs SET held_behind = NULL, queued_at = {NOW_S}"
+                f" WHERE held_behind = %s RETURNING id) SELECT id, {_RING_QUEUE} FROM r",
+                (behind, self.store.channel),
             )
-            released = await cur.fetchall()
-            if released:
-                await self._notify(conn, "q:")
-            return released
+            return await cur.fetchall()
 
-        for (run_id,) in await self.store.submit(release):
+        for run_id, _ in await self.store.submit(release, one_statement=True):
             log.info("run_released", run_id=str(run_id), behind=behind)
 
     async def _release_stale_holds(self) -> None:
@@ -153,21 +161,13 @@ class PostgresCoordinator:
         ticket = self._token()
 
         async def reserve(conn: Conn) -> tuple[str | None, int]:
+            # the lock first: the count's snapshot is taken after the admissions before it
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.store.channel,))
-            sql = f"DELETE FROM queue_places WHERE at < {NOW_S} - %s"
-            await conn.execute(sql, (ADMIT_HOLD_S,))
-            cur = await conn.execute(
-                f"SELECT (SELECT COUNT(*) FROM runs WHERE {_QUEUED})"
-                " + (SELECT COUNT(*) FROM queue_places)"
-                " + (SELECT COUNT(*) FROM runs WHERE held_behind IS NOT NULL)"
-            )
+            cur = await conn.execute(_RESERVE, (ADMIT_HOLD_S, ADMIT_HOLD_S, ticket, cap, busy))
             row = await cur.fetchone()
-            queued = int(row[0]) if row is not None else 0
-            if queued >= cap and (queued > 0 or busy):
-                return None, queued
-            sql = f"INSERT INTO queue_places (ticket, at) VALUES (%s, {NOW_S})"
-            await conn.execute(sql, (ticket,))
-            return ticket, queued
+            assert row is not None
+            queued, taken = int(row[0]), bool(row[1])
+            return (ticket if taken else None), queued
 
         result: tuple[str | None, int] = await self.store.submit(reserve)
         return result
@@ -176,7 +176,7 @@ class PostgresCoordinator:
         async def unreserve(conn: Conn) -> None:
             await conn.execute("DELETE FROM queue_places WHERE ticket = %s", (ticket,))
 
-        await self.store.submit(unreserve)
+        await self.store.submit(unreserve, one_statement=True)
 
     async def claim(self, run_id: str) -> bool:
         token = self._offered.pop(run_id, None)
@@ -206,10 +206,10 @@ class PostgresCoordinator:
     async def request_cancel(self, run_id: str) -> None:
         async def ask(conn: Conn) -> None:
             sql = "UPDATE runs SET cancel_requested = TRUE WHERE id = %s"
-            await conn.execute(sql, (run_id,))
-            await self._notify(conn, "c:" + run_id)
+            sql += " RETURNING pg_notify(%s, %s)"
+            await conn.execute(sql, (run_id, self.store.channel, "c:" + run_id))
 
-        await self.store.submit(ask)
+        await self.store.submit(ask, one_statement=True)
 
     async def cancel_requested(self, run_id: str) -> bool:
         sql = "SELECT cancel_requested FROM runs WHERE id = %s"

@@ -27,6 +27,16 @@ from app.runs.stores.postgres_rows import NOW_S, Conn, Write, refused
 
 log = structlog.get_logger("finishline.runs")
 
+_TAKE = (
+    "WITH r AS (SELECT id FROM runs WHERE id = %s AND (%s = '' OR (lease_token = %s"
+    " AND lease_until >= " + NOW_S + ")) FOR UPDATE),"
+    " c AS (UPDATE runs SET inbox_closed = TRUE FROM r WHERE runs.id = r.id AND %s),"
+    " d AS (DELETE FROM run_messages m USING r WHERE m.run_id = r.id RETURNING m.pos, m.content)"
+    " SELECT d.pos, d.content FROM r LEFT JOIN d ON TRUE"
+)
+"""A run's messages taken (and its inbox closed, if asked) in one statement, unless its lease
+is another replica's (fenced: no row at all); a row of NULLs when it has none."""
+
 
 async def insert_messages(conn: Conn, run_id: str, contents: list[str], *, front: bool) -> None:
     """Add messages to the run's inbox, at its end or (held ones given back) its front."""
@@ -127,19 +137,13 @@ class PostgresInbox:
         fence = self.store.fence_of(run_id)
 
         async def take(conn: Conn) -> list[str]:
-            if fence:
-                sql = f"SELECT 1 FROM runs WHERE id = %s AND lease_token = %s AND lease_until >= {NOW_S} FOR UPDATE"  # noqa: E501
-                if await (await conn.execute(sql, (run_id, fence))).fetchone() is None:
-                    await refused(conn, run_id)
-            if close:
-                sql = "UPDATE runs SET inbox_closed = TRUE WHERE id = %s"
-                await conn.execute(sql, (run_id,))
-            cur = await conn.execute(
-                "DELETE FROM run_messages WHERE run_id = %s RETURNING pos, content", (run_id,)
-            )
-            return [content for _pos, content in sorted(await cur.fetchall())]
+            cur = await conn.execute(_TAKE, (run_id, fence, fence, close))
+            rows = await cur.fetchall()
+            if not rows:
+                await refused(conn, run_id)
+            return [content for _pos, content in sorted(rows) if content is not None]
 
-        taken: list[str] = await self.store.submit(take, touches=run_id)
+        taken: list[str] = await self.store.submit(take, touches=run_id, one_statement=True)
         return taken
 
     async def listen(self) -> None:

@@ -170,7 +170,7 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
     ) -> Event | None:
         insert = insert_run(record)
         if first_event is None:
-            await self.submit(insert)
+            await self.submit(insert, one_statement=True)
             return None
         type, step, data = first_event
         append = append_event(record.id, type, step, encode(data), "", self.channel)
@@ -184,7 +184,9 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
 
     async def save(self, record: RunRecord) -> None:
         await self.submit(
-            upsert_run(record, self.fence_of(record.id), self.channel), touches=record.id
+            upsert_run(record, self.fence_of(record.id), self.channel),
+            touches=record.id,
+            one_statement=not record.status.terminal,  # a terminal one's summary with it
         )
 
     async def get(self, run_id: str) -> RunRecord | None:
@@ -347,11 +349,17 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
             raise StoreError(f"the Postgres store is {what}")
 
     async def submit(
-        self, apply: Write, after_commit: Callable[[Any], None] | None = None, touches: str = ""
+        self,
+        apply: Write,
+        after_commit: Callable[[Any], None] | None = None,
+        touches: str = "",
+        *,
+        one_statement: bool = False,
     ) -> Any:
         """Make the write (behind every write asked before) and return its outcome;
-        `touches`: the one run whose rows it writes, if so (`postgres_writer`)."""
-        return await self.queue(apply, after_commit, touches)
+        `touches`: the one run whose rows it writes, if so; `one_statement`: it writes in one
+        statement (`postgres_writer`)."""
+        return await self.queue(apply, after_commit, touches, one_statement=one_statement)
 
     def queue(
         self,
@@ -359,10 +367,14 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
         after_commit: Callable[[Any], None] | None = None,
         touches: str = "",
         many: tuple[Many, Any] | None = None,
+        *,
+        one_statement: bool = False,
     ) -> asyncio.Future[Any]:
         """Queue the write (behind every write asked before); what to await for it."""
         self._check_open()
-        return self._writer.submit(apply, after_commit, many, touches or None)
+        return self._writer.submit(
+            apply, after_commit, many, touches or None, one_statement=one_statement
+        )
 
     async def with_connection(
         self, use: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]

@@ -65,6 +65,7 @@ class _Write:
     after_commit: AfterCommit | None
     many: tuple[Many, Any] | None = None
     touches: str | None = None
+    one_statement: bool = False
 
 
 class PostgresWriter:
@@ -95,20 +96,23 @@ class PostgresWriter:
         after_commit: AfterCommit | None = None,
         many: tuple[Many, Any] | None = None,
         touches: str | None = None,
+        *,
+        one_statement: bool = False,
     ) -> asyncio.Future[Any]:
         """`many`: (a `Many`, this write's item), to be made with the other writes of the
         batch that name the same `Many`; alone (a batch made again one write at a time), by
         `apply`, which then writes in one statement (and may read after it): a batch of that
         write alone is made without BEGIN and COMMIT, the statement its own transaction.
         `touches`: the one run whose rows the write touches (or a name for other rows no run
-        has); required with `many`."""
+        has); required with `many`. `one_statement`: `apply` writes in one statement (and
+        may read after it); a batch of that write alone is made without BEGIN and COMMIT."""
         assert many is None or touches is not None, "a write made with others names its run"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
         future.add_done_callback(self._counted)
         self._unresolved.add(future)
-        self._queue.append(_Write(apply, future, after_commit, many, touches))
+        self._queue.append(_Write(apply, future, after_commit, many, touches, one_statement))
         self._wake.set()
         return future
 
@@ -196,7 +200,7 @@ class PostgresWriter:
     async def _transaction(self, batch: list[_Write]) -> list[Any]:
         try:
             async with self._connection() as conn:
-                if len(batch) == 1 and batch[0].many is not None:
+                if len(batch) == 1 and (batch[0].many is not None or batch[0].one_statement):
                     results = [await batch[0].apply(conn)]  # one statement: its own transaction
                 else:
                     async with conn.transaction():
