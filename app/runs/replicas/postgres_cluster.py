@@ -47,6 +47,9 @@ POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
 RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
 ADMIT_HOLD_S = 30.0  # a place taken in the queue by a POST whose replica died meanwhile
 _QUEUED = f"status = 'queued' AND queued_at IS NOT NULL AND held_behind IS NULL AND (lease_token IS NULL OR lease_until < {NOW_S})"  # noqa: E501
+_PLACES = "queue_places"
+"""What admission writes touch (`PostgresWriter.submit`): no run's rows; it counts queued
+runs, which no write made together (appends, checkpoints, usage) changes."""
 _RING_QUEUE = "pg_notify(%s, 'q:')"
 """The queue's doorbell, rung by a statement that queues a run (once per transaction)."""
 _RESERVE = (
@@ -126,14 +129,14 @@ class PostgresCoordinator:
             sql = f"UPDATE runs SET queued_at = {NOW_S} WHERE id = %s RETURNING {_RING_QUEUE}"
             await conn.execute(sql, (run_id, self.store.channel))
 
-        await self.store.submit(enqueue, one_statement=True)
+        await self.store.submit(enqueue, touches=run_id, one_statement=True)
 
     async def hold(self, run_id: str, behind: str) -> None:
         async def hold(conn: Conn) -> None:
             sql = f"UPDATE runs SET held_behind = %s, queued_at = {NOW_S} WHERE id = %s"
             await conn.execute(sql, (behind, run_id))
 
-        await self.store.submit(hold, one_statement=True)
+        await self.store.submit(hold, touches=run_id, one_statement=True)
 
     async def release_held(self, behind: str) -> None:
         async def release(conn: Conn) -> list[Any]:
@@ -169,14 +172,14 @@ class PostgresCoordinator:
             queued, taken = int(row[0]), bool(row[1])
             return (ticket if taken else None), queued
 
-        result: tuple[str | None, int] = await self.store.submit(reserve)
+        result: tuple[str | None, int] = await self.store.submit(reserve, touches=_PLACES)
         return result
 
     async def unreserve(self, ticket: str) -> None:
         async def unreserve(conn: Conn) -> None:
             await conn.execute("DELETE FROM queue_places WHERE ticket = %s", (ticket,))
 
-        await self.store.submit(unreserve, one_statement=True)
+        await self.store.submit(unreserve, touches=_PLACES, one_statement=True)
 
     async def claim(self, run_id: str) -> bool:
         token = self._offered.pop(run_id, None)
@@ -209,7 +212,7 @@ class PostgresCoordinator:
             sql += " RETURNING pg_notify(%s, %s)"
             await conn.execute(sql, (run_id, self.store.channel, "c:" + run_id))
 
-        await self.store.submit(ask, one_statement=True)
+        await self.store.submit(ask, touches=run_id, one_statement=True)
 
     async def cancel_requested(self, run_id: str) -> bool:
         sql = "SELECT cancel_requested FROM runs WHERE id = %s"

@@ -49,9 +49,11 @@ from app.runs.stores.postgres_rows import (
     checkpoint_of,
     checkpoint_upsert,
     insert_run,
+    insert_run_with_event,
     paged,
     read_events,
     record_of,
+    save_with_event,
     tree_member,
     upsert_run,
 )
@@ -168,18 +170,14 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
     async def create(
         self, record: RunRecord, *, first_event: FirstEvent | None = None
     ) -> Event | None:
-        insert = insert_run(record)
         if first_event is None:
-            await self.submit(insert, one_statement=True)
+            await self.submit(insert_run(record), touches=record.id, one_statement=True)
             return None
         type, step, data = first_event
-        append = append_event(record.id, type, step, encode(data), "", self.channel)
-
-        async def both(conn: psycopg.AsyncConnection[Any]) -> Event:
-            await insert(conn)
-            return await append(conn)
-
-        event: Event = await self.submit(both, self.published, touches=record.id)
+        both = insert_run_with_event(record, type, step, encode(data), self.channel)
+        event: Event = await self.submit(
+            both, self.published, touches=record.id, one_statement=True
+        )
         return event
 
     async def save(self, record: RunRecord) -> None:
@@ -275,6 +273,9 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
         self.deltas.appended(run_id, type)
         if record is None:  # made with the appends queued next to it (`postgres_appends`)
             return self._writer.submit(insert, self.published, (self._append_many, row), run_id)
+        if not record.status.terminal:  # (a terminal record is saved with its summary)
+            both = save_with_event(record, type, step, row.payload, row.fence, self.channel, row.ts)
+            return self._writer.submit(both, self.published, touches=run_id, one_statement=True)
         save = upsert_run(record, row.fence, self.channel)
 
         async def write(conn: psycopg.AsyncConnection[Any]) -> Event:

@@ -39,8 +39,8 @@ _COLUMNS = (
     " ended_at, webhook_due"
 )
 INSERT_RUN = f"INSERT INTO runs ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-UPSERT_RUN = (
-    INSERT_RUN + " ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,"
+_ON_CONFLICT = (
+    " ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,"
     " idempotency_key = excluded.idempotency_key, created_at = excluded.created_at,"
     " previous_run_id = excluded.previous_run_id, parent_run_id = excluded.parent_run_id,"
     " record = excluded.record, ended_at = COALESCE(runs.ended_at, excluded.ended_at),"
@@ -50,9 +50,28 @@ UPSERT_RUN = (
     # out of the queue once it is not queued any more; no deadline once it does not wait
     " queued_at = CASE WHEN excluded.status = 'queued' THEN runs.queued_at END,"
     " wait_deadline = CASE WHEN excluded.status = 'requires_action' THEN runs.wait_deadline END"
-    " WHERE %s = '' OR (runs.lease_token = %s AND runs.lease_until >= " + NOW_S + ")"
-    " RETURNING 1"
 )
+_FENCED = " WHERE %s = '' OR (runs.lease_token = %s AND runs.lease_until >= " + NOW_S + ")"
+UPSERT_RUN = INSERT_RUN + _ON_CONFLICT + _FENCED + " RETURNING 1"
+SAVE_WITH_EVENT = (
+    f"WITH u AS (INSERT INTO runs ({_COLUMNS}, last_seq)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1)"
+    + _ON_CONFLICT
+    + ", last_seq = runs.last_seq + 1"
+    + _FENCED
+    + " RETURNING id, last_seq)"
+    " INSERT INTO events (run_id, seq, type, ts, step, data)"
+    " SELECT id, last_seq, %s, %s, %s, %s FROM u RETURNING seq, pg_notify(%s, run_id)"
+)
+"""A record that does not end its run saved, fenced, and an event appended after it, in one
+statement (`append` with `record`)."""
+CREATE_WITH_EVENT = (
+    f"WITH r AS (INSERT INTO runs ({_COLUMNS}, last_seq)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1) RETURNING id)"
+    " INSERT INTO events (run_id, seq, type, ts, step, data)"
+    " SELECT id, 1, %s, %s, %s, %s FROM r RETURNING seq, pg_notify(%s, run_id)"
+)
+"""A new run and its first event (seq 1) in one statement (`create` with `first_event`)."""
 APPEND = (
     "WITH s AS (UPDATE runs SET last_seq = last_seq + 1 WHERE id = %s"
     " AND (%s = '' OR (lease_token = %s AND lease_until >= " + NOW_S + "))"
@@ -124,6 +143,41 @@ def upsert_run(record: RunRecord, fence: str, channel: str) -> Write:
             await conn.execute("SELECT pg_notify(%s, 'w:')", (channel,))
 
     return upsert
+
+
+def insert_run_with_event(
+    record: RunRecord, type: str, step: int, payload: str, channel: str
+) -> Callable[[Conn], Awaitable[Event]]:
+    ts = time.time()
+    params = (*run_row(record), type, ts, step, payload, channel)
+
+    async def insert(conn: Conn) -> Event:
+        try:
+            await conn.execute(CREATE_WITH_EVENT, params)
+        except pg_errors.UniqueViolation as exc:
+            raise duplicate(exc, record) from exc
+        return stored(record.id, 1, type, ts, step, payload)
+
+    return insert
+
+
+def save_with_event(
+    record: RunRecord, type: str, step: int, payload: str, fence: str, channel: str, ts: float
+) -> Callable[[Conn], Awaitable[Event]]:
+    assert not record.status.terminal, "a terminal record is saved with its summary"
+    params = (*run_row(record), fence, fence, type, ts, step, payload, channel)
+
+    async def save(conn: Conn) -> Event:
+        try:
+            row = await (await conn.execute(SAVE_WITH_EVENT, params)).fetchone()
+        except pg_errors.UniqueViolation as exc:
+            raise duplicate(exc, record) from exc
+        if row is None:
+            await refused(conn, record.id)
+        assert row is not None
+        return stored(record.id, int(row[0]), type, ts, step, payload)
+
+    return save
 
 
 def append_event(
