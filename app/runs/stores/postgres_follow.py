@@ -3,12 +3,19 @@
 Every append notifies `<schema>_events` with the run's id in its own transaction (delivered
 at commit). One connection per process, outside the pool, listens; a notification rings the
 run's bell. The first follower of a run in this process starts a reader task: it reads the
-rows after the last seq it published, publishes them to the fan-out, and waits for the bell,
-or `POLL_S` at most: a notification lost (the listening connection dropped and came back)
-costs at most one poll interval, never an event, because rows are always read from the table.
+rows after the last seq it published, publishes them to the fan-out, and waits for the bell.
 Appends made in this process ring the bell at once, without waiting for the notification,
 and their notifications (sent by a backend of this process's pool: `own`) ring no bell: the
 reader would read nothing new.
+
+A notification is missed only while no connection listens. The listener proves its
+connection every `POLL_S / 4` (a round trip: every notification committed before it was sent
+has arrived by its answer; one not answered within `POLL_S / 4` gives the connection up, as
+on a network that drops silently), and each time it listens again it rings every reader. A
+reader waits for its bell in turns of `POLL_S / 2` and reads at the end of a turn unless the
+listener proved itself within the last `POLL_S / 2`: so a healthy listener spares a read per
+poll interval per followed run, and a missed notification still costs at most one poll
+interval, never an event: rows are always read from the table.
 
 While Postgres is away, readers and replays wait it out (their SSE streams keep sending
 keep-alives) and read again once it is back; a run no longer stored ends its followers' feeds.
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +42,12 @@ from app.runs.stores.postgres_errors import RETRY_S, is_outage
 log = structlog.get_logger("finishline.runs")
 
 POLL_S = 1.0
-"""How long a reader waits for its bell before it reads anyway."""
+"""The longest a missed notification delays a reader (the listener's proofs every quarter of
+it, the reader's turns every half)."""
+
+
+PROOF = "SELECT 1"
+"""The listener's proof of life: any answer will do."""
 
 
 @dataclass(eq=False)
@@ -79,6 +93,14 @@ class PostgresFollower:
         self.reconnected: list[Callable[[], None]] = []
         """Told each time the listener (re)connects: notifications may have been missed."""
         self.listening = asyncio.Event()
+        self.listened = 0
+        """How many times the listener has started listening (each time, missed
+        notifications rang every reader)."""
+        self.proven_at = -math.inf
+        """When the last proof the listener's connection answered was sent (monotonic)."""
+        self.proofs = 0
+        self.listener_pid: int | None = None
+        """The backend pid of the listening connection (for tests and logs)."""
         self.own: set[int] = set()
         """The backend pids of this process's pool: their appends are published here at
         commit (`published`), their notifications need not wake a reader."""
@@ -163,6 +185,7 @@ class PostgresFollower:
             return
         while not reader.stopped:
             reader.bell.clear()
+            heard = self.listened if self.listening.is_set() else -1
             events = await self._read_patiently(run_id, after=reader.last, limit=PAGE)
             for event in events:
                 if reader.done:
@@ -175,8 +198,30 @@ class PostgresFollower:
                     return
             if len(events) == PAGE:
                 continue
+            await self._rung(reader, heard)
+
+    async def _rung(self, reader: _Reader, heard: int) -> None:
+        """Until the bell rings; or the end of a turn in which the listener did not prove it
+        heard everything since the read (`heard`: which listener listened then, -1 none)."""
+        turn = POLL_S / 2
+        while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reader.bell.wait(), POLL_S)
+                await asyncio.wait_for(reader.bell.wait(), turn)
+                return
+            proven = time.monotonic() - self.proven_at <= turn
+            if not proven or heard < 0 or self.listened != heard:
+                return
+
+    async def _prove(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A round trip on the listening connection (notifications arriving meanwhile are
+        kept for the next `notifies`); one not answered within `POLL_S / 4` gives it up."""
+        sent = time.monotonic()
+        try:
+            await asyncio.wait_for(conn.execute(PROOF), POLL_S / 4)
+        except TimeoutError as exc:
+            raise psycopg.OperationalError("the listening connection did not answer") from exc
+        self.proven_at = sent
+        self.proofs += 1
 
     async def _listen(self) -> None:
         while True:
@@ -190,16 +235,20 @@ class PostgresFollower:
             try:
                 async with conn:
                     await conn.execute(f'LISTEN "{self._channel}"')
+                    self.listener_pid = conn.info.backend_pid
+                    self.listened += 1
                     self.listening.set()
                     for reader in list(self._readers.values()):
                         reader.bell.set()  # what was missed while not listening
                     for told in self.reconnected:
                         told()
-                    async for note in conn.notifies():
-                        if note.pid not in self.own:
-                            self.ring(note.payload)
-                        for listener in self.listeners:
-                            listener(note.payload)
+                    while True:
+                        async for note in conn.notifies(timeout=POLL_S / 4):
+                            if note.pid not in self.own:
+                                self.ring(note.payload)
+                            for listener in self.listeners:
+                                listener(note.payload)
+                        await self._prove(conn)
             except Exception as exc:
                 if not is_outage(exc):
                     log.exception("store_listen_failed")

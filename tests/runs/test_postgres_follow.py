@@ -1,0 +1,140 @@
+"""The Postgres store's live events (`postgres_follow`, DESIGN §18): `LISTEN/NOTIFY` is the
+doorbell. While its listener listens, a run's reader reads only when rung (no read per poll
+interval per followed run); the listener proves its connection every quarter of `POLL_S` and
+gives up one that does not answer; a notification missed while nothing listened is read
+within a poll interval, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from app.engine.events import EventType
+from app.runs.records import Event
+from app.runs.stores import postgres_follow
+from app.runs.stores.postgres import PostgresRunStore
+from tests.fakes.postgres_server import PostgresServer
+from tests.runs.test_store_contract import record
+
+THOUGHT = EventType.THOUGHT
+POLL_S = 0.2  # the listener's proofs every 50 ms, a reader's turns every 100 ms
+TIMEOUT_S = 20.0
+
+
+@pytest.fixture
+async def stores(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[PostgresRunStore, PostgresRunStore]]:
+    """Two replicas' stores on one database: `here` follows, `there` writes."""
+    monkeypatch.setattr(postgres_follow, "POLL_S", POLL_S)
+    here, there = PostgresRunStore(postgres_url), PostgresRunStore(postgres_url)
+    await here.open()
+    await there.open()
+    try:
+        yield here, there
+    finally:
+        await here.close()
+        await there.close()
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Poll `check` until it holds, failing after `TIMEOUT_S`."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not check():
+        assert time.monotonic() < deadline, f"not within {TIMEOUT_S} s"
+        await asyncio.sleep(POLL_S / 5)
+
+
+def counted(store: PostgresRunStore) -> list[int]:
+    """The reads of the store's follower, counted (after each, its number)."""
+    reads: list[int] = []
+    read: Callable[..., Awaitable[list[Event]]] = store.follower._read
+
+    async def counting(*args: Any, **kw: Any) -> list[Event]:
+        reads.append(len(reads) + 1)
+        return await read(*args, **kw)
+
+    store.follower._read = counting
+    return reads
+
+
+@contextlib.asynccontextmanager
+async def following(store: PostgresRunStore, run_id: str) -> AsyncIterator[asyncio.Queue[Event]]:
+    """A follower of the run from its start, its events put in a queue."""
+    seen: asyncio.Queue[Event] = asyncio.Queue()
+
+    async def follow() -> None:
+        async for event in store.subscribe(run_id):
+            seen.put_nowait(event)
+
+    task = asyncio.create_task(follow())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def next_event(seen: asyncio.Queue[Event]) -> Event:
+    return await asyncio.wait_for(seen.get(), TIMEOUT_S)
+
+
+async def test_a_reader_reads_only_when_rung_while_the_listener_listens(
+    stores: tuple[PostgresRunStore, PostgresRunStore],
+) -> None:
+    here, there = stores
+    run = record()
+    await there.create(run)
+    await there.append(run.id, THOUGHT, 1, {"n": 1})
+    await until(here.follower.listening.is_set)
+    reads = counted(here)
+    async with following(here, run.id) as seen:
+        assert (await next_event(seen)).seq == 1
+        quiet_from, read_before = here.follower.proofs, len(reads)
+        listened = here.follower.listened
+
+        await until(lambda: here.follower.proofs >= quiet_from + 24)  # a dozen turns
+        # not one read more (but after the listener listened again, had a proof come late)
+        assert len(reads) - read_before <= here.follower.listened - listened
+
+        read_before = len(reads)
+        await there.append(run.id, THOUGHT, 1, {"n": 2})  # another replica's: its doorbell
+        assert (await next_event(seen)).seq == 2
+        assert len(reads) > read_before
+
+
+async def test_a_notification_missed_while_nothing_listened_is_read_once_it_listens_again(
+    stores: tuple[PostgresRunStore, PostgresRunStore], postgres_server: PostgresServer
+) -> None:
+    here, there = stores
+    run = record()
+    await there.create(run)
+    await until(here.follower.listening.is_set)
+    listened = here.follower.listened
+    async with following(here, run.id) as seen:
+        await until(lambda: run.id in here.follower._readers)
+
+        with postgres_server.admin() as admin:  # the listener's backend ended
+            admin.execute("SELECT pg_terminate_backend(%s)", (here.follower.listener_pid,))
+        await until(lambda: not here.follower.listening.is_set())
+        await there.append(run.id, THOUGHT, 1, {"n": 1})  # its notification: unheard here
+
+        assert (await next_event(seen)).seq == 1
+        await until(lambda: here.follower.listened == listened + 1)
+
+
+async def test_a_listening_connection_that_does_not_answer_is_given_up_and_replaced(
+    stores: tuple[PostgresRunStore, PostgresRunStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here, _ = stores
+    await until(here.follower.listening.is_set)
+    listened, pid = here.follower.listened, here.follower.listener_pid
+    monkeypatch.setattr(postgres_follow, "PROOF", "SELECT pg_sleep(60)")  # never in time
+    await until(lambda: here.follower.listened > listened and here.follower.listening.is_set())
+    monkeypatch.setattr(postgres_follow, "PROOF", "SELECT 1")
+    assert here.follower.listener_pid != pid
