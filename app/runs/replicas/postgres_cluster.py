@@ -266,7 +266,8 @@ class PostgresCoordinator:
                 await _handled("run_claim_failed", member.claimed(run_id))
             finally:
                 self._offered.pop(run_id, None)  # not queued any more: its lease lapses
-        if not rows:
+        if len(rows) < free:  # the queue is empty (but for rows another replica locks): a
+            # run queued since rang the bell (cleared before the take); else POLL_S at most
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._queue_bell.wait(), POLL_S)
 
