@@ -175,9 +175,7 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
             return None
         type, step, data = first_event
         both = insert_run_with_event(record, type, step, encode(data), self.channel)
-        event: Event = await self.submit(
-            both, self.published, touches=record.id, one_statement=True
-        )
+        event: Event = await self.submit(both, self.published, record.id, one_statement=True)
         return event
 
     async def save(self, record: RunRecord) -> None:
@@ -357,9 +355,8 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
         *,
         one_statement: bool = False,
     ) -> Any:
-        """Make the write (behind every write asked before) and return its outcome;
-        `touches`: the one run whose rows it writes, if so; `one_statement`: it writes in one
-        statement (`postgres_writer`)."""
+        """Make the write (behind every write asked before) and return its outcome; `touches`
+        and `one_statement`: as `PostgresWriter.submit`'s."""
         return await self.queue(apply, after_commit, touches, one_statement=one_statement)
 
     def queue(
