@@ -1,8 +1,8 @@
 """The Postgres store's live events (`postgres_follow`, DESIGN §18): `LISTEN/NOTIFY` is the
-doorbell. While its listener listens, a run's reader reads only when rung (no read per poll
-interval per followed run); the listener proves its connection every quarter of `POLL_S` and
-gives up one that does not answer; a notification missed while nothing listened is read
-within a poll interval, never lost."""
+doorbell, naming the run and its last seq. While its listener listens, a run's reader reads only
+when rung (no read per poll interval per followed run); the listener proves its connection every
+quarter of `POLL_S` and gives up one that does not answer; a notification missed while nothing
+listened is read within a poll interval, never lost."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from app.engine.events import EventType
@@ -138,3 +139,23 @@ async def test_a_listening_connection_that_does_not_answer_is_given_up_and_repla
     await until(lambda: here.follower.listened > listened and here.follower.listening.is_set())
     monkeypatch.setattr(postgres_follow, "PROOF", "SELECT 1")
     assert here.follower.listener_pid != pid
+
+
+async def test_the_doorbell_names_the_run_and_its_last_seq(
+    stores: tuple[PostgresRunStore, PostgresRunStore], postgres_url: str
+) -> None:
+    here, _ = stores
+    run = record()
+    await here.create(run, first_event=(THOUGHT, 0, {"n": 1}))
+    with psycopg.connect(postgres_url, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{here.channel}"')
+        await here.append(run.id, THOUGHT, 1, {"n": 2})
+        queued = [await here.append_soon(run.id, THOUGHT, 1, {"n": n}) for n in (3, 4)]
+        await asyncio.gather(*queued)  # committed (made together)
+        heard = []
+        for note in listener.notifies(timeout=TIMEOUT_S):
+            heard.append(note.payload)
+            if note.payload == f"{run.id}:4":  # (3 and 4 made together: one notification)
+                break
+    assert heard[0] == f"{run.id}:2"
+    assert heard[-1] == f"{run.id}:4"

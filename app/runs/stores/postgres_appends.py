@@ -5,7 +5,8 @@ Each run's seq goes up by its number of events in the statement, its row locked 
 update, and its events take the seqs after the old `last_seq` in the order they were queued:
 no gap, no duplicate. A fenced append names its lease token in the same statement: the events
 of a run whose lease another replica holds (or that is gone) are not written, and only those
-appends fail (`Failed`), the others' commit with the transaction. One notification per run.
+appends fail (`Failed`), the others' commit with the transaction. One notification per run,
+naming its last seq.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ APPEND_MANY = (
     "WITH s AS (UPDATE runs SET last_seq = runs.last_seq + k.c"
     " FROM unnest(%b::text[], %b::text[], %b::int8[]) AS k (id, fence, c) WHERE runs.id = k.id"
     " AND (k.fence = '' OR (runs.lease_token = k.fence AND runs.lease_until >= " + NOW_S + "))"
-    " RETURNING runs.id, runs.last_seq - k.c AS base, pg_notify(%s, runs.id)),"
+    " RETURNING runs.id, runs.last_seq - k.c AS base,"
+    " pg_notify(%s, runs.id || ':' || runs.last_seq)),"
     " i AS (INSERT INTO events (run_id, seq, type, ts, step, data)"
     " SELECT e.run_id, s.base + e.k, e.type, e.ts, e.step, e.data FROM unnest(%b::text[],"
     " %b::int8[], %b::text[], %b::float8[], %b::int[], %b::text[]) AS e (run_id, k, type, ts,"

@@ -1,12 +1,12 @@
 """Live events from Postgres into the in-process `Fanout`, with `LISTEN/NOTIFY` as the doorbell.
 
-Every append notifies `<schema>_events` with the run's id in its own transaction (delivered
-at commit). One connection per process, outside the pool, listens; a notification rings the
-run's bell. The first follower of a run in this process starts a reader task: it reads the
-rows after the last seq it published, publishes them to the fan-out, and waits for the bell.
-Appends made in this process ring the bell at once, without waiting for the notification,
-and their notifications (sent by a backend of this process's pool: `own`) ring no bell: the
-reader would read nothing new.
+Every append notifies `<schema>_events` with `<run id>:<seq>` (its run's last seq) in its own
+transaction (delivered at commit). One connection per process, outside the pool, listens; a
+notification rings the run's bell (unless its reader has that seq already). The first follower
+of a run in this process starts a reader task: it reads the rows after the last seq it
+published, publishes them to the fan-out, and waits for the bell. Appends made in this process
+ring the bell at once, without waiting for the notification, and their notifications (sent by a
+backend of this process's pool: `own`) ring no bell: the reader would read nothing new.
 
 A notification is missed only while no connection listens. The listener proves its
 connection every `POLL_S / 4` (a round trip: every notification committed before it was sent
@@ -108,9 +108,14 @@ class PostgresFollower:
     def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="postgres listen")
 
-    def ring(self, run_id: str) -> None:
+    def ring(self, payload: str) -> None:
+        """An event notification, `<run id>:<seq>` (a bare run id is heard too): the run's
+        reader reads on, unless it has published that seq already."""
+        run_id, known, seq = payload.rpartition(":")
+        if not known:
+            run_id, seq = payload, ""
         reader = self._readers.get(run_id)
-        if reader is not None:
+        if reader is not None and not (seq.isdigit() and int(seq) <= reader.last):
             reader.bell.set()
 
     def published(self, event: Event) -> None:

@@ -33,6 +33,8 @@ Conn = psycopg.AsyncConnection[Any]
 Write = Callable[[Conn], Awaitable[Any]]
 
 NOW_S = "extract(epoch from clock_timestamp())::float8"
+DOORBELL = "run_id || ':' || seq"
+"""An appended event's notification: `<run id>:<seq>` (the rows are read from the table)."""
 """The database's clock, in epoch seconds: what leases are measured by (one clock for all)."""
 _COLUMNS = (
     "id, owner, status, idempotency_key, created_at, previous_run_id, parent_run_id, record,"
@@ -61,7 +63,7 @@ SAVE_WITH_EVENT = (
     + _FENCED
     + " RETURNING id, last_seq)"
     " INSERT INTO events (run_id, seq, type, ts, step, data)"
-    " SELECT id, last_seq, %s, %s, %s, %s FROM u RETURNING seq, pg_notify(%s, run_id)"
+    " SELECT id, last_seq, %s, %s, %s, %s FROM u RETURNING seq, pg_notify(%s, " + DOORBELL + ")"
 )
 """A record that does not end its run saved, fenced, and an event appended after it, in one
 statement (`append` with `record`)."""
@@ -69,7 +71,7 @@ CREATE_WITH_EVENT = (
     f"WITH r AS (INSERT INTO runs ({_COLUMNS}, last_seq)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1) RETURNING id)"
     " INSERT INTO events (run_id, seq, type, ts, step, data)"
-    " SELECT id, 1, %s, %s, %s, %s FROM r RETURNING seq, pg_notify(%s, run_id)"
+    " SELECT id, 1, %s, %s, %s, %s FROM r RETURNING seq, pg_notify(%s, " + DOORBELL + ")"
 )
 """A new run and its first event (seq 1) in one statement (`create` with `first_event`)."""
 APPEND = (
@@ -77,7 +79,7 @@ APPEND = (
     " AND (%s = '' OR (lease_token = %s AND lease_until >= " + NOW_S + "))"
     " RETURNING id, last_seq)"
     " INSERT INTO events (run_id, seq, type, ts, step, data)"
-    " SELECT id, last_seq, %s, %s, %s, %s FROM s RETURNING seq, pg_notify(%s, run_id)"
+    " SELECT id, last_seq, %s, %s, %s, %s FROM s RETURNING seq, pg_notify(%s, " + DOORBELL + ")"
 )
 
 
