@@ -35,7 +35,7 @@ _TAKE = (
     " SELECT d.pos, d.content FROM r LEFT JOIN d ON TRUE"
 )
 """A run's messages taken (and its inbox closed, if asked) in one statement, unless its lease
-is another replica's (fenced: no row at all); a row of NULLs when it has none."""
+is another replica's or it is gone (no row at all); a row of NULLs when it has none."""
 
 
 async def insert_messages(conn: Conn, run_id: str, contents: list[str], *, front: bool) -> None:
@@ -139,7 +139,7 @@ class PostgresInbox:
         async def take(conn: Conn) -> list[str]:
             cur = await conn.execute(_TAKE, (run_id, fence, fence, close))
             rows = await cur.fetchall()
-            if not rows:
+            if not rows and fence:  # (unfenced: a run gone has no messages)
                 await refused(conn, run_id)
             return [content for _pos, content in sorted(rows) if content is not None]
 

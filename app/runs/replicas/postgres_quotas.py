@@ -104,11 +104,9 @@ class PostgresQuotas:
                 await conn.execute(sql + " ON CONFLICT DO NOTHING", (key, run_id, now))
             await conn.execute(_ADD_RUNS, (key, day, 1))
 
-        if (
-            limits.concurrent_runs is None
-            and limits.runs_per_minute is None
-            and not (limits.day_bounded)
-        ):  # nothing to check: the run is counted, made with the batch's other adds
+        unbounded = limits.concurrent_runs is None and limits.runs_per_minute is None
+        if unbounded and not limits.day_bounded:  # nothing to check: the run is counted,
+            # made with the batch's other usage adds
             await (await self.counters.add_usage(owner, day, DayUsage(runs=1)))
         else:  # (reads the key's usage: made after the adds queued before it)
             await self.store.submit(take, touches=f"key_days {key}")

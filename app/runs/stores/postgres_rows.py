@@ -33,9 +33,9 @@ Conn = psycopg.AsyncConnection[Any]
 Write = Callable[[Conn], Awaitable[Any]]
 
 NOW_S = "extract(epoch from clock_timestamp())::float8"
+"""The database's clock, in epoch seconds: what leases are measured by (one clock for all)."""
 DOORBELL = "run_id || ':' || seq"
 """An appended event's notification: `<run id>:<seq>` (the rows are read from the table)."""
-"""The database's clock, in epoch seconds: what leases are measured by (one clock for all)."""
 _COLUMNS = (
     "id, owner, status, idempotency_key, created_at, previous_run_id, parent_run_id, record,"
     " ended_at, webhook_due"
