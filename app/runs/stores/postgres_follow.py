@@ -209,9 +209,12 @@ class PostgresFollower:
         """Until the bell rings; or the end of a turn in which the listener did not prove it
         heard everything since the read (`heard`: which listener listened then, -1 none)."""
         turn = POLL_S / 2
-        while True:
+        while not reader.stopped:
+            # (asyncio.timeout, not wait_for: on 3.11 wait_for may swallow a cancel that
+            # comes as the wait ends, and the task would never stop)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reader.bell.wait(), turn)
+                async with asyncio.timeout(turn):
+                    await reader.bell.wait()
                 return
             proven = time.monotonic() - self.proven_at <= turn
             if not proven or heard < 0 or self.listened != heard:
@@ -222,7 +225,8 @@ class PostgresFollower:
         kept for the next `notifies`); one not answered within `POLL_S / 4` gives it up."""
         sent = time.monotonic()
         try:
-            await asyncio.wait_for(conn.execute(PROOF), POLL_S / 4)
+            async with asyncio.timeout(POLL_S / 4):  # (not wait_for: see `_rung`)
+                await conn.execute(PROOF)
         except TimeoutError as exc:
             raise psycopg.OperationalError("the listening connection did not answer") from exc
         self.proven_at = sent
