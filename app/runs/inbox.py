@@ -13,6 +13,9 @@ where a message is kept until then:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 import structlog
@@ -30,6 +33,32 @@ def already_ended(run_id: str, status: str) -> RunAlreadyEndedError:
         f"run {run_id!r} has ended ({status}): start a follow-up with previous_run_id instead",
         run_id=run_id,
     )
+
+
+class RunLocks:
+    """One lock per run, kept while someone holds it or waits for it: a replica's takes of
+    one run's messages go one at a time (so they join its list in order), while other runs'
+    takes go on meanwhile (one lock for all made every run wait for the others' commits)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def held(self, run_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(run_id) or (asyncio.Lock(), 0)
+        self._locks[run_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[run_id]
+            if users == 1:
+                del self._locks[run_id]
+            else:
+                self._locks[run_id] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
 
 
 class Inbox(Protocol):

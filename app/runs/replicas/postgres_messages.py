@@ -17,7 +17,7 @@ import asyncio
 import structlog
 
 from app.runs.errors import RunAlreadyEndedError, TooManyMessagesError
-from app.runs.inbox import already_ended
+from app.runs.inbox import RunLocks, already_ended
 from app.runs.live import ActiveRun, LiveRuns
 from app.runs.records import RunRecord
 from app.runs.store import LeaseLostError, StoreError
@@ -59,7 +59,7 @@ class PostgresInbox:
         self.store = store
         self.live = live
         self.max_pending = max_pending
-        self._lock = asyncio.Lock()
+        self._locks = RunLocks()
         self._told_runs: asyncio.Queue[str | None] = asyncio.Queue()
         store.follower.listeners.append(self._notified)
         store.follower.reconnected.append(lambda: self._told_runs.put_nowait(None))
@@ -114,7 +114,7 @@ class PostgresInbox:
         if active.inbox_closed:
             return
         run_id = active.record.id
-        async with self._lock:
+        async with self._locks.held(run_id):
             try:
                 taken = await self._taken(run_id, close=False)
             except (StoreError, LeaseLostError) as exc:
@@ -130,7 +130,7 @@ class PostgresInbox:
                 log.info("user_messages_taken", run_id=run_id, count=len(taken))
 
     async def close(self, run_id: str) -> list[str]:
-        async with self._lock:
+        async with self._locks.held(run_id):
             return await self._taken(run_id, close=True)
 
     async def _taken(self, run_id: str, *, close: bool) -> list[str]:

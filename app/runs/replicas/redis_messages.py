@@ -24,7 +24,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from app.runs.errors import RunAlreadyEndedError, TooManyMessagesError
-from app.runs.inbox import already_ended
+from app.runs.inbox import RunLocks, already_ended
 from app.runs.live import ActiveRun, LiveRuns
 from app.runs.records import RunRecord
 from app.runs.store import LeaseLostError
@@ -76,7 +76,7 @@ class RedisInbox:
         self._ttl_ms = max(1, int(store.retention_s * 1000))
         self._post = self.redis.register_script(POST)
         self._take = self.redis.register_script(TAKE)
-        self._lock = asyncio.Lock()
+        self._locks = RunLocks()
 
     async def post(self, record: RunRecord, content: str) -> RunRecord:
         """Stored for the run wherever it is; moved to it at once if it executes here."""
@@ -108,12 +108,12 @@ class RedisInbox:
 
     async def pull(self, active: ActiveRun) -> None:
         """A failed read leaves the messages stored, for the next notification or start; a
-        replica that lost the run's lease takes none (they are its new owner's). Pulls of
-        this process are one at a time, so order holds."""
+        replica that lost the run's lease takes none (they are its new owner's). A run's
+        pulls here are one at a time (`RunLocks`), so order holds."""
         if active.inbox_closed:
             return
         run_id = active.record.id
-        async with self._lock:
+        async with self._locks.held(run_id):
             try:
                 taken = await self._taken(run_id, close=False)
             except (RedisError, LeaseLostError) as exc:
@@ -126,7 +126,7 @@ class RedisInbox:
                 log.info("user_messages_taken", run_id=run_id, count=len(taken))
 
     async def close(self, run_id: str) -> list[str]:
-        async with self._lock:
+        async with self._locks.held(run_id):
             return await self._taken(run_id, close=True)
 
     async def _taken(self, run_id: str, *, close: bool) -> list[str]:
