@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
 import pytest
 
@@ -134,6 +135,43 @@ async def test_a_run_s_writes_between_appends_made_together_keep_their_order(
     assert [e.seq for e in await store.read(second)] == [1, 2]
     assert (await store.get(first)) == saved
     assert (await store.load_checkpoint(second)) is not None
+
+
+async def test_runs_writing_events_then_a_checkpoint_in_turn_take_a_statement_per_turn(
+    store: PostgresRunStore,
+) -> None:
+    """Ten runs each queue an event, a checkpoint, an event, a checkpoint, an event (as a step
+    does): the batch is three appends statements and two checkpoint ones, not one per run and
+    turn, and each run's writes are made in the order asked."""
+    runs = [await leased(store, f"t{n}") for n in range(10)]
+    calls: list[tuple[str, int]] = []
+
+    def counted(name: str, many: Any) -> Any:
+        async def made(conn: Any, items: list[Any]) -> Any:
+            calls.append((name, len(items)))
+            return await many(conn, items)
+
+        return made
+
+    store._append_many = counted("appends", store._append_many)  # type: ignore[method-assign]
+    store._save_many = counted("checkpoints", store._save_many)  # type: ignore[method-assign]
+    commits = store._writer.commits
+    futures: list[Awaitable[Any]] = []
+    for n, run_id in enumerate(runs):
+        store.hold(run_id, f"t{n}")
+        for turn in range(2):
+            futures.append(await store.append_soon(run_id, THOUGHT, turn + 1, {"turn": turn}))
+            state = {"messages": said(turn + 1)}
+            futures.append(await store.save_checkpoint_soon(run_id, turn + 1, state))
+        futures.append(await store.append_soon(run_id, THOUGHT, 3, {"turn": 2}))
+    await asyncio.gather(*futures)
+
+    assert store._writer.commits == commits + 1
+    assert calls == [("appends", 10), ("checkpoints", 10)] * 2 + [("appends", 10)]
+    for run_id in runs:
+        events = await store.read(run_id)
+        assert [(e.seq, e.data) for e in events] == [(n + 1, {"turn": n}) for n in range(3)]
+        assert await store.load_checkpoint(run_id) == Checkpoint(2, {"messages": said(2)})
 
 
 def said(n: int) -> list[dict[str, str]]:

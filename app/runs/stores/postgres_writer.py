@@ -8,12 +8,12 @@ connection back, and only then hands the outcomes back in queue order: first the
 under load many writes share one commit (group commit, as the SQLite store's writer).
 
 Writes of a batch that name the same `Many` (appends: `postgres_appends`; checkpoints:
-`postgres_checkpoints`) are made together, in one statement: it tells, for each, its outcome
-or why it was refused (`Failed`: that write fails alone, the others commit). A write that
-names what it touches (`touches`: the one run whose rows it writes, or rows no run has, such
-as a key's usage) may be made before such a group queued ahead of it when none of the group
-touches the same; one that does not is made after all that was queued before it, as every
-write of a run is.
+`postgres_checkpoints`; usage adds) are made together, in one statement: it tells, for each,
+its outcome or why it was refused (`Failed`: that write fails alone, the others commit). The
+writes touching one thing (`touches`: the one run whose rows it writes, or rows no run has,
+such as a key's usage) are made in the order asked, the writes naming no `Many` too among
+themselves; a write that does not say what it touches is made after all that was queued
+before it and before all that was queued after it (`_apply`).
 
 A write that raises (a duplicate id, a fenced write) aborts the transaction: the batch is
 then made again one write per transaction, so that write fails alone. A batch Postgres
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -213,48 +213,66 @@ class PostgresWriter:
         return results
 
 
-@dataclass(slots=True)
-class _Group:
-    """Writes of a batch naming one `Many`, to be made together: where each is in the batch,
-    its item, and what they touch."""
-
-    many: Many
-    members: list[tuple[int, Any]] = field(default_factory=list)
-    touched: set[str | None] = field(default_factory=set)
-
-
 async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> list[Any]:
-    """Each write's outcome, in the batch's order. The writes naming a `Many` are gathered in
-    its group, made together when a write touching what the group touches (or not saying
-    what it touches) comes next, and at the end: every write of a run is made in the order
-    asked, and one of another run may be made before a group queued ahead of it."""
+    """Each write's outcome, in the batch's order. A write that does not say what it touches
+    is made after every write before it and before every write after it; between two such,
+    the writes touching one thing (a run, a key's day) are made in the order asked, and the
+    writes alone (naming no `Many`) in the order asked among themselves. Within those rules
+    the writes naming one `Many` are gathered: each time, of the `Many` most writes are
+    ready for (each thing's next writes, up to one of another kind), every ready one is made
+    in one statement. A batch of runs each writing events, a checkpoint, events again is
+    then a statement per kind and turn, not one per run and turn."""
     results: list[Any] = [None] * len(batch)
-    groups: dict[Many, _Group] = {}
+    start = 0
+    for i, write in enumerate(batch):
+        if write.touches is None:
+            await _made(conn, batch, range(start, i), results)
+            results[i] = await write.apply(conn)
+            start = i + 1
+    await _made(conn, batch, range(start, len(batch)), results)
+    return results
 
-    async def made_together(group: _Group) -> None:
-        del groups[group.many]
-        if len(group.members) == 1:
-            i = group.members[0][0]
+
+async def _made(
+    conn: psycopg.AsyncConnection[Any], batch: list[_Write], span: range, results: list[Any]
+) -> None:
+    """The writes of `span` (each naming what it touches) made, their outcomes in `results`."""
+    chains: dict[str | None, deque[int]] = {}
+    for i in span:
+        chains.setdefault(batch[i].touches, deque()).append(i)
+    alone = deque(i for i in span if batch[i].many is None)
+    while chains:
+        if alone and chains[batch[alone[0]].touches][0] == alone[0]:
+            i = alone.popleft()
             results[i] = await batch[i].apply(conn)
-            return
-        made = await group.many(conn, [item for _, item in group.members])
-        for (i, _), result in zip(group.members, made, strict=True):
+            _advance(chains, batch[i].touches)
+            continue
+        ready = Counter(
+            batch[chain[0]].many[0]  # type: ignore[index]
+            for chain in chains.values()
+            if batch[chain[0]].many is not None
+        )
+        many = max(ready, key=ready.__getitem__)
+        members: list[int] = []
+        for touches, chain in list(chains.items()):
+            while chain and (head := batch[chain[0]].many) is not None and head[0] is many:
+                members.append(chain.popleft())
+            if not chain:
+                del chains[touches]
+        members.sort()
+        if len(members) == 1:
+            results[members[0]] = await batch[members[0]].apply(conn)
+            continue
+        made = await many(conn, [batch[i].many[1] for i in members])  # type: ignore[index]
+        for i, result in zip(members, made, strict=True):
             results[i] = result
 
-    for i, write in enumerate(batch):
-        many = write.many[0] if write.many is not None else None
-        for group in list(groups.values()):
-            if group.many is not many and (write.touches is None or write.touches in group.touched):
-                await made_together(group)
-        if write.many is None:
-            results[i] = await write.apply(conn)
-            continue
-        group = groups.setdefault(write.many[0], _Group(write.many[0]))
-        group.members.append((i, write.many[1]))
-        group.touched.add(write.touches)
-    for group in list(groups.values()):
-        await made_together(group)
-    return results
+
+def _advance(chains: dict[str | None, deque[int]], touches: str | None) -> None:
+    chain = chains[touches]
+    chain.popleft()
+    if not chain:
+        del chains[touches]
 
 
 async def _nothing(conn: psycopg.AsyncConnection[Any]) -> None:
