@@ -3,7 +3,9 @@
 in one transaction with seqs 1..N per run in the order asked; an append or a checkpoint of a
 run another replica took over (or of a run that is gone) fails alone, without the others being
 made again; a run whose appends name two tokens in one batch is fenced by each; a run's other
-writes keep their place among its appends; usage adds of one batch are summed per key and day."""
+writes keep their place among its appends; usage adds of one batch are summed per key and day;
+runs stepping in turn take a statement per kind and turn; message takes of several runs are one
+statement (`postgres_messages.take_many`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from typing import Any
 import pytest
 
 from app.engine.events import EventType
+from app.runs.live import LiveRuns
 from app.runs.records import Event, new_run_id
+from app.runs.replicas import postgres_messages
 from app.runs.store import Checkpoint, DayUsage, LeaseLostError, RunGoneError
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
@@ -252,3 +256,47 @@ async def test_a_lone_append_or_checkpoint_is_its_own_transaction_and_fenced_ali
     assert (await store.append(run_id, THOUGHT, 1, {"n": 1})).seq == 1
     await store.save_checkpoint(run_id, 1, {"messages": said(1)})
     assert await store.load_checkpoint(run_id) == Checkpoint(1, {"messages": said(1)})
+
+
+async def test_message_takes_of_several_runs_are_one_statement_and_a_fenced_one_fails_alone(
+    store: PostgresRunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine, other, taken = [await leased(store, token) for token in ("a", "b", "c")]
+    store.hold(mine, "a")
+    store.hold(other, "b")
+    store.hold(taken, "mine-no-more")  # another replica's token "c" holds it
+    gone = new_run_id()  # unfenced: a run gone has no messages
+    for run_id, contents in ((mine, ["one", "two"]), (taken, ["kept"])):
+        await store.submit(
+            lambda conn, run_id=run_id, contents=contents: postgres_messages.insert_messages(
+                conn, run_id, contents, front=False
+            )
+        )
+    calls: list[int] = []
+    many = postgres_messages.take_many
+
+    async def counted(conn: Any, takes: list[Any]) -> Any:
+        calls.append(len(takes))
+        return await many(conn, takes)
+
+    monkeypatch.setattr(postgres_messages, "take_many", counted)
+    inbox = postgres_messages.PostgresInbox(store, live=LiveRuns(4), max_pending=10)
+    commits = store._writer.commits
+    results = await asyncio.gather(
+        inbox._taken(mine, close=False),
+        inbox._taken(other, close=True),
+        inbox._taken(taken, close=False),
+        inbox._taken(gone, close=False),
+        return_exceptions=True,
+    )
+
+    assert store._writer.commits == commits + 1
+    assert calls == [4]
+    assert results[:2] + results[3:] == [["one", "two"], [], []]
+    assert isinstance(results[2], LeaseLostError)
+    closed = "SELECT id, inbox_closed FROM runs WHERE id IN (%s, %s, %s)"
+    assert sorted(await store.query(closed, (mine, other, taken))) == sorted(
+        [(mine, False), (other, True), (taken, False)]
+    )
+    left = await store.query("SELECT run_id, content FROM run_messages", ())
+    assert left == [(taken, "kept")]  # a fenced take took nothing

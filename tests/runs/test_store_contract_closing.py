@@ -143,3 +143,25 @@ async def test_sqlite_makes_the_closing_write_in_the_commit_of_the_runs_last_wri
         assert sqlite.commits - commits == 2  # the held batch; the thought with the end
     finally:
         await sqlite.close()
+
+
+async def test_postgres_makes_the_closing_write_in_the_commit_of_the_runs_last_writes(
+    postgres_url: str,
+) -> None:
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        run = await created(store)
+        commits = store._writer.commits
+        failures = store.write_failures()
+        thought = await store.append_soon(run.id, "thought", 1, {})  # queued together
+        closing = await store.append_closing(
+            run.id, "run.completed", 1, {}, record=ended(run), failures=failures
+        )
+        with anyio.fail_after(BOUND_S):
+            await thought
+            assert (await closing).seq == 2
+        assert store._writer.commits - commits == 1  # the thought with the end
+        assert await store.get(run.id) == run
+    finally:
+        await store.close()

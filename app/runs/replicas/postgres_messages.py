@@ -8,11 +8,14 @@ status, or `inbox_closed`) or holds `max_pending` messages already; else inserte
 announced. The replica executing the run takes them (`pull`) when told, when it starts or
 resumes the run, and each time its listener reconnects (every run here looks). A replica
 that lost the run's lease takes nothing: the fencing token is checked in the same statement.
+The takes the writer finds queued together, of many runs, are one statement (`take_many`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import structlog
 
@@ -22,8 +25,10 @@ from app.runs.live import ActiveRun, LiveRuns
 from app.runs.records import RunRecord
 from app.runs.store import LeaseLostError, StoreError
 from app.runs.stores.postgres import PostgresRunStore
+from app.runs.stores.postgres_appends import why_refused
 from app.runs.stores.postgres_errors import is_outage
 from app.runs.stores.postgres_rows import NOW_S, Conn, Write, refused
+from app.runs.stores.postgres_writer import Failed
 
 log = structlog.get_logger("finishline.runs")
 
@@ -36,6 +41,61 @@ _TAKE = (
 )
 """A run's messages taken (and its inbox closed, if asked) in one statement, unless its lease
 is another replica's or it is gone (no row at all); a row of NULLs when it has none."""
+_TAKE_MANY = (
+    "WITH a AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::bool[]) AS a (id, fence, close)),"
+    " r AS (SELECT a.* FROM a JOIN runs ON runs.id = a.id AND (a.fence = ''"
+    " OR (runs.lease_token = a.fence AND runs.lease_until >= " + NOW_S + ")) FOR UPDATE OF runs),"
+    " c AS (UPDATE runs SET inbox_closed = TRUE FROM r WHERE runs.id = r.id AND r.close),"
+    " d AS (DELETE FROM run_messages m USING r WHERE m.run_id = r.id"
+    " RETURNING m.run_id, m.pos, m.content)"
+    " SELECT r.id, d.pos, d.content FROM r LEFT JOIN d ON d.run_id = r.id"
+)
+"""`_TAKE` for the takes of several runs the writer found queued together."""
+
+
+class Take(NamedTuple):
+    """One queued take: its run, the lease token it names ("" for none), and whether it
+    closes the run's inbox."""
+
+    run_id: str
+    fence: str
+    close: bool
+
+
+async def take_many(conn: Conn, takes: Sequence[Take]) -> list[list[str] | Failed]:
+    """The messages of each take's run, in order (a statement for each stretch in which no
+    run comes twice); or why a fenced take was refused (an unfenced take of a run gone: none).
+    """
+    results: list[list[str] | Failed] = []
+    start = 0
+    while start < len(takes):
+        runs: set[str] = set()
+        end = start
+        while end < len(takes) and takes[end].run_id not in runs:
+            runs.add(takes[end].run_id)
+            end += 1
+        results += await _take(conn, takes[start:end])
+        start = end
+    return results
+
+
+async def _take(conn: Conn, takes: Sequence[Take]) -> list[list[str] | Failed]:
+    columns = ([t.run_id for t in takes], [t.fence for t in takes], [t.close for t in takes])
+    cur = await conn.execute(_TAKE_MANY, columns)
+    taken: dict[str, list[tuple[int, str]]] = {}
+    for run_id, pos, content in await cur.fetchall():
+        kept = taken.setdefault(run_id, [])
+        if content is not None:
+            kept.append((pos, content))
+    results: list[list[str] | Failed] = []
+    for take in takes:
+        if take.run_id in taken:
+            results.append([content for _pos, content in sorted(taken[take.run_id])])
+        elif take.fence:
+            results.append(Failed(await why_refused(conn, take.run_id)))
+        else:
+            results.append([])
+    return results
 
 
 async def insert_messages(conn: Conn, run_id: str, contents: list[str], *, front: bool) -> None:
@@ -143,7 +203,8 @@ class PostgresInbox:
                 await refused(conn, run_id)
             return [content for _pos, content in sorted(rows) if content is not None]
 
-        taken: list[str] = await self.store.submit(take, touches=run_id, one_statement=True)
+        item = Take(run_id, fence, close)
+        taken: list[str] = await self.store.queue(take, None, run_id, (take_many, item))
         return taken
 
     async def listen(self) -> None:

@@ -20,14 +20,13 @@ on every replica are woken by `LISTEN/NOTIFY` and read the rows (`postgres_follo
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 import structlog
 
-from app.engine.events import TERMINAL_EVENT_TYPES, EventType
+from app.engine.events import TERMINAL_EVENT_TYPES
 from app.runs.errors import RunUnreadableError
 from app.runs.records import Event, RunRecord, RunStatus
 from app.runs.reports.summaries import RunFilter
@@ -35,17 +34,16 @@ from app.runs.store import Checkpoint, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas, CheckpointWrite
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
-from app.runs.stores.postgres_appends import Row, append_many
+from app.runs.stores.postgres_appends import append_many
 from app.runs.stores.postgres_checkpoints import Saved, save_many
-from app.runs.stores.postgres_closing import QueuedClosing
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
 from app.runs.stores.postgres_follow import PostgresFollower
 from app.runs.stores.postgres_pool import POOL_TIMEOUT_S, make_pool
+from app.runs.stores.postgres_queued import QueuedAppends
 from app.runs.stores.postgres_reports import PostgresSummaries, where_matching
 from app.runs.stores.postgres_rows import (
     Write,
-    append_event,
     checkpoint_of,
     checkpoint_upsert,
     insert_run,
@@ -53,7 +51,6 @@ from app.runs.stores.postgres_rows import (
     paged,
     read_events,
     record_of,
-    save_with_event,
     tree_member,
     upsert_run,
 )
@@ -69,10 +66,11 @@ T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
 
 
-class PostgresRunStore(QueuedClosing, PostgresSummaries):
-    """A `RunStore` in Postgres 13+ (summaries: `PostgresSummaries`). `schema`: where its
-    tables are (`FINISHLINE_PG_SCHEMA`); `pool_size`: the most connections it opens, besides
-    the one that listens; `retention_s`: how long a terminal run is kept (0: for good)."""
+class PostgresRunStore(QueuedAppends, PostgresSummaries):
+    """A `RunStore` in Postgres 13+ (appends: `QueuedAppends`; summaries: `PostgresSummaries`).
+    `schema`: where its tables are (`FINISHLINE_PG_SCHEMA`); `pool_size`: the most
+    connections it opens, besides the one that listens; `retention_s`: how long a terminal
+    run is kept (0: for good)."""
 
     shared = True  # several processes may serve this store at once
 
@@ -236,51 +234,6 @@ class PostgresRunStore(QueuedClosing, PostgresSummaries):
         return counted
 
     # -- events -----------------------------------------------------------------------------
-
-    async def append(
-        self,
-        run_id: str,
-        type: EventType,
-        step: int,
-        data: dict[str, Any],
-        *,
-        record: RunRecord | None = None,
-    ) -> Event:
-        event: Event = await self._queue_append(run_id, type, step, data, record)
-        return event
-
-    async def append_soon(
-        self,
-        run_id: str,
-        type: EventType,
-        step: int,
-        data: dict[str, Any],
-        *,
-        record: RunRecord | None = None,
-    ) -> Awaitable[Event]:
-        """Queued to the writer: it commits with whatever else is queued (group commit)."""
-        return self._queue_append(run_id, type, step, data, record)
-
-    def _queue_append(
-        self, run_id: str, type: EventType, step: int, data: Any, record: RunRecord | None
-    ) -> asyncio.Future[Event]:
-        """The append (with `record`: saved first, in the same transaction), queued."""
-        self._check_open()
-        row = Row(run_id, self.fence_of(run_id), type, time.time(), step, encode(data))
-        insert = append_event(run_id, type, step, row.payload, row.fence, self.channel, row.ts)
-        self.deltas.appended(run_id, type)
-        if record is None:  # made with the appends queued next to it (`postgres_appends`)
-            return self._writer.submit(insert, self.published, (self._append_many, row), run_id)
-        if not record.status.terminal:  # (a terminal record is saved with its summary)
-            both = save_with_event(record, type, step, row.payload, row.fence, self.channel, row.ts)
-            return self._writer.submit(both, self.published, touches=run_id, one_statement=True)
-        save = upsert_run(record, row.fence, self.channel)
-
-        async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
-            await save(conn)  # in the same transaction, before the event
-            return await insert(conn)
-
-        return self._writer.submit(write, self.published, touches=run_id)
 
     async def read(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[Event]:
         return await self.with_connection(lambda conn: read_events(conn, run_id, after, limit))

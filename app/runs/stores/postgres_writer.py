@@ -37,6 +37,7 @@ import psycopg
 import structlog
 from psycopg import errors as pg_errors
 
+from app.runs.store import WritesFailedError
 from app.runs.stores.postgres_errors import is_outage, outage
 
 log = structlog.get_logger("finishline.runs")
@@ -66,6 +67,7 @@ class _Write:
     many: tuple[Many, Any] | None = None
     touches: str | None = None
     one_statement: bool = False
+    unless_failures_above: int | None = None
 
 
 class PostgresWriter:
@@ -78,8 +80,7 @@ class PostgresWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.commits = 0
-        self.failures = 0  # writes that failed (their futures' exceptions), counted on the loop
-        self._unresolved: set[asyncio.Future[Any]] = set()
+        self.failures = 0  # writes that failed, counted as each one's outcome is known
 
     @property
     def pending(self) -> int:
@@ -98,6 +99,7 @@ class PostgresWriter:
         touches: str | None = None,
         *,
         one_statement: bool = False,
+        unless_failures_above: int | None = None,
     ) -> asyncio.Future[Any]:
         """`many`: (a `Many`, this write's item), to be made with the other writes of the
         batch that name the same `Many`; alone (a batch made again one write at a time), by
@@ -105,29 +107,26 @@ class PostgresWriter:
         write alone is made without BEGIN and COMMIT, the statement its own transaction.
         `touches`: the one run whose rows the write touches (or a name for other rows no run
         has); required with `many`. `one_statement`: `apply` writes in one statement (and
-        may read after it); a batch of that write alone is made without BEGIN and COMMIT."""
+        may read after it); a batch of that write alone is made without BEGIN and COMMIT.
+        `unless_failures_above`: the write is not made, and its future fails with
+        `WritesFailedError`, if by the time it would be made more writes than that have
+        failed (`failures`, with the refusals of its own batch made before it)."""
         assert many is None or touches is not None, "a write made with others names its run"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # a queued write's failure is its caller's to see if it awaits it; a run given up on
         # an outage leaves the futures of its last queued appends unawaited, which is fine
-        future.add_done_callback(self._counted)
-        self._unresolved.add(future)
-        self._queue.append(_Write(apply, future, after_commit, many, touches, one_statement))
+        future.add_done_callback(_seen)
+        write = _Write(apply, future, after_commit, many, touches, one_statement)
+        write.unless_failures_above = unless_failures_above
+        self._queue.append(write)
         self._wake.set()
         return future
 
-    async def drained(self) -> None:
-        """Return once every write submitted before has its outcome, and `failures` counts
-        the ones that failed (each future's count runs before the wait's wake-up: its
-        callbacks run in the order they were added)."""
-        if self._unresolved:
-            await asyncio.wait(list(self._unresolved))
-
-    def _counted(self, future: asyncio.Future[Any]) -> None:
-        self._unresolved.discard(future)
-        _seen(future)
-        if not future.cancelled() and future.exception() is not None:
-            self.failures += 1
+    def _fail(self, write: _Write, exc: BaseException) -> None:
+        if not write.future.done():
+            write.future.set_exception(exc)
+        if not isinstance(exc, WritesFailedError):  # a refusal (`unless_failures_above`) is not
+            self.failures += 1  # counted as a failure
 
     async def stop(self) -> None:
         """Commit what is queued, then end the task."""
@@ -140,8 +139,7 @@ class PostgresWriter:
         await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
         for write in self._queue:
-            if not write.future.done():
-                write.future.set_exception(outage("the Postgres store is closed"))
+            self._fail(write, outage("the Postgres store is closed"))
         self._queue.clear()
 
     async def _run(self) -> None:
@@ -156,7 +154,7 @@ class PostgresWriter:
                 except Exception as exc:  # our bug: the writer must go on, its batch failed
                     log.exception("store_writer_failed")
                     for write in batch:
-                        _fail(write.future, exc)
+                        self._fail(write, exc)
                 finally:
                     self._in_flight = 0
 
@@ -170,24 +168,24 @@ class PostgresWriter:
                     await self._commit([write], tries - 1)
                 return
             for write in batch:
-                _fail(write.future, outage(f"Postgres did not take the write: {exc}"))
+                self._fail(write, outage(f"Postgres did not take the write: {exc}"))
             return
         except Exception as exc:
             if is_outage(exc):
                 log.warning("store_write_failed", error=str(exc), writes=len(batch))
                 failure = outage(f"Postgres did not take the write: {exc}")
                 for write in batch:
-                    _fail(write.future, failure)
+                    self._fail(write, failure)
                 return
             if len(batch) == 1:
-                _fail(batch[0].future, exc)
+                self._fail(batch[0], exc)
                 return
             for write in batch:  # again one at a time: the write that raised fails alone
                 await self._commit([write])
             return
         for write, result in zip(batch, results, strict=True):
             if isinstance(result, Failed):
-                _fail(write.future, result.error)
+                self._fail(write, result.error)
                 continue
             if write.after_commit is not None:
                 try:
@@ -200,11 +198,16 @@ class PostgresWriter:
     async def _transaction(self, batch: list[_Write]) -> list[Any]:
         try:
             async with self._connection() as conn:
-                if len(batch) == 1 and (batch[0].many is not None or batch[0].one_statement):
-                    results = [await batch[0].apply(conn)]  # one statement: its own transaction
+                write = batch[0]
+                if (
+                    len(batch) == 1
+                    and (write.many is not None or write.one_statement)
+                    and (write.unless_failures_above is None)
+                ):
+                    results = [await write.apply(conn)]  # one statement: its own transaction
                 else:
                     async with conn.transaction():
-                        results = await _apply(conn, batch)
+                        results = await _apply(conn, batch, self.failures)
         except BaseException:
             if self._on_abort is not None:
                 self._on_abort()
@@ -213,7 +216,17 @@ class PostgresWriter:
         return results
 
 
-async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> list[Any]:
+@dataclass(slots=True)
+class _Made:
+    """A batch being made: each write's outcome so far, and the failures known."""
+
+    results: list[Any]
+    failed: int
+
+
+async def _apply(
+    conn: psycopg.AsyncConnection[Any], batch: list[_Write], failures: int
+) -> list[Any]:
     """Each write's outcome, in the batch's order. A write that does not say what it touches
     is made after every write before it and before every write after it; between two such,
     the writes touching one thing (a run, a key's day) are made in the order asked, and the
@@ -221,22 +234,32 @@ async def _apply(conn: psycopg.AsyncConnection[Any], batch: list[_Write]) -> lis
     the writes naming one `Many` are gathered: each time, of the `Many` most writes are
     ready for (each thing's next writes, up to one of another kind), every ready one is made
     in one statement. A batch of runs each writing events, a checkpoint, events again is
-    then a statement per kind and turn, not one per run and turn."""
-    results: list[Any] = [None] * len(batch)
+    then a statement per kind and turn, not one per run and turn. `failures`: the writer's
+    before the batch, which its refusals add to (`unless_failures_above`)."""
+    made = _Made([None] * len(batch), failures)
     start = 0
     for i, write in enumerate(batch):
         if write.touches is None:
-            await _made(conn, batch, range(start, i), results)
-            results[i] = await write.apply(conn)
+            await _made(conn, batch, range(start, i), made)
+            made.results[i] = await _alone(conn, write, made)
             start = i + 1
-    await _made(conn, batch, range(start, len(batch)), results)
-    return results
+    await _made(conn, batch, range(start, len(batch)), made)
+    return made.results
+
+
+async def _alone(conn: psycopg.AsyncConnection[Any], write: _Write, made: _Made) -> Any:
+    """A write naming no `Many` made, or refused (`unless_failures_above`)."""
+    limit = write.unless_failures_above
+    if limit is not None and made.failed > limit:
+        failed = made.failed - limit
+        return Failed(WritesFailedError(f"{failed} queued writes failed before it"))
+    return await write.apply(conn)
 
 
 async def _made(
-    conn: psycopg.AsyncConnection[Any], batch: list[_Write], span: range, results: list[Any]
+    conn: psycopg.AsyncConnection[Any], batch: list[_Write], span: range, made: _Made
 ) -> None:
-    """The writes of `span` (each naming what it touches) made, their outcomes in `results`."""
+    """The writes of `span` (each naming what it touches) made, their outcomes in `made`."""
     chains: dict[str | None, deque[int]] = {}
     for i in span:
         chains.setdefault(batch[i].touches, deque()).append(i)
@@ -244,7 +267,7 @@ async def _made(
     while chains:
         if alone and chains[batch[alone[0]].touches][0] == alone[0]:
             i = alone.popleft()
-            results[i] = await batch[i].apply(conn)
+            made.results[i] = await _alone(conn, batch[i], made)
             _advance(chains, batch[i].touches)
             continue
         ready = Counter(
@@ -261,11 +284,12 @@ async def _made(
                 del chains[touches]
         members.sort()
         if len(members) == 1:
-            results[members[0]] = await batch[members[0]].apply(conn)
-            continue
-        made = await many(conn, [batch[i].many[1] for i in members])  # type: ignore[index]
-        for i, result in zip(members, made, strict=True):
-            results[i] = result
+            outcomes = [await batch[members[0]].apply(conn)]
+        else:
+            outcomes = await many(conn, [batch[i].many[1] for i in members])  # type: ignore[index]
+        for i, outcome in zip(members, outcomes, strict=True):
+            made.results[i] = outcome
+            made.failed += isinstance(outcome, Failed)
 
 
 def _advance(chains: dict[str | None, deque[int]], touches: str | None) -> None:
@@ -282,8 +306,3 @@ async def _nothing(conn: psycopg.AsyncConnection[Any]) -> None:
 def _seen(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)

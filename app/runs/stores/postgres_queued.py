@@ -1,0 +1,112 @@
+"""A run's appends on Postgres (`PostgresRunStore`'s): queued to its writer
+(`postgres_writer`), acknowledged once committed. An append alone is made with the appends
+queued next to it (`postgres_appends`); one with a running record, with that record in one
+statement; one with a terminal record, with its summary (`upsert_run`).
+
+A run's closing write (`RunStore.append_closing`) is queued behind the run's last writes, in
+the same commit as they are when they share a batch. As SQLite's, the writer checks its
+failures just before it makes the write (`PostgresWriter`'s `unless_failures_above`: those
+of earlier batches, and the refusals made before it in its own), and refuses it if more
+than `failures` are known: the run's own writes are made before it, in the order asked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import psycopg
+
+from app.engine.events import EventType
+from app.runs.records import Event, RunRecord
+from app.runs.stores.checkpoints import CheckpointDeltas
+from app.runs.stores.events import encode
+from app.runs.stores.postgres_appends import Row
+from app.runs.stores.postgres_rows import append_event, save_with_event, upsert_run
+from app.runs.stores.postgres_writer import Many, PostgresWriter
+
+
+class QueuedAppends:
+    _writer: PostgresWriter
+    _append_many: Many
+    channel: str
+    deltas: CheckpointDeltas
+
+    def fence_of(self, run_id: str) -> str:
+        raise NotImplementedError  # the store's
+
+    def published(self, event: Event) -> None:
+        raise NotImplementedError  # the store's
+
+    def _check_open(self) -> None:
+        raise NotImplementedError  # the store's
+
+    async def append(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Event:
+        event: Event = await self._queue_append(run_id, type, step, data, record)
+        return event
+
+    async def append_soon(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord | None = None,
+    ) -> Awaitable[Event]:
+        """Queued to the writer: it commits with whatever else is queued (group commit)."""
+        return self._queue_append(run_id, type, step, data, record)
+
+    def _queue_append(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: Any,
+        record: RunRecord | None,
+        failures: int | None = None,
+    ) -> asyncio.Future[Event]:
+        """The append (with `record`: saved first, in the same transaction), queued; with
+        `failures`, a terminal record's closing write (`append_closing`)."""
+        self._check_open()
+        row = Row(run_id, self.fence_of(run_id), type, time.time(), step, encode(data))
+        insert = append_event(run_id, type, step, row.payload, row.fence, self.channel, row.ts)
+        self.deltas.appended(run_id, type)
+        if record is None:  # made with the appends queued next to it (`postgres_appends`)
+            return self._writer.submit(insert, self.published, (self._append_many, row), run_id)
+        if not record.status.terminal:  # (a terminal record is saved with its summary)
+            both = save_with_event(record, type, step, row.payload, row.fence, self.channel, row.ts)
+            return self._writer.submit(both, self.published, touches=run_id, one_statement=True)
+        save = upsert_run(record, row.fence, self.channel)
+
+        async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
+            await save(conn)  # in the same transaction, before the event
+            return await insert(conn)
+
+        return self._writer.submit(
+            write, self.published, touches=run_id, unless_failures_above=failures
+        )
+
+    def write_failures(self) -> int:
+        return self._writer.failures
+
+    async def append_closing(
+        self,
+        run_id: str,
+        type: EventType,
+        step: int,
+        data: dict[str, Any],
+        *,
+        record: RunRecord,
+        failures: int,
+    ) -> Awaitable[Event]:
+        return self._queue_append(run_id, type, step, data, record, failures)
