@@ -2,7 +2,8 @@
 doorbell, naming the run and its last seq. While its listener listens, a run's reader reads only
 when rung (no read per poll interval per followed run); the listener proves its connection every
 quarter of `POLL_S` and gives up one that does not answer; a notification missed while nothing
-listened is read within a poll interval, never lost."""
+listened is read within a poll interval, never lost. A new follower reads the run once (its
+replay) and its reader only once rung; a run not stored has a feed that ends."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import psycopg
 import pytest
 
 from app.engine.events import EventType
-from app.runs.records import Event
+from app.runs.records import Event, new_run_id
 from app.runs.stores import postgres_follow
 from app.runs.stores.postgres import PostgresRunStore
 from tests.fakes.postgres_server import PostgresServer
@@ -109,6 +110,28 @@ async def test_a_reader_reads_only_when_rung_while_the_listener_listens(
         assert len(reads) > read_before
 
 
+async def test_a_new_follower_reads_the_run_once_and_its_reader_only_when_rung(
+    stores: tuple[PostgresRunStore, PostgresRunStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay reads what is stored; the run's reader, started with the run's last seq,
+    reads nothing until a bell rings (it read once at start, always finding nothing new)."""
+    here, there = stores
+    run = record()
+    await there.create(run)
+    await until(here.follower.listening.is_set)
+    for n in range(3):
+        await there.append(run.id, THOUGHT, 1, {"n": n})
+    proofs = here.follower.proofs  # two proofs later, their notifications were heard here
+    await until(lambda: here.follower.proofs >= proofs + 2)
+    monkeypatch.setattr(postgres_follow, "POLL_S", 60.0)  # no turn ends within the test
+    reads = counted(here)
+    async with following(here, run.id) as seen:
+        assert [(await next_event(seen)).seq for _ in range(3)] == [1, 2, 3]
+        await there.append(run.id, THOUGHT, 1, {"n": 3})  # another replica's: its doorbell
+        assert (await next_event(seen)).seq == 4
+    assert len(reads) == 2  # the replay, then the reader once rung
+
+
 async def test_a_notification_missed_while_nothing_listened_is_read_once_it_listens_again(
     stores: tuple[PostgresRunStore, PostgresRunStore], postgres_server: PostgresServer
 ) -> None:
@@ -159,3 +182,12 @@ async def test_the_doorbell_names_the_run_and_its_last_seq(
                 break
     assert heard[0] == f"{run.id}:2"
     assert heard[-1] == f"{run.id}:4"
+
+
+async def test_a_follower_of_a_run_not_stored_has_a_feed_that_ends(
+    stores: tuple[PostgresRunStore, PostgresRunStore],
+) -> None:
+    here, _ = stores
+    async with asyncio.timeout(TIMEOUT_S):
+        feed = [event async for event in here.subscribe(new_run_id())]
+    assert feed == []

@@ -3,8 +3,9 @@
 Every append notifies `<schema>_events` with `<run id>:<seq>` (its run's last seq) in its own
 transaction (delivered at commit). One connection per process, outside the pool, listens; a
 notification rings the run's bell (unless its reader has that seq already). The first follower
-of a run in this process starts a reader task: it reads the rows after the last seq it
-published, publishes them to the fan-out, and waits for the bell. Appends made in this process
+of a run in this process starts a reader task: once rung, it reads the rows after the last
+seq it published (at first, the run's `last_seq`: the follower's replay reads the ones
+before), publishes them to the fan-out, and waits for the bell again. Appends made in this process
 ring the bell at once, without waiting for the notification, and their notifications (sent by a
 backend of this process's pool: `own`) ring no bell: the reader would read nothing new.
 
@@ -53,6 +54,11 @@ PROOF = "SELECT 1"
 @dataclass(eq=False)
 class _Reader:
     bell: asyncio.Event = field(default_factory=asyncio.Event)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the run's last seq is read (or the reader ended): a follower's replay reads
+    after that, so it has every event up to where the reader starts."""
+    gone: bool = False
+    """The run is not stored (deleted, or never made): its followers' feeds end."""
     task: asyncio.Task[None] | None = None
     followers: int = 0
     stopped: bool = False
@@ -138,15 +144,13 @@ class PostgresFollower:
     async def follow_batches(self, run_id: str, after: int) -> AsyncIterator[list[Event]]:
         reader = self._readers.get(run_id)
         if reader is None or reader.done:
-            last = await self._patiently(self._last_seq, run_id)
-            reader = self._readers.get(run_id)
-            if reader is None or reader.done:
-                reader = self._readers[run_id] = _Reader(last=last or 0)
-                reader.task = asyncio.create_task(
-                    self._run(run_id, last is not None, reader), name=f"pg follow {run_id}"
-                )
+            reader = self._readers[run_id] = _Reader()
+            reader.task = asyncio.create_task(self._run(run_id, reader), name=f"pg follow {run_id}")
         reader.followers += 1
         try:
+            await reader.started.wait()
+            if reader.gone:
+                return
             live = self._fanout().follow_batches(run_id, after, self._read_patiently)
             try:
                 async for batch in live:
@@ -184,13 +188,24 @@ class PostgresFollower:
         events: list[Event] = await self._patiently(self._read, run_id, after=after, limit=limit)
         return events
 
-    async def _run(self, run_id: str, stored: bool, reader: _Reader) -> None:
-        if not stored:  # not stored (deleted, or never made)
-            self._fanout().end(run_id)
-            return
+    async def _run(self, run_id: str, reader: _Reader) -> None:
+        """The reader, registered before its run's last seq is read: a bell rung meanwhile
+        (a notification, or a gap in what this process published) is kept, and it reads
+        only once rung (the followers' replays, made after that read, have the rest)."""
+        heard = self._heard()
+        try:
+            last = await self._patiently(self._last_seq, run_id)
+            if last is None:  # not stored (deleted, or never made)
+                reader.gone = True
+                self._fanout().end(run_id)  # (followers subscribed before: a deletion)
+                return
+            reader.last = max(reader.last, last)
+        finally:
+            reader.started.set()
+        await self._rung(reader, heard)
         while not reader.stopped:
             reader.bell.clear()
-            heard = self.listened if self.listening.is_set() else -1
+            heard = self._heard()
             events = await self._read_patiently(run_id, after=reader.last, limit=PAGE)
             for event in events:
                 if reader.done:
@@ -204,6 +219,9 @@ class PostgresFollower:
             if len(events) == PAGE:
                 continue
             await self._rung(reader, heard)
+
+    def _heard(self) -> int:
+        return self.listened if self.listening.is_set() else -1
 
     async def _rung(self, reader: _Reader, heard: int) -> None:
         """Until the bell rings; or the end of a turn in which the listener did not prove it
