@@ -386,10 +386,11 @@ class RunManager:
         *,
         any_owner: bool = False,
         until: Until = Until.END,
+        seen: RunRecord | None = None,
     ) -> AsyncGenerator[list[Event], None]:
-        """The run's events after seq `after`, live, through its terminal event or its wait
-        for a person (`until`; `RunFollower.follow`)."""
-        return self.follower.follow(run_id, owner, after, any_owner=any_owner, until=until)
+        """`RunFollower.follow` (`seen`: the run as `get` just gave it to the caller)."""
+        follow = self.follower.follow
+        return follow(run_id, owner, after, any_owner=any_owner, until=until, seen=seen)
 
     async def read_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         return await self.store.read(run_id, after=after, limit=limit)

@@ -1,16 +1,23 @@
 """The cluster's queue on Postgres counts the places POSTs being admitted hold (DESIGN §8):
 a place younger than `ADMIT_HOLD_S` counts towards the cap, an older one (its replica died
-between the place and the run) is dropped by the next admission and counts no more."""
+between the place and the run) is dropped by the next admission and counts no more. A place
+given back is queued, not awaited (the POST answers without a commit more); every later
+admission counts after it, and a batch's are one statement. Releases of held runs of one batch
+are one statement, made after the holds asked before them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from app.runs.replicas import postgres_cluster
 from app.runs.replicas.postgres_cluster import ADMIT_HOLD_S, PostgresCoordinator
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
+from tests.runs.test_store_contract import record
 
 
 @pytest.fixture
@@ -46,8 +53,36 @@ async def test_a_place_held_by_a_post_being_admitted_counts_until_it_is_too_old(
     assert ticket is not None
     assert queued == 1
     assert sorted(await places(coordinator)) == sorted(["a fresh place", ticket])
-    await coordinator.unreserve(ticket)
-    assert await places(coordinator) == ["a fresh place"]
+    await coordinator.unreserve(ticket)  # queued: the next admission counts after it
+    again, queued = await coordinator.reserve(cap=2, busy=True)
+    assert again is not None
+    assert queued == 1
+    assert sorted(await places(coordinator)) == sorted(["a fresh place", again])
+
+
+async def test_places_given_back_together_are_one_statement_made_before_the_next_count(
+    coordinator: PostgresCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tickets = []
+    for _ in range(3):
+        ticket, _queued = await coordinator.reserve(cap=10, busy=True)
+        assert ticket is not None
+        tickets.append(ticket)
+    calls: list[int] = []
+    many = postgres_cluster.unreserve_many
+
+    async def counted(conn: Any, given: list[str]) -> list[None]:
+        calls.append(len(given))
+        return await many(conn, given)
+
+    monkeypatch.setattr(postgres_cluster, "unreserve_many", counted)
+    for ticket in tickets:  # a POST answers without waiting for its place to be given back
+        await coordinator.unreserve(ticket)
+    last, queued = await coordinator.reserve(cap=1, busy=True)  # counted after them
+
+    assert (last is not None, queued) == (True, 0)
+    assert calls == [3]
+    assert await places(coordinator) == [last]
 
 
 async def test_an_empty_queue_admits_a_run_a_free_slot_takes_even_at_a_cap_of_zero(
@@ -57,3 +92,34 @@ async def test_an_empty_queue_admits_a_run_a_free_slot_takes_even_at_a_cap_of_ze
     assert ticket is not None
     assert queued == 0
     assert await coordinator.reserve(cap=0, busy=True) == (None, 1)
+
+
+async def test_releases_of_one_batch_are_one_statement_after_the_holds_asked_before(
+    coordinator: PostgresCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = coordinator.store
+    first, second, held_a, held_b, held_c = [record() for _ in range(5)]
+    for run in (first, second, held_a, held_b, held_c):
+        await store.create(run)
+    await coordinator.hold(held_a.id, first.id)
+    calls: list[int] = []
+    many = postgres_cluster.release_many
+
+    async def counted(conn: Any, held: list[Any]) -> Any:
+        calls.append(len(held))
+        return await many(conn, held)
+
+    monkeypatch.setattr(postgres_cluster, "release_many", counted)
+    asked = [  # queued together: one batch
+        asyncio.ensure_future(coordinator.hold(held_b.id, second.id)),
+        asyncio.ensure_future(coordinator.release_held(first.id)),
+        asyncio.ensure_future(coordinator.release_held(second.id)),
+        asyncio.ensure_future(coordinator.hold(held_c.id, first.id)),  # after: stays held
+    ]
+    await asyncio.gather(*asked)
+
+    assert calls == [2]
+    rows = await store.query(
+        "SELECT id, held_behind FROM runs WHERE id = ANY(%s)", ([held_a.id, held_b.id, held_c.id],)
+    )
+    assert dict(rows) == {held_a.id: None, held_b.id: None, held_c.id: first.id}

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from app.runs.records import RunRecord, new_run_id
-from app.runs.replicas.postgres_cluster import _QUEUED, PostgresCoordinator
+from app.runs.replicas.postgres_cluster import PostgresCoordinator
+from app.runs.replicas.postgres_queue import QUEUED
 from app.runs.schedules.records import Schedule, new_schedule_id
 from app.runs.store import StoreError
 from app.runs.stores.postgres import PostgresRunStore
@@ -124,7 +125,7 @@ PLANS = {
         "SELECT id FROM runs WHERE previous_run_id = %s ORDER BY id DESC LIMIT 50",
         ("run_x",),
     ),
-    "the queue": (f"SELECT id FROM runs WHERE {_QUEUED} ORDER BY queued_at LIMIT 4", ()),
+    "the queue": (f"SELECT id FROM runs WHERE {QUEUED} ORDER BY queued_at LIMIT 4", ()),
     "approval deadlines": (
         "SELECT id FROM runs WHERE wait_deadline <= %s ORDER BY wait_deadline LIMIT 100",
         (1.0,),

@@ -18,7 +18,7 @@ from app.api.schemas import EventPage
 from app.api.sse import EventStream
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
-from app.runs.records import Event
+from app.runs.records import Event, RunRecord
 from app.settings import Settings
 
 router = APIRouter(tags=["events"])
@@ -86,15 +86,16 @@ def event_stream(
     *,
     on_disconnect: Callable[[Message], Awaitable[None]] | None = None,
     headers: dict[str, str] | None = None,
+    seen: RunRecord | None = None,
 ) -> EventStream:
     """The SSE response following `run_id` from seq `after` to its terminal event (through
-    any `run.waiting` on the way: DESIGN §19)."""
+    any `run.waiting` on the way: DESIGN §19); `seen`: the run as the caller just got it."""
 
     async def frames() -> AsyncIterator[bytes]:
         metrics.sse_subscribers.inc()
         try:
             async for batch in manager.follow(
-                run_id, caller.owner, after, any_owner=caller.any_owner
+                run_id, caller.owner, after, any_owner=caller.any_owner, seen=seen
             ):
                 yield sse_frames(batch)  # one write for whatever is ready
         finally:
@@ -161,7 +162,7 @@ async def follow_events(
     ] = None,
 ) -> Response:
     manager = manager_of(request)  # not a dependency: app.api.deps
-    await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
+    record = await manager.get(run_id, caller.owner, any_owner=caller.any_owner)
     start = _start(after, last_event_id)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
@@ -173,4 +174,5 @@ async def follow_events(
         }
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         return Response(utf8(text), media_type="application/json")
-    return event_stream(manager, metrics_of(request), settings_of(request), run_id, start, caller)
+    settings = settings_of(request)
+    return event_stream(manager, metrics_of(request), settings, run_id, start, caller, seen=record)

@@ -148,6 +148,7 @@ async def create_run(
             caller,
             on_disconnect=on_disconnect,
             headers={"Content-Location": view.links.self},
+            seen=record,
         )
     return _run(view, 202 if created else 200)
 

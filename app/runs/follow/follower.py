@@ -62,18 +62,20 @@ class RunFollower:
         *,
         any_owner: bool = False,
         until: Until = Until.END,
+        seen: RunRecord | None = None,
     ) -> AsyncGenerator[list[Event], None]:
         """The run's events after seq `after`, in batches of what is ready at once (never
         empty), through its terminal event; or through its wait for a person (`until`), if
         that comes first (the batch is cut after its `run.waiting`). A run deleted while
-        followed ends the batches without either."""
-        await self.visible(run_id, owner, any_owner=any_owner)
+        followed ends the batches without either. `seen`: the run as the caller read it
+        (`visible` to it) just before, not read again."""
+        record = seen or await self.visible(run_id, owner, any_owner=any_owner)
         if until == Until.WAIT:
             current = await self._current_wait(run_id, after)
             if current is not None:
                 yield [current]
                 return
-        batches = self._batches(run_id, after)
+        batches = self._batches(run_id, after, record)
         async with contextlib.aclosing(batches):
             async for batch in batches:
                 stop = await self._stop(run_id, batch, at_wait=until != Until.END)
@@ -122,21 +124,19 @@ class RunFollower:
                     current = None
         return current if current is not None and current.seq <= after else None
 
-    async def _batches(self, run_id: str, after: int) -> AsyncGenerator[list[Event], None]:
-        """Live until the terminal event while the run has not ended; else the stored log."""
-        live = run_id in self.live or await self._unended(run_id)
-        if live or run_id in self.live:  # (it may have resumed during that read)
+    async def _batches(
+        self, run_id: str, after: int, record: RunRecord
+    ) -> AsyncGenerator[list[Event], None]:
+        """Live until the terminal event while the run has not ended (`record`: as it was
+        read just before, live or stored: one not running here may wait for a person, have
+        been just decided and being queued again, or be another replica's); else the stored
+        log."""
+        if run_id in self.live or not record.status.terminal:
             async for batch in self.store.subscribe_batches(run_id, after=after):
                 yield batch
             return
         async for page in stored_pages(self.store, run_id, after):
             yield page
-
-    async def _unended(self, run_id: str) -> bool:
-        """Whether the run has not ended though no task here runs it: it waits for a person,
-        was just decided and is being queued again, or another replica holds it."""
-        record = await self.store.get(run_id)
-        return record is not None and not record.status.terminal
 
     async def last_seq(self, run_id: str) -> int:
         """The seq of the run's last stored event (0: none)."""

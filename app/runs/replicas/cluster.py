@@ -23,6 +23,8 @@ import os
 import socket
 from typing import Protocol
 
+from app.runs.records import RunRecord
+
 
 class ClusterMember(Protocol):
     """This replica, as its coordinator sees it (`ReplicaPlacement`)."""
@@ -33,8 +35,9 @@ class ClusterMember(Protocol):
     def free_slots(self) -> int:
         """Slots free for claimed runs; -1 once draining (the coordinator then stops)."""
 
-    async def claimed(self, run_id: str) -> None:
-        """A queued run the cluster handed to this replica: execute it if it is still ours."""
+    async def claimed(self, run_id: str, record: RunRecord | None = None) -> None:
+        """A queued run the cluster handed to this replica: execute it if it is still ours.
+        `record`: the run as the coordinator read it as it took it (else it is read)."""
 
     def cancel_asked(self, run_id: str) -> None:
         """A cancel of the run was asked on some replica (or its lease here was lost)."""

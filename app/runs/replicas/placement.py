@@ -100,10 +100,10 @@ class ReplicaPlacement:
     def free_slots(self) -> int:
         return self.live.free_slots()
 
-    async def claimed(self, run_id: str) -> None:
+    async def claimed(self, run_id: str, record: RunRecord | None = None) -> None:
         """Execute the run here, unless it ended (a cancel took it first) or another replica
         owns it."""
-        record = await self.store.get(run_id)
+        record = record or await self.store.get(run_id)
         if record is None or record.status != RunStatus.QUEUED:
             return
         if not await self.coordinator.claim(run_id):

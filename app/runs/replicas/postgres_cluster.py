@@ -37,43 +37,26 @@ from typing import Any
 import structlog
 
 from app.runs.replicas.cluster import ClusterMember
+from app.runs.replicas.postgres_queue import (
+    ADMIT_HOLD_S,
+    CLAIM,
+    HELD,
+    PLACES,
+    QUEUED,
+    RESERVE,
+    RING_QUEUE,
+    TAKE,
+    release_many,
+    unreserve_many,
+)
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_errors import RETRY_S, is_outage
-from app.runs.stores.postgres_rows import NOW_S, Conn
+from app.runs.stores.postgres_rows import NOW_S, Conn, record_of
 
 log = structlog.get_logger("finishline.runs")
 
 POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
 RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
-ADMIT_HOLD_S = 30.0  # a place taken in the queue by a POST whose replica died meanwhile
-_QUEUED = f"status = 'queued' AND queued_at IS NOT NULL AND held_behind IS NULL AND (lease_token IS NULL OR lease_until < {NOW_S})"  # noqa: E501
-_PLACES = "queue_places"
-"""What admission writes touch (`PostgresWriter.submit`): no run's rows; it counts queued
-runs, which no write made together (appends, checkpoints, usage) changes."""
-_RING_QUEUE = "pg_notify(%s, 'q:')"
-"""The queue's doorbell, rung by a statement that queues a run (once per transaction)."""
-_RESERVE = (
-    # a place of a POST whose replica died (older than ADMIT_HOLD_S) is dropped, not counted
-    "WITH d AS (DELETE FROM queue_places WHERE at < " + NOW_S + " - %s),"
-    " n AS (SELECT (SELECT COUNT(*) FROM runs WHERE " + _QUEUED + ")"
-    " + (SELECT COUNT(*) FROM queue_places WHERE at >= " + NOW_S + " - %s)"
-    " + (SELECT COUNT(*) FROM runs WHERE held_behind IS NOT NULL) AS queued),"
-    " i AS (INSERT INTO queue_places (ticket, at) SELECT %s, " + NOW_S + " FROM n"
-    " WHERE NOT (n.queued >= %s AND (n.queued > 0 OR %s)) RETURNING 1)"
-    " SELECT n.queued, EXISTS (SELECT 1 FROM i) FROM n"
-)
-"""The cluster's queue counted (queued runs, places taken by POSTs being admitted, held
-runs) and a place taken unless it is full: `queued >= cap`, and a run would wait (some are
-queued, or this replica is busy)."""
-_TAKE = (
-    "UPDATE runs SET lease_owner = %s, lease_token = %s || id, lease_until = " + NOW_S + " + %s"
-    " WHERE id IN (SELECT id FROM runs WHERE " + _QUEUED + " ORDER BY queued_at LIMIT %s"
-    " FOR UPDATE SKIP LOCKED) RETURNING id, lease_token"
-)
-_CLAIM = (
-    "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s"
-    " WHERE id = %s AND (lease_token IS NULL OR lease_until < " + NOW_S + ") RETURNING 1"
-)
 _RENEW = (
     "UPDATE runs r SET lease_until = " + NOW_S + " + %s FROM unnest(%b::text[], %b::text[])"
     " AS h(id, token) WHERE r.id = h.id AND r.lease_token = h.token"
@@ -85,6 +68,11 @@ _TAKE_OVER = (
     " AND (lease_token IS NULL OR lease_until < " + NOW_S + ") AND NOT (id = ANY(%s))"
     " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, attempts"
 )
+
+
+def _unreserved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("queue_place_not_given_back", error=str(done.exception()))
 
 
 class PostgresCoordinator:
@@ -121,12 +109,12 @@ class PostgresCoordinator:
     # -- the queue --------------------------------------------------------------------------
 
     async def queued(self) -> int:
-        rows = await self.store.query(f"SELECT COUNT(*) FROM runs WHERE {_QUEUED}", ())
+        rows = await self.store.query(f"SELECT COUNT(*) FROM runs WHERE {QUEUED}", ())
         return int(rows[0][0])
 
     async def enqueue(self, run_id: str) -> None:
         async def enqueue(conn: Conn) -> None:
-            sql = f"UPDATE runs SET queued_at = {NOW_S} WHERE id = %s RETURNING {_RING_QUEUE}"
+            sql = f"UPDATE runs SET queued_at = {NOW_S} WHERE id = %s RETURNING {RING_QUEUE}"
             await conn.execute(sql, (run_id, self.store.channel))
 
         await self.store.submit(enqueue, touches=run_id, one_statement=True)
@@ -136,19 +124,18 @@ class PostgresCoordinator:
             sql = f"UPDATE runs SET held_behind = %s, queued_at = {NOW_S} WHERE id = %s"
             await conn.execute(sql, (behind, run_id))
 
-        await self.store.submit(hold, touches=run_id, one_statement=True)
+        await self.store.submit(hold, touches=HELD, one_statement=True)
 
     async def release_held(self, behind: str) -> None:
-        async def release(conn: Conn) -> list[Any]:
-            cur = await conn.execute(
-                f"WITH r AS (UPDATE runs SET held_behind = NULL, queued_at = {NOW_S}"
-                f" WHERE held_behind = %s RETURNING id) SELECT id, {_RING_QUEUE} FROM r",
-                (behind, self.store.channel),
-            )
-            return await cur.fetchall()
+        """Made with the other releases of its batch, in one statement (`release_many`),
+        after every hold asked before (both touch `HELD`)."""
+        item = (behind, self.store.channel)
 
-        for run_id, _ in await self.store.submit(release, one_statement=True):
-            log.info("run_released", run_id=str(run_id), behind=behind)
+        async def release(conn: Conn) -> list[str]:
+            return (await release_many(conn, [item]))[0]
+
+        for run_id in await self.store.queue(release, None, HELD, (release_many, item)):
+            log.info("run_released", run_id=run_id, behind=behind)
 
     async def _release_stale_holds(self) -> None:
         rows = await self.store.query(
@@ -166,26 +153,31 @@ class PostgresCoordinator:
         async def reserve(conn: Conn) -> tuple[str | None, int]:
             # the lock first: the count's snapshot is taken after the admissions before it
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.store.channel,))
-            cur = await conn.execute(_RESERVE, (ADMIT_HOLD_S, ADMIT_HOLD_S, ticket, cap, busy))
+            cur = await conn.execute(RESERVE, (ADMIT_HOLD_S, ADMIT_HOLD_S, ticket, cap, busy))
             row = await cur.fetchone()
             assert row is not None
             queued, taken = int(row[0]), bool(row[1])
             return (ticket if taken else None), queued
 
-        result: tuple[str | None, int] = await self.store.submit(reserve, touches=_PLACES)
+        result: tuple[str | None, int] = await self.store.submit(reserve, touches=PLACES)
         return result
 
     async def unreserve(self, ticket: str) -> None:
+        """Queued, not awaited: a POST answers without waiting for a commit more. Every
+        later admission's count is made after it (admission writes, `PLACES`, are made in
+        the order asked); if it fails, the place is dropped once `ADMIT_HOLD_S` old."""
+
         async def unreserve(conn: Conn) -> None:
             await conn.execute("DELETE FROM queue_places WHERE ticket = %s", (ticket,))
 
-        await self.store.submit(unreserve, touches=_PLACES, one_statement=True)
+        done = self.store.queue(unreserve, None, PLACES, (unreserve_many, ticket))
+        done.add_done_callback(_unreserved)
 
     async def claim(self, run_id: str) -> bool:
         token = self._offered.pop(run_id, None)
         if token is None:
             token = self._token()
-            rows = await self.store.query(_CLAIM, (self.replica, token, self.lease_s, run_id))
+            rows = await self.store.query(CLAIM, (self.replica, token, self.lease_s, run_id))
             if not rows:
                 return False
         self._hold(run_id, token)
@@ -257,13 +249,12 @@ class PostgresCoordinator:
         if free < 0:
             return
         self._queue_bell.clear()
-        rows = await self.store.query(
-            _TAKE, (self.replica, self._token() + ":", self.lease_s, free)
-        )
-        for run_id, token in rows:
+        rows = await self.store.query(TAKE, (self.replica, self._token() + ":", self.lease_s, free))
+        for run_id, token, owner, record in rows:
             self._offered[run_id] = token
             try:
-                await _handled("run_claim_failed", member.claimed(run_id))
+                taken = record_of((run_id, owner, record))  # (read in the take)
+                await _handled("run_claim_failed", member.claimed(run_id, taken))
             finally:
                 self._offered.pop(run_id, None)  # not queued any more: its lease lapses
         if len(rows) < free:  # the queue is empty (but for rows another replica locks): a

@@ -1,0 +1,62 @@
+"""The cluster queue's rows on Postgres (`PostgresCoordinator`'s): what a queued run is, the
+places POSTs being admitted hold (`queue_places`), and the writes that admission, holds and
+releases make, several of one batch in one statement where they can."""
+
+from __future__ import annotations
+
+from app.runs.stores.postgres_rows import NOW_S, Conn
+
+ADMIT_HOLD_S = 30.0  # a place taken in the queue by a POST whose replica died meanwhile
+QUEUED = f"status = 'queued' AND queued_at IS NOT NULL AND held_behind IS NULL AND (lease_token IS NULL OR lease_until < {NOW_S})"  # noqa: E501
+PLACES = "queue_places"
+"""What admission writes touch (`PostgresWriter.submit`): no run's rows; it counts queued
+runs, which no write made together (appends, checkpoints, usage) changes."""
+HELD = "held runs"
+"""What holds and releases of held runs touch (`PostgresWriter.submit`): made in the order
+asked, so a release never comes before a hold asked before it (its run would stay held)."""
+RING_QUEUE = "pg_notify(%s, 'q:')"
+"""The queue's doorbell, rung by a statement that queues a run (once per transaction)."""
+RESERVE = (
+    # a place of a POST whose replica died (older than ADMIT_HOLD_S) is dropped, not counted
+    "WITH d AS (DELETE FROM queue_places WHERE at < " + NOW_S + " - %s),"
+    " n AS (SELECT (SELECT COUNT(*) FROM runs WHERE " + QUEUED + ")"
+    " + (SELECT COUNT(*) FROM queue_places WHERE at >= " + NOW_S + " - %s)"
+    " + (SELECT COUNT(*) FROM runs WHERE held_behind IS NOT NULL) AS queued),"
+    " i AS (INSERT INTO queue_places (ticket, at) SELECT %s, " + NOW_S + " FROM n"
+    " WHERE NOT (n.queued >= %s AND (n.queued > 0 OR %s)) RETURNING 1)"
+    " SELECT n.queued, EXISTS (SELECT 1 FROM i) FROM n"
+)
+"""The cluster's queue counted (queued runs, places taken by POSTs being admitted, held
+runs) and a place taken unless it is full: `queued >= cap`, and a run would wait (some are
+queued, or this replica is busy)."""
+TAKE = (
+    "UPDATE runs SET lease_owner = %s, lease_token = %s || id, lease_until = " + NOW_S + " + %s"
+    " WHERE id IN (SELECT id FROM runs WHERE " + QUEUED + " ORDER BY queued_at LIMIT %s"
+    " FOR UPDATE SKIP LOCKED) RETURNING id, lease_token, owner, record"
+)
+CLAIM = (
+    "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s"
+    " WHERE id = %s AND (lease_token IS NULL OR lease_until < " + NOW_S + ") RETURNING 1"
+)
+
+
+async def release_many(conn: Conn, held: list[tuple[str, str]]) -> list[list[str]]:
+    """For each (run, the store's channel), the runs held behind that run, put in the queue
+    (the replicas told), in one statement."""
+    behind = [run_id for run_id, _channel in held]
+    cur = await conn.execute(
+        f"WITH r AS (UPDATE runs SET held_behind = NULL, queued_at = {NOW_S}"
+        " WHERE held_behind = ANY(%b) RETURNING id, held_behind)"
+        f" SELECT r.id, r.held_behind, {RING_QUEUE} FROM r",
+        (behind, held[0][1]),
+    )
+    released: dict[str, list[str]] = {}
+    for run_id, held_behind, _ in await cur.fetchall():
+        released.setdefault(str(held_behind), []).append(str(run_id))
+    return [released.get(run_id, []) for run_id in behind]
+
+
+async def unreserve_many(conn: Conn, tickets: list[str]) -> list[None]:
+    """The places of a batch's admissions given back in one statement."""
+    await conn.execute("DELETE FROM queue_places WHERE ticket = ANY(%b)", (tickets,))
+    return [None] * len(tickets)
