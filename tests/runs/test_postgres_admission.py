@@ -123,3 +123,24 @@ async def test_releases_of_one_batch_are_one_statement_after_the_holds_asked_bef
         "SELECT id, held_behind FROM runs WHERE id = ANY(%s)", ([held_a.id, held_b.id, held_c.id],)
     )
     assert dict(rows) == {held_a.id: None, held_b.id: None, held_c.id: first.id}
+
+
+async def test_admissions_of_one_batch_count_in_turn_under_one_lock(
+    coordinator: PostgresCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    many = postgres_cluster.reserve_many
+
+    async def counted(conn: Any, asks: list[Any]) -> Any:
+        calls.append(len(asks))
+        return await many(conn, asks)
+
+    monkeypatch.setattr(postgres_cluster, "reserve_many", counted)
+    asked = [asyncio.ensure_future(coordinator.reserve(cap=2, busy=True)) for _ in range(3)]
+    results = await asyncio.gather(*asked)  # queued together: one batch
+
+    assert calls == [3]
+    assert [queued for _ticket, queued in results] == [0, 1, 2]  # each counts the ones before
+    tickets = [ticket for ticket, _queued in results]
+    assert tickets[2] is None  # the queue was full by then
+    assert await places(coordinator) == sorted(t for t in tickets if t is not None)

@@ -44,9 +44,11 @@ from app.runs.replicas.postgres_queue import (
     PLACES,
     QUEUED,
     RESERVE,
-    RING_QUEUE,
     TAKE,
+    Reserve,
+    enqueue_many,
     release_many,
+    reserve_many,
     unreserve_many,
 )
 from app.runs.stores.postgres import PostgresRunStore
@@ -113,11 +115,12 @@ class PostgresCoordinator:
         return int(rows[0][0])
 
     async def enqueue(self, run_id: str) -> None:
-        async def enqueue(conn: Conn) -> None:
-            sql = f"UPDATE runs SET queued_at = {NOW_S} WHERE id = %s RETURNING {RING_QUEUE}"
-            await conn.execute(sql, (run_id, self.store.channel))
+        item = (run_id, self.store.channel)
 
-        await self.store.submit(enqueue, touches=run_id, one_statement=True)
+        async def enqueue(conn: Conn) -> None:
+            await enqueue_many(conn, [item])
+
+        await self.store.queue(enqueue, None, run_id, (enqueue_many, item))
 
     async def hold(self, run_id: str, behind: str) -> None:
         async def hold(conn: Conn) -> None:
@@ -159,7 +162,10 @@ class PostgresCoordinator:
             queued, taken = int(row[0]), bool(row[1])
             return (ticket if taken else None), queued
 
-        result: tuple[str | None, int] = await self.store.submit(reserve, touches=PLACES)
+        ask = Reserve(ticket, cap, busy, self.store.channel)  # made with the batch's others
+        result: tuple[str | None, int] = await self.store.queue(
+            reserve, None, PLACES, (reserve_many, ask)
+        )
         return result
 
     async def unreserve(self, ticket: str) -> None:

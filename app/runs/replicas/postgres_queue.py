@@ -4,6 +4,8 @@ releases make, several of one batch in one statement where they can."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from app.runs.stores.postgres_rows import NOW_S, Conn
 
 ADMIT_HOLD_S = 30.0  # a place taken in the queue by a POST whose replica died meanwhile
@@ -60,3 +62,52 @@ async def unreserve_many(conn: Conn, tickets: list[str]) -> list[None]:
     """The places of a batch's admissions given back in one statement."""
     await conn.execute("DELETE FROM queue_places WHERE ticket = ANY(%b)", (tickets,))
     return [None] * len(tickets)
+
+
+async def enqueue_many(conn: Conn, queued: list[tuple[str, str]]) -> list[None]:
+    """For each (run, the store's channel), the run in the queue, in one statement (one
+    doorbell: Postgres sends a transaction's equal notifications once)."""
+    await conn.execute(
+        f"UPDATE runs SET queued_at = {NOW_S} WHERE id = ANY(%b) RETURNING {RING_QUEUE}",
+        ([run_id for run_id, _channel in queued], queued[0][1]),
+    )
+    return [None] * len(queued)
+
+
+class Reserve(NamedTuple):
+    """One admission's ask for a place: its ticket, the cap, whether its replica is busy,
+    and the store's channel (the advisory lock's name)."""
+
+    ticket: str
+    cap: int
+    busy: bool
+    channel: str
+
+
+COUNT = (
+    "WITH d AS (DELETE FROM queue_places WHERE at < " + NOW_S + " - %s)"
+    " SELECT (SELECT COUNT(*) FROM runs WHERE " + QUEUED + ")"
+    " + (SELECT COUNT(*) FROM queue_places WHERE at >= " + NOW_S + " - %s)"
+    " + (SELECT COUNT(*) FROM runs WHERE held_behind IS NOT NULL)"
+)
+"""`RESERVE`'s count alone (stale places dropped), for `reserve_many`."""
+
+
+async def reserve_many(conn: Conn, asks: list[Reserve]) -> list[tuple[str | None, int]]:
+    """The admissions of a batch, in the order asked, as `RESERVE` makes one: under one lock,
+    one count; each takes a place unless the queue is full then, and counts for the next."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (asks[0].channel,))
+    row = await (await conn.execute(COUNT, (ADMIT_HOLD_S, ADMIT_HOLD_S))).fetchone()
+    queued = int(row[0]) if row is not None else 0
+    results: list[tuple[str | None, int]] = []
+    for ask in asks:
+        taken = not (queued >= ask.cap and (queued > 0 or ask.busy))
+        results.append((ask.ticket if taken else None, queued))
+        queued += taken
+    tickets = [ticket for ticket, _ in results if ticket is not None]
+    if tickets:
+        await conn.execute(
+            f"INSERT INTO queue_places (ticket, at) SELECT t, {NOW_S} FROM unnest(%b::text[]) t",
+            (tickets,),
+        )
+    return results

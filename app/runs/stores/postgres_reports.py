@@ -52,10 +52,18 @@ _TALLIED = [t.value for t in TALLIED]
 
 async def tally_in(conn: Conn, run_id: str) -> dict[str, int]:
     """The tally of the run's events as stored (in this transaction)."""
-    cur = await conn.execute(_TALLY_SQL, (run_id, _TALLIED))
+    return tally_from(await (await tally_query(conn, run_id)).fetchall())
+
+
+async def tally_query(conn: Conn, run_id: str) -> psycopg.AsyncCursor[Any]:
+    """The query of the run's events `tally_from` counts (sent: in a pipeline, not read)."""
+    return await conn.execute(_TALLY_SQL, (run_id, _TALLIED))
+
+
+def tally_from(rows: list[tuple[Any, ...]]) -> dict[str, int]:
     return tally_of(
         (t, {"kind": kind, "truncated": cut, "cost_usd": None if cost == "null" else 0})
-        for t, kind, cut, cost in await cur.fetchall()
+        for t, kind, cut, cost in rows
     )
 
 
