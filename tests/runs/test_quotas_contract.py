@@ -140,6 +140,14 @@ async def test_without_quotas_every_run_is_admitted_and_counted(make: Make) -> N
     assert await side.quotas.allowance(KEY) is None  # no day quota: nothing to read
 
 
+async def test_without_quotas_an_admission_that_made_no_run_is_not_counted(make: Make) -> None:
+    side = await opened(make)
+    async with side.quotas.admit(KEY, new_run_id()):
+        pass  # no run made (on Postgres, the count's write is not even made yet)
+    await admit(side)
+    assert (await side.quotas.usage(KEY)).used.runs == 1
+
+
 # -- concurrent runs ---------------------------------------------------------------------------
 
 

@@ -105,15 +105,18 @@ class PostgresQuotas:
             await conn.execute(_ADD_RUNS, (key, day, 1))
 
         unbounded = limits.concurrent_runs is None and limits.runs_per_minute is None
-        if unbounded and not limits.day_bounded:  # nothing to check: the run is counted,
-            # made with the batch's other usage adds
-            await (await self.counters.add_usage(owner, day, DayUsage(runs=1)))
+        counted: Awaitable[None] | None = None
+        if unbounded and not limits.day_bounded:  # nothing to check: the run is counted, made
+            # with the batch's other usage adds; not awaited here: the admission's next write
+            # (its queue place) is queued after it and awaited, so it is made by then
+            counted = await self.counters.add_usage(owner, day, DayUsage(runs=1))
         else:  # (reads the key's usage: made after the adds queued before it)
             await self.store.submit(take, touches=f"key_days {key}")
         try:
             yield ticket
         finally:
-            await self._release(key, day, ticket)
+            if counted is None or await _counted(counted, key):
+                await self._release(key, day, ticket)
 
     async def _release(self, key: str, day: str, ticket: QuotaTicket) -> None:
         """The run is stored (counted by its row now) or was not made (its share given
@@ -165,3 +168,13 @@ class PostgresQuotas:
         recent = await self.counters.admissions_since(owner, now - WINDOW_S)
         active = await self.counters.active_runs(owner)
         return KeyUsage(day, used, active, len(recent), self.limits)
+
+
+async def _counted(counted: Awaitable[None], key: str) -> bool:
+    """Whether the run was counted in its key's day (else there is nothing to give back)."""
+    try:
+        await counted
+    except Exception as exc:  # Postgres away: the admission's other writes failed with it
+        log.warning("run_not_counted", key=key or None, error=str(exc))
+        return False
+    return True
