@@ -300,3 +300,22 @@ async def test_message_takes_of_several_runs_are_one_statement_and_a_fenced_one_
     )
     left = await store.query("SELECT run_id, content FROM run_messages", ())
     assert left == [(taken, "kept")]  # a fenced take took nothing
+
+
+async def test_a_lone_write_of_several_statements_is_made_in_a_transaction(
+    store: PostgresRunStore,
+) -> None:
+    """A write made with others (`many`) that is alone in its batch, and is more than one
+    statement (an admission: its lock, then its count), gets a transaction: an advisory lock
+    taken by its first statement still holds at its second."""
+
+    async def apply(conn: Any) -> int:
+        await conn.execute("SELECT pg_advisory_xact_lock(4242)")
+        sql = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        row = await (await conn.execute(sql)).fetchone()
+        return int(row[0])
+
+    async def many(conn: Any, items: list[None]) -> list[int]:
+        return [await apply(conn) for _ in items]
+
+    assert await store.queue(apply, None, "admissions", (many, None)) == 1

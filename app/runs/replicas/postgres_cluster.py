@@ -120,7 +120,7 @@ class PostgresCoordinator:
         async def enqueue(conn: Conn) -> None:
             await enqueue_many(conn, [item])
 
-        await self.store.queue(enqueue, None, run_id, (enqueue_many, item))
+        await self.store.queue(enqueue, None, run_id, (enqueue_many, item), one_statement=True)
 
     async def hold(self, run_id: str, behind: str) -> None:
         async def hold(conn: Conn) -> None:
@@ -137,7 +137,8 @@ class PostgresCoordinator:
         async def release(conn: Conn) -> list[str]:
             return (await release_many(conn, [item]))[0]
 
-        for run_id in await self.store.queue(release, None, HELD, (release_many, item)):
+        released = self.store.queue(release, None, HELD, (release_many, item), one_statement=True)
+        for run_id in await released:
             log.info("run_released", run_id=run_id, behind=behind)
 
     async def _release_stale_holds(self) -> None:
@@ -176,7 +177,8 @@ class PostgresCoordinator:
         async def unreserve(conn: Conn) -> None:
             await conn.execute("DELETE FROM queue_places WHERE ticket = %s", (ticket,))
 
-        done = self.store.queue(unreserve, None, PLACES, (unreserve_many, ticket))
+        many = (unreserve_many, ticket)
+        done = self.store.queue(unreserve, None, PLACES, many, one_statement=True)
         done.add_done_callback(_unreserved)
 
     async def claim(self, run_id: str) -> bool:

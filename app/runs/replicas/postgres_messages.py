@@ -204,7 +204,8 @@ class PostgresInbox:
             return [content for _pos, content in sorted(rows) if content is not None]
 
         item = Take(run_id, fence, close)
-        taken: list[str] = await self.store.queue(take, None, run_id, (take_many, item))
+        many = (take_many, item)
+        taken: list[str] = await self.store.queue(take, None, run_id, many, one_statement=True)
         return taken
 
     async def listen(self) -> None:

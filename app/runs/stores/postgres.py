@@ -266,7 +266,8 @@ class PostgresRunStore(QueuedAppends, PostgresSummaries):
         self._check_open()
         saved = Saved(run_id, self.fence_of(run_id), step, write)
         upsert = checkpoint_upsert(run_id, step, write, saved.fence, self._chunked)
-        return self._writer.submit(upsert, None, (self._save_many, saved), run_id)
+        many = (self._save_many, saved)
+        return self._writer.submit(upsert, None, many, run_id, one_statement=True)
 
     def _forget_if_failed(self, run_id: str, done: asyncio.Future[None]) -> None:
         if done.cancelled() or done.exception() is not None:

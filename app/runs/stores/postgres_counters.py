@@ -84,7 +84,8 @@ class PostgresCounters:
             await conn.execute(_ADD, row)
 
         # made with the other adds of the writer's batch (`add_many`); no run's rows
-        return self._submit(add, None, f"key_days {owner or ''}", (add_many, row))
+        key = f"key_days {owner or ''}"
+        return self._submit(add, None, key, (add_many, row), one_statement=True)
 
     async def admitted(self, owner: str | None, ticket: str, at: float) -> Awaitable[None]:
         async def note(conn: Conn) -> None:

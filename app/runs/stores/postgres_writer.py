@@ -103,8 +103,7 @@ class PostgresWriter:
     ) -> asyncio.Future[Any]:
         """`many`: (a `Many`, this write's item), to be made with the other writes of the
         batch that name the same `Many`; alone (a batch made again one write at a time), by
-        `apply`, which then writes in one statement (and may read after it): a batch of that
-        write alone is made without BEGIN and COMMIT, the statement its own transaction.
+        `apply` (in a transaction of its own unless `one_statement`).
         `touches`: the one run whose rows the write touches (or a name for other rows no run
         has); required with `many`. `one_statement`: `apply` writes in one statement (and
         may read after it); a batch of that write alone is made without BEGIN and COMMIT.
@@ -199,11 +198,7 @@ class PostgresWriter:
         try:
             async with self._connection() as conn:
                 write = batch[0]
-                if (
-                    len(batch) == 1
-                    and (write.many is not None or write.one_statement)
-                    and (write.unless_failures_above is None)
-                ):
+                if len(batch) == 1 and write.one_statement and write.unless_failures_above is None:
                     results = [await write.apply(conn)]  # one statement: its own transaction
                 else:
                     async with conn.transaction():
