@@ -5,7 +5,8 @@ run another replica took over (or of a run that is gone) fails alone, without th
 made again; a run whose appends name two tokens in one batch is fenced by each; a run's other
 writes keep their place among its appends; usage adds of one batch are summed per key and day;
 runs stepping in turn take a statement per kind and turn; message takes of several runs are one
-statement (`postgres_messages.take_many`)."""
+statement (`postgres_messages.take_many`); closing writes of several runs are made together
+(`postgres_closings`), a fenced one failing alone."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import pytest
 
 from app.engine.events import EventType
 from app.runs.live import LiveRuns
-from app.runs.records import Event, new_run_id
+from app.runs.records import Event, RunStatus, new_run_id
 from app.runs.replicas import postgres_messages
 from app.runs.store import Checkpoint, DayUsage, LeaseLostError, RunGoneError
+from app.runs.stores import postgres_queued
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
 from tests.runs.test_store_contract import record
+from tests.runs.test_store_contract_closing import ended
 
 THOUGHT = EventType.THOUGHT
 
@@ -319,3 +322,55 @@ async def test_a_lone_write_of_several_statements_is_made_in_a_transaction(
         return [await apply(conn) for _ in items]
 
     assert await store.queue(apply, None, "admissions", (many, None)) == 1
+
+
+async def test_closing_writes_of_several_runs_are_made_together_and_a_fenced_one_fails_alone(
+    store: PostgresRunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine, other, taken = [await leased(store, token) for token in ("a", "b", "c")]
+    store.hold(mine, "a")
+    store.hold(other, "b")
+    store.hold(taken, "mine-no-more")  # another replica's token "c" holds it
+    calls: list[int] = []
+    many = postgres_queued.close_many
+
+    async def counted(conn: Any, items: list[Any]) -> Any:
+        calls.append(len(items))
+        return await many(conn, items)
+
+    monkeypatch.setattr(postgres_queued, "close_many", counted)
+    closings = []
+    for run_id in (mine, taken, other):
+        if run_id != taken:
+            await store.append(run_id, THOUGHT, 1, {"n": 1})
+        run = await store.get(run_id)
+        assert run is not None
+        closings.append((run_id, ended(run)))
+    failures = store.write_failures()
+    futures = [  # queued together: one batch
+        await store.append_closing(
+            run_id, EventType.RUN_COMPLETED, 1, {"answer": "a"}, record=run, failures=failures
+        )
+        for run_id, run in closings
+    ]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+
+    assert calls == [3]
+    assert isinstance(results[1], LeaseLostError)
+    assert [(e.run_id, e.seq, e.type) for e in results if isinstance(e, Event)] == [
+        (mine, 2, EventType.RUN_COMPLETED),
+        (other, 2, EventType.RUN_COMPLETED),
+    ]
+    for run_id, run in closings:
+        stored = await store.get(run_id)
+        summaries = await store.query(
+            "SELECT status FROM run_summaries WHERE run_id = %s", (run_id,)
+        )
+        if run_id == taken:  # nothing of it written
+            assert stored is not None
+            assert stored.status is not RunStatus.COMPLETED
+            assert summaries == []
+            assert await store.read(run_id) == []
+        else:
+            assert stored == run
+            assert summaries == [("completed",)]

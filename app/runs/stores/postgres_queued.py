@@ -26,6 +26,7 @@ from app.runs.reports.summaries import summarize
 from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode, stored
 from app.runs.stores.postgres_appends import Row
+from app.runs.stores.postgres_closings import Closing, close_many
 from app.runs.stores.postgres_reports import insert_summary, tally_from, tally_query
 from app.runs.stores.postgres_rows import (
     APPEND,
@@ -100,9 +101,13 @@ class QueuedAppends:
         if not record.status.terminal:  # (a terminal record is saved with its summary)
             both = save_with_event(record, type, step, row.payload, row.fence, self.channel, row.ts)
             return self._writer.submit(both, self.published, touches=run_id, one_statement=True)
-        write = closing_write(record, row, self.channel)
+        # now (the caller may change the record); made with the batch's other closing writes
+        closing = Closing(
+            run_row(record), summarize(record), record.webhook is not None, row, self.channel
+        )
+        write = closing_write(closing, record)  # (alone)
         return self._writer.submit(
-            write, self.published, touches=run_id, unless_failures_above=failures
+            write, self.published, (close_many, closing), run_id, unless_failures_above=failures
         )
 
     def write_failures(self) -> int:
@@ -121,14 +126,14 @@ class QueuedAppends:
         return self._queue_append(run_id, type, step, data, record, failures)
 
 
-def closing_write(record: RunRecord, row: Row, channel: str) -> Write:
+def closing_write(closing: Closing, record: RunRecord) -> Write:
     """A terminal record saved with its summary, then its terminal event: what `upsert_run`
     then `append_event` make, in two round trips instead of four (psycopg's pipeline mode:
     the record's upsert with the query of the tally, then the summary with the event). A
-    refusal (fenced, gone) raises, so the transaction makes none of it."""
-    saved_row = (*run_row(record), row.fence, row.fence)
-    summary = summarize(record)  # now: the caller may change the record
-    ring = record.webhook is not None  # the replicas' outbox readers (`upsert_run`)
+    refusal (fenced, gone) raises, so the transaction makes none of it. (Several runs' at
+    once: `postgres_closings`.)"""
+    row, channel = closing.event, closing.channel
+    saved_row = (*closing.saved, row.fence, row.fence)
     appended_row = (row.run_id, row.fence, row.fence, row.type, row.ts, row.step, row.payload)
 
     async def write(conn: psycopg.AsyncConnection[Any]) -> Event:
@@ -142,8 +147,8 @@ def closing_write(record: RunRecord, row: Row, channel: str) -> Write:
             await refused(conn, row.run_id)
         tally = tally_from(await counted.fetchall())
         async with conn.pipeline():
-            await insert_summary(conn, dataclasses.replace(summary, tally=tally))
-            if ring:
+            await insert_summary(conn, dataclasses.replace(closing.summary, tally=tally))
+            if closing.ring:
                 await conn.execute("SELECT pg_notify(%s, 'w:')", (channel,))
             appended = await conn.execute(APPEND, (*appended_row, channel))
         seq = await appended.fetchone()

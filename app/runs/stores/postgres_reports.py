@@ -60,6 +60,23 @@ async def tally_query(conn: Conn, run_id: str) -> psycopg.AsyncCursor[Any]:
     return await conn.execute(_TALLY_SQL, (run_id, _TALLIED))
 
 
+TALLY_MANY = (
+    "SELECT run_id, type, data::jsonb ->> 'kind',"
+    " COALESCE((data::jsonb -> 'truncated') = 'true', FALSE),"
+    " jsonb_typeof(data::jsonb -> 'cost_usd') FROM events WHERE run_id = ANY(%s)"
+    " AND type = ANY(%s)"
+)
+"""`_TALLY_SQL` for several runs, each row led by its run's id."""
+
+
+async def tally_many(conn: Conn, run_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Each run's tally (`tally_in`), in one query."""
+    rows: dict[str, list[tuple[Any, ...]]] = {run_id: [] for run_id in run_ids}
+    for run_id, *row in await (await conn.execute(TALLY_MANY, (run_ids, _TALLIED))).fetchall():
+        rows[run_id].append(tuple(row))
+    return {run_id: tally_from(found) for run_id, found in rows.items()}
+
+
 def tally_from(rows: list[tuple[Any, ...]]) -> dict[str, int]:
     return tally_of(
         (t, {"kind": kind, "truncated": cut, "cost_usd": None if cost == "null" else 0})
@@ -68,24 +85,31 @@ def tally_from(rows: list[tuple[Any, ...]]) -> dict[str, int]:
 
 
 async def insert_summary(conn: Conn, summary: RunSummary) -> None:
-    await conn.execute(
-        _INSERT,
-        (
-            summary.run_id,
-            summary.owner or "",
-            summary.agent,
-            summary.model,
-            summary.created_at.isoformat(),
-            summary.status.value,
-            summary.reason.value if summary.reason is not None else None,
-            summary.degraded,
-            summary.finish_tool,
-            summary.steps,
-            summary.duration_s,
-            summary.tokens,
-            summary.cost_usd,
-            json.dumps(summary.tally, sort_keys=True, separators=(",", ":")),
-        ),
+    await conn.execute(_INSERT, summary_params(summary))
+
+
+async def insert_summaries(conn: Conn, summaries: list[RunSummary]) -> None:
+    """Several at once (psycopg's `executemany`: one round trip in pipeline mode)."""
+    async with conn.cursor() as cur:
+        await cur.executemany(_INSERT, [summary_params(summary) for summary in summaries])
+
+
+def summary_params(summary: RunSummary) -> tuple[Any, ...]:
+    return (
+        summary.run_id,
+        summary.owner or "",
+        summary.agent,
+        summary.model,
+        summary.created_at.isoformat(),
+        summary.status.value,
+        summary.reason.value if summary.reason is not None else None,
+        summary.degraded,
+        summary.finish_tool,
+        summary.steps,
+        summary.duration_s,
+        summary.tokens,
+        summary.cost_usd,
+        json.dumps(summary.tally, sort_keys=True, separators=(",", ":")),
     )
 
 

@@ -40,6 +40,7 @@ _COLUMNS = (
     "id, owner, status, idempotency_key, created_at, previous_run_id, parent_run_id, record,"
     " ended_at, webhook_due"
 )
+RUN_COLUMNS = _COLUMNS
 INSERT_RUN = f"INSERT INTO runs ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _ON_CONFLICT = (
     " ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, status = excluded.status,"
@@ -53,6 +54,7 @@ _ON_CONFLICT = (
     " queued_at = CASE WHEN excluded.status = 'queued' THEN runs.queued_at END,"
     " wait_deadline = CASE WHEN excluded.status = 'requires_action' THEN runs.wait_deadline END"
 )
+RUN_ON_CONFLICT = _ON_CONFLICT
 _FENCED = " WHERE %s = '' OR (runs.lease_token = %s AND runs.lease_until >= " + NOW_S + ")"
 UPSERT_RUN = INSERT_RUN + _ON_CONFLICT + _FENCED + " RETURNING 1"
 SAVE_WITH_EVENT = (

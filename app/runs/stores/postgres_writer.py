@@ -244,11 +244,15 @@ async def _apply(
 
 async def _alone(conn: psycopg.AsyncConnection[Any], write: _Write, made: _Made) -> Any:
     """A write naming no `Many` made, or refused (`unless_failures_above`)."""
+    refusal = _refusal(write, made)
+    return refusal if refusal is not None else await write.apply(conn)
+
+
+def _refusal(write: _Write, made: _Made) -> Failed | None:
     limit = write.unless_failures_above
-    if limit is not None and made.failed > limit:
-        failed = made.failed - limit
-        return Failed(WritesFailedError(f"{failed} queued writes failed before it"))
-    return await write.apply(conn)
+    if limit is None or made.failed <= limit:
+        return None
+    return Failed(WritesFailedError(f"{made.failed - limit} queued writes failed before it"))
 
 
 async def _made(
@@ -278,6 +282,12 @@ async def _made(
             if not chain:
                 del chains[touches]
         members.sort()
+        for i in list(members):  # (its limit checked now: before the group is made)
+            if (refusal := _refusal(batch[i], made)) is not None:
+                made.results[i] = refusal
+                members.remove(i)
+        if not members:
+            continue
         if len(members) == 1:
             outcomes = [await batch[members[0]].apply(conn)]
         else:
