@@ -144,3 +144,60 @@ async def test_admissions_of_one_batch_count_in_turn_under_one_lock(
     tickets = [ticket for ticket, _queued in results]
     assert tickets[2] is None  # the queue was full by then
     assert await places(coordinator) == sorted(t for t in tickets if t is not None)
+
+
+class Starter:
+    """The replica's side a take hands runs to: it asks, as each starts, whether a cancel
+    was asked (after a cancel of each run of `hear`, its notification heard at once)."""
+
+    def __init__(
+        self, coordinator: PostgresCoordinator, hear: set[str], *, relisten: bool = False
+    ) -> None:
+        self.coordinator = coordinator
+        self.hear = hear
+        self.relisten = relisten
+        self.slot_freed = asyncio.Event()
+        self.asked: dict[str, bool] = {}
+
+    def free_slots(self) -> int:
+        return 10
+
+    async def claimed(self, run_id: str, record: Any = None) -> None:
+        if run_id in self.hear:  # a cancel asked after the take, its notification heard
+            await self.coordinator.request_cancel(run_id)
+            self.coordinator._told("c:" + run_id)
+        if self.relisten:  # the listener listened again meanwhile: it may have missed some
+            self.coordinator.store.follower.listened += 1
+        self.asked[run_id] = await self.coordinator.cancel_requested(run_id)
+
+    def cancel_asked(self, run_id: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("relisten", [False, True])
+async def test_a_run_taken_knows_its_cancel_from_the_take_or_the_listener_without_a_read(
+    coordinator: PostgresCoordinator, monkeypatch: pytest.MonkeyPatch, relisten: bool
+) -> None:
+    """Read only when the listener listened again since the take (a cancel may be unheard)."""
+    store = coordinator.store
+    before, after, none = [record() for _ in range(3)]
+    for run in (before, after, none):
+        await store.create(run)
+        await coordinator.enqueue(run.id)
+    await coordinator.request_cancel(before.id)  # asked before the take: the take reads it
+    async with asyncio.timeout(20):
+        await store.follower.listening.wait()
+    reads: list[str] = []
+    query = store.query
+
+    async def counted(sql: str, params: tuple[Any, ...]) -> Any:
+        reads.append(sql)
+        return await query(sql, params)
+
+    monkeypatch.setattr(store, "query", counted)
+    starter = Starter(coordinator, hear={after.id}, relisten=relisten)
+    await coordinator._claim_runs(starter)  # type: ignore[arg-type]
+
+    assert starter.asked == {before.id: True, after.id: True, none.id: False}
+    read = [sql for sql in reads if "cancel_requested FROM" in sql]
+    assert len(read) == (3 if relisten else 0)

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,6 +59,7 @@ from app.runs.stores.postgres_rows import NOW_S, Conn, record_of
 
 log = structlog.get_logger("finishline.runs")
 
+MAX_CANCELS_HEARD = 1024  # cancels remembered (for runs being started) before older go
 POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
 RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
 _RENEW = (
@@ -93,6 +96,10 @@ class PostgresCoordinator:
         self.sweep_s = min(1.0, lease_s / 3)
         self._held: dict[str, str] = {}  # run id -> this replica's fencing token
         self._offered: dict[str, str] = {}  # taken from the queue, not yet claimed
+        self._asked: dict[str, tuple[bool, float, int]] = {}
+        """Runs taken, not yet started: whether a cancel was asked by the take, when the take
+        was sent, and which listener listened then (`cancel_requested`)."""
+        self._cancels: dict[str, float] = {}  # cancels heard lately: run id -> when
         self._queue_bell = asyncio.Event()
         self._webhook_bell = asyncio.Event()
         self._member: ClusterMember | None = None
@@ -103,8 +110,10 @@ class PostgresCoordinator:
         kind, _, run_id = payload.partition(":")
         if kind == "q" and not run_id:
             self._queue_bell.set()
-        elif kind == "c" and self._member is not None:
-            self._member.cancel_asked(run_id)
+        elif kind == "c":
+            self._cancels[run_id] = time.monotonic()
+            if self._member is not None:
+                self._member.cancel_asked(run_id)
         elif kind == "w" and not run_id:
             self._webhook_bell.set()
 
@@ -215,6 +224,13 @@ class PostgresCoordinator:
         await self.store.submit(ask, touches=run_id, one_statement=True)
 
     async def cancel_requested(self, run_id: str) -> bool:
+        """Asked of a run as it starts here. One this replica took: a cancel asked before the
+        take was read by it, and one asked since was heard by the listener if it listened
+        throughout (one heard after this answer finds the run live here); else read."""
+        asked = self._asked.pop(run_id, None)
+        follower = self.store.follower
+        if asked is not None and follower.listening.is_set() and follower.listened == asked[2]:
+            return asked[0] or self._cancels.get(run_id, -math.inf) >= asked[1]
         sql = "SELECT cancel_requested FROM runs WHERE id = %s"
         rows = await self.store.query(sql, (run_id,))
         return bool(rows and rows[0][0])
@@ -257,14 +273,21 @@ class PostgresCoordinator:
         if free < 0:
             return
         self._queue_bell.clear()
+        follower, sent = self.store.follower, time.monotonic()
+        heard = follower.listened if follower.listening.is_set() else -1
         rows = await self.store.query(TAKE, (self.replica, self._token() + ":", self.lease_s, free))
-        for run_id, token, owner, record in rows:
+        for run_id, token, _owner, _record, asked in rows:
             self._offered[run_id] = token
+            self._asked[run_id] = (bool(asked), sent, heard)
+        for run_id, _token, owner, record, _asked in rows:
             try:
                 taken = record_of((run_id, owner, record))  # (read in the take)
                 await _handled("run_claim_failed", member.claimed(run_id, taken))
             finally:
                 self._offered.pop(run_id, None)  # not queued any more: its lease lapses
+                self._asked.pop(run_id, None)
+        if len(self._cancels) > MAX_CANCELS_HEARD:  # (only those since a take still in hand count)
+            self._cancels = {r: at for r, at in self._cancels.items() if at >= sent}
         if len(rows) < free:  # the queue is empty (but for rows another replica locks): a
             # run queued since rang the bell (cleared before the take); else POLL_S at most
             with contextlib.suppress(TimeoutError):

@@ -34,7 +34,7 @@ queued, or this replica is busy)."""
 TAKE = (
     "UPDATE runs SET lease_owner = %s, lease_token = %s || id, lease_until = " + NOW_S + " + %s"
     " WHERE id IN (SELECT id FROM runs WHERE " + QUEUED + " ORDER BY queued_at LIMIT %s"
-    " FOR UPDATE SKIP LOCKED) RETURNING id, lease_token, owner, record"
+    " FOR UPDATE SKIP LOCKED) RETURNING id, lease_token, owner, record, cancel_requested"
 )
 CLAIM = (
     "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s"
