@@ -3,7 +3,8 @@ doorbell, naming the run and its last seq. While its listener listens, a run's r
 when rung (no read per poll interval per followed run); the listener proves its connection every
 quarter of `POLL_S` and gives up one that does not answer; a notification missed while nothing
 listened is read within a poll interval, never lost. A new follower reads the run once (its
-replay) and its reader only once rung; a run not stored has a feed that ends."""
+replay) and its reader only once rung, starting where this process published the run (else
+it reads the run's last seq); a run not stored has a feed that ends."""
 
 from __future__ import annotations
 
@@ -191,3 +192,26 @@ async def test_a_follower_of_a_run_not_stored_has_a_feed_that_ends(
     async with asyncio.timeout(TIMEOUT_S):
         feed = [event async for event in here.subscribe(new_run_id())]
     assert feed == []
+
+
+async def test_a_reader_starts_where_this_process_published_else_it_reads_the_last_seq(
+    stores: tuple[PostgresRunStore, PostgresRunStore],
+) -> None:
+    here, there = stores
+    mine, theirs = record(), record()
+    await here.create(mine, first_event=(THOUGHT, 0, {"n": 1}))  # published here
+    await there.create(theirs, first_event=(THOUGHT, 0, {"n": 1}))
+    asked: list[str] = []
+    last_seq = here.follower._last_seq
+
+    async def counting(run_id: str) -> int | None:
+        asked.append(run_id)
+        return await last_seq(run_id)
+
+    here.follower._last_seq = counting
+    for run, writer in ((mine, here), (theirs, there)):
+        async with following(here, run.id) as seen:
+            assert (await next_event(seen)).seq == 1
+            await writer.append(run.id, THOUGHT, 1, {"n": 2})
+            assert (await next_event(seen)).seq == 2
+    assert asked == [theirs.id]

@@ -113,6 +113,7 @@ class PostgresRunStore(QueuedAppends, PostgresSummaries):
 
     def release(self, run_id: str) -> None:
         self._fences.pop(run_id, None)
+        self.follower.forget(run_id)
         self.deltas.forget(run_id)
         self._chunked.pop(run_id, None)
 
@@ -222,6 +223,7 @@ class PostgresRunStore(QueuedAppends, PostgresSummaries):
     async def delete(self, run_id: str) -> None:
         self.deltas.forget(run_id)
         self.fanout.forget(run_id)
+        self.follower.forget(run_id)
 
         async def delete(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute("DELETE FROM runs WHERE id = %s", (run_id,))  # cascades

@@ -47,6 +47,9 @@ POLL_S = 1.0
 it, the reader's turns every half)."""
 
 
+MAX_PUBLISHED = 10_000
+"""Runs whose last published seq is kept (a follower's reader starts there without a read)."""
+
 PROOF = "SELECT 1"
 """The listener's proof of life: any answer will do."""
 
@@ -107,6 +110,9 @@ class PostgresFollower:
         self.proofs = 0
         self.listener_pid: int | None = None
         """The backend pid of the listening connection (for tests and logs)."""
+        self._published: dict[str, int] = {}
+        """The last seq this process published of each of its unended runs (a lower bound of
+        the run's `last_seq`: another replica may have appended since)."""
         self.own: set[int] = set()
         """The backend pids of this process's pool: their appends are published here at
         commit (`published`), their notifications need not wake a reader."""
@@ -127,6 +133,12 @@ class PostgresFollower:
     def published(self, event: Event) -> None:
         """`event` was committed and published by this process: the run's reader need not
         read it back (it reads on only after a gap, or when another replica wrote)."""
+        if event.terminal:
+            self._published.pop(event.run_id, None)
+        elif event.seq > self._published.get(event.run_id, 0):
+            self._published[event.run_id] = event.seq
+            if len(self._published) > MAX_PUBLISHED:  # (runs another replica executes and
+                del self._published[next(iter(self._published))]  # ends: the oldest go)
         reader = self._readers.get(event.run_id)
         if reader is None:
             return
@@ -165,6 +177,10 @@ class PostgresFollower:
                 if self._readers.get(run_id) is reader:
                     del self._readers[run_id]
 
+    def forget(self, run_id: str) -> None:
+        """The run is deleted (or no longer this process's to know)."""
+        self._published.pop(run_id, None)
+
     async def close(self) -> None:
         readers, self._readers = list(self._readers.values()), {}
         for reader in readers:
@@ -194,7 +210,9 @@ class PostgresFollower:
         only once rung (the followers' replays, made after that read, have the rest)."""
         heard = self._heard()
         try:
-            last = await self._patiently(self._last_seq, run_id)
+            # where it starts: what this process published of the run (its reader reads any
+            # later ones once rung; earlier ones are the followers' replays'), else a read
+            last = self._published.get(run_id) or await self._patiently(self._last_seq, run_id)
             if last is None:  # not stored (deleted, or never made)
                 reader.gone = True
                 self._fanout().end(run_id)  # (followers subscribed before: a deletion)
