@@ -17,6 +17,7 @@ from app.runs.replicas import postgres_cluster
 from app.runs.replicas.postgres_cluster import ADMIT_HOLD_S, PostgresCoordinator
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
+from tests.runs.test_postgres_together import made_counted
 from tests.runs.test_store_contract import record
 
 
@@ -68,14 +69,7 @@ async def test_places_given_back_together_are_one_statement_made_before_the_next
         ticket, _queued = await coordinator.reserve(cap=10, busy=True)
         assert ticket is not None
         tickets.append(ticket)
-    calls: list[int] = []
-    many = postgres_cluster.unreserve_many
-
-    async def counted(conn: Any, given: list[str]) -> list[None]:
-        calls.append(len(given))
-        return await many(conn, given)
-
-    monkeypatch.setattr(postgres_cluster, "unreserve_many", counted)
+    calls = made_counted(monkeypatch, postgres_cluster, "unreserve_many")
     for ticket in tickets:  # a POST answers without waiting for its place to be given back
         await coordinator.unreserve(ticket)
     last, queued = await coordinator.reserve(cap=1, busy=True)  # counted after them
@@ -102,14 +96,7 @@ async def test_releases_of_one_batch_are_one_statement_after_the_holds_asked_bef
     for run in (first, second, held_a, held_b, held_c):
         await store.create(run)
     await coordinator.hold(held_a.id, first.id)
-    calls: list[int] = []
-    many = postgres_cluster.release_many
-
-    async def counted(conn: Any, held: list[Any]) -> Any:
-        calls.append(len(held))
-        return await many(conn, held)
-
-    monkeypatch.setattr(postgres_cluster, "release_many", counted)
+    calls = made_counted(monkeypatch, postgres_cluster, "release_many")
     asked = [  # queued together: one batch
         asyncio.ensure_future(coordinator.hold(held_b.id, second.id)),
         asyncio.ensure_future(coordinator.release_held(first.id)),
@@ -128,14 +115,7 @@ async def test_releases_of_one_batch_are_one_statement_after_the_holds_asked_bef
 async def test_admissions_of_one_batch_count_in_turn_under_one_lock(
     coordinator: PostgresCoordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[int] = []
-    many = postgres_cluster.reserve_many
-
-    async def counted(conn: Any, asks: list[Any]) -> Any:
-        calls.append(len(asks))
-        return await many(conn, asks)
-
-    monkeypatch.setattr(postgres_cluster, "reserve_many", counted)
+    calls = made_counted(monkeypatch, postgres_cluster, "reserve_many")
     asked = [asyncio.ensure_future(coordinator.reserve(cap=2, busy=True)) for _ in range(3)]
     results = await asyncio.gather(*asked)  # queued together: one batch
 

@@ -50,6 +50,19 @@ async def leased(store: PostgresRunStore, token: str) -> str:
     return run.id
 
 
+def made_counted(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """The `Many` `module.name`, counting its calls (how many writes each made together)."""
+    calls: list[int] = []
+    many = getattr(module, name)
+
+    async def made(conn: Any, items: list[Any]) -> Any:
+        calls.append(len(items))
+        return await many(conn, items)
+
+    monkeypatch.setattr(module, name, made)
+    return calls
+
+
 async def outcomes(futures: list[Awaitable[Event]]) -> list[Event | BaseException]:
     return list(await asyncio.gather(*futures, return_exceptions=True))
 
@@ -275,14 +288,7 @@ async def test_message_takes_of_several_runs_are_one_statement_and_a_fenced_one_
                 conn, run_id, contents, front=False
             )
         )
-    calls: list[int] = []
-    many = postgres_messages.take_many
-
-    async def counted(conn: Any, takes: list[Any]) -> Any:
-        calls.append(len(takes))
-        return await many(conn, takes)
-
-    monkeypatch.setattr(postgres_messages, "take_many", counted)
+    calls = made_counted(monkeypatch, postgres_messages, "take_many")
     inbox = postgres_messages.PostgresInbox(store, live=LiveRuns(4), max_pending=10)
     commits = store._writer.commits
     results = await asyncio.gather(
@@ -331,14 +337,7 @@ async def test_closing_writes_of_several_runs_are_made_together_and_a_fenced_one
     store.hold(mine, "a")
     store.hold(other, "b")
     store.hold(taken, "mine-no-more")  # another replica's token "c" holds it
-    calls: list[int] = []
-    many = postgres_queued.close_many
-
-    async def counted(conn: Any, items: list[Any]) -> Any:
-        calls.append(len(items))
-        return await many(conn, items)
-
-    monkeypatch.setattr(postgres_queued, "close_many", counted)
+    calls = made_counted(monkeypatch, postgres_queued, "close_many")
     closings = []
     for run_id in (mine, taken, other):
         if run_id != taken:
