@@ -46,6 +46,7 @@ from app.runs.stores.postgres_rows import (
     Write,
     checkpoint_of,
     checkpoint_upsert,
+    delete_runs,
     insert_run,
     insert_run_with_event,
     paged,
@@ -226,7 +227,7 @@ class PostgresRunStore(QueuedAppends, PostgresSummaries):
         self.follower.forget(run_id)
 
         async def delete(conn: psycopg.AsyncConnection[Any]) -> None:
-            await conn.execute("DELETE FROM runs WHERE id = %s", (run_id,))  # cascades
+            await delete_runs(conn, "id = %s", (run_id,))
             self._chunked.pop(run_id, None)
 
         await self.submit(delete)

@@ -201,11 +201,30 @@ def append_event(
     return append
 
 
+async def delete_runs(conn: Conn, where: str, params: tuple[Any, ...]) -> list[str]:
+    """The runs `where` picks deleted with their events and checkpoint, in the caller's
+    transaction; their ids. The runs' rows go first, in a statement of their own: a write
+    of their events or checkpoint goes through the row, locked, so once the row is gone none
+    can come after, and the next statement (a new snapshot) sees every one made before."""
+    cur = await conn.execute(f"DELETE FROM runs WHERE {where} RETURNING id", params)
+    ids = [run_id for (run_id,) in await cur.fetchall()]
+    if ids:
+        await conn.execute(
+            "WITH e AS (DELETE FROM events WHERE run_id = ANY(%s)),"
+            " c AS (DELETE FROM checkpoint_chunks WHERE run_id = ANY(%s))"
+            " DELETE FROM checkpoints WHERE run_id = ANY(%s)",
+            (ids, ids, ids),
+        )
+    return ids
+
+
 def checkpoint_sql(fenced: bool, whole: bool, chunk: bool) -> str:
     """A checkpoint's write as one statement: the run's row (locked against a takeover until
     this commits when `fenced`), its head, its old chunks dropped (`whole`), its new chunk
     (`chunk`); the rows of the run found (0: nothing written)."""
+    # (unfenced, the row is still locked, as a key: a deletion waits for this to commit)
     lease = f" AND lease_token = %(fence)s AND lease_until >= {NOW_S} FOR SHARE" if fenced else ""
+    lease = lease or " FOR KEY SHARE"
     sql = f"WITH r AS (SELECT id FROM runs WHERE id = %(run_id)s{lease}),"
     sql += (
         " h AS (INSERT INTO checkpoints (run_id, step, state, version)"

@@ -15,7 +15,7 @@ from app.runs.store import Checkpoint
 from app.runs.stores.checkpoints import CheckpointDeltas
 from app.runs.stores.events import encode
 from app.runs.stores.postgres_reports import summary_write
-from app.runs.stores.postgres_rows import Write, checkpoint_upsert, insert_run
+from app.runs.stores.postgres_rows import Write, checkpoint_upsert, delete_runs, insert_run
 
 
 class _Store(Protocol):
@@ -99,12 +99,9 @@ async def expire(store: _Store, batch: int = RETENTION_BATCH) -> int:
         row = await cur.fetchone()
         if row is None or not row[0]:
             return 0
-        cur = await conn.execute(
-            "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE ended_at < %s"
-            " ORDER BY ended_at LIMIT %s FOR UPDATE SKIP LOCKED)",
-            (time.time() - store.retention_s, batch),
-        )
-        return cur.rowcount
+        where = "id IN (SELECT id FROM runs WHERE ended_at < %s ORDER BY ended_at LIMIT %s"
+        where += " FOR UPDATE SKIP LOCKED)"
+        return len(await delete_runs(conn, where, (time.time() - store.retention_s, batch)))
 
     deleted: int = await store.with_connection(lambda conn: _in_transaction(conn, expire))
     if deleted:
