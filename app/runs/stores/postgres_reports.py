@@ -26,9 +26,12 @@ Conn = psycopg.AsyncConnection[Any]
 Write = Callable[[Conn], Awaitable[Any]]
 Query = Callable[[str, tuple[Any, ...]], Awaitable[list[tuple[Any, ...]]]]
 
+# Each event's data parsed once (`OFFSET 0` keeps the subquery, whose `j` would otherwise be
+# inlined: three parses of it a row).
 _TALLY_SQL = (
-    "SELECT type, data::jsonb ->> 'kind', COALESCE((data::jsonb -> 'truncated') = 'true', FALSE),"
-    " jsonb_typeof(data::jsonb -> 'cost_usd') FROM events WHERE run_id = %s AND type = ANY(%s)"
+    "SELECT type, j ->> 'kind', COALESCE((j -> 'truncated') = 'true', FALSE),"
+    " jsonb_typeof(j -> 'cost_usd') FROM (SELECT type, data::jsonb AS j FROM events"
+    " WHERE run_id = %s AND type = ANY(%s) OFFSET 0) e"
 )
 _INSERT = (
     "INSERT INTO run_summaries (run_id, owner, agent, model, created_at, status, reason,"
@@ -61,10 +64,9 @@ async def tally_query(conn: Conn, run_id: str) -> psycopg.AsyncCursor[Any]:
 
 
 TALLY_MANY = (
-    "SELECT run_id, type, data::jsonb ->> 'kind',"
-    " COALESCE((data::jsonb -> 'truncated') = 'true', FALSE),"
-    " jsonb_typeof(data::jsonb -> 'cost_usd') FROM events WHERE run_id = ANY(%s)"
-    " AND type = ANY(%s)"
+    "SELECT run_id, type, j ->> 'kind', COALESCE((j -> 'truncated') = 'true', FALSE),"
+    " jsonb_typeof(j -> 'cost_usd') FROM (SELECT run_id, type, data::jsonb AS j FROM events"
+    " WHERE run_id = ANY(%s) AND type = ANY(%s) OFFSET 0) e"
 )
 """`_TALLY_SQL` for several runs, each row led by its run's id."""
 
