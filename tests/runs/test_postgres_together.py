@@ -5,8 +5,9 @@ run another replica took over (or of a run that is gone) fails alone, without th
 made again; a run whose appends name two tokens in one batch is fenced by each; a run's other
 writes keep their place among its appends; usage adds of one batch are summed per key and day;
 runs stepping in turn take a statement per kind and turn; message takes of several runs are one
-statement (`postgres_messages.take_many`); closing writes of several runs are made together
-(`postgres_closings`), a fenced one failing alone."""
+statement (`postgres_messages.take_many`); closing writes of several runs, and running
+records saved with an event, are made together (`postgres_closings`), a fenced one failing
+alone; runs made with their first event are one statement, a duplicate failing alone."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import pytest
 
 from app.engine.events import EventType
 from app.runs.live import LiveRuns
-from app.runs.records import Event, RunStatus, new_run_id
+from app.runs.records import Event, RunRecord, RunStatus, new_run_id
 from app.runs.replicas import postgres_messages
-from app.runs.store import Checkpoint, DayUsage, LeaseLostError, RunGoneError
-from app.runs.stores import postgres_queued
+from app.runs.store import Checkpoint, DayUsage, DuplicateRunError, LeaseLostError, RunGoneError
+from app.runs.stores import postgres, postgres_queued
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
 from tests.runs.test_store_contract import record
@@ -373,3 +374,72 @@ async def test_closing_writes_of_several_runs_are_made_together_and_a_fenced_one
         else:
             assert stored == run
             assert summaries == [("completed",)]
+
+
+async def test_running_records_saved_with_an_event_are_made_together_and_a_fenced_one_alone(
+    store: PostgresRunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine, other, taken = [await leased(store, token) for token in ("a", "b", "c")]
+    gone = record()  # never stored: a fenced save must not make it
+    for run_id, token in ((mine, "a"), (other, "b"), (taken, "mine-no-more"), (gone.id, "g")):
+        store.hold(run_id, token)
+    calls = made_counted(monkeypatch, postgres_queued, "close_many")
+    running = {}
+    for run_id in (mine, taken, other):
+        run = await store.get(run_id)
+        assert run is not None
+        running[run_id] = run.model_copy(update={"status": RunStatus.RUNNING})
+    running[gone.id] = gone.model_copy(update={"status": RunStatus.RUNNING})
+    futures = [  # queued together: one batch
+        await store.append_soon(run_id, EventType.RUN_STARTED, 0, {}, record=run)
+        for run_id, run in running.items()
+    ]
+    results = await outcomes(futures)
+
+    assert calls == [4]
+    assert isinstance(results[1], LeaseLostError)
+    assert isinstance(results[3], RunGoneError)
+    assert [(e.run_id, e.seq, e.type) for e in results if isinstance(e, Event)] == [
+        (mine, 1, EventType.RUN_STARTED),
+        (other, 1, EventType.RUN_STARTED),
+    ]
+    for run_id in (mine, other):
+        assert await store.get(run_id) == running[run_id]
+    taken_now = await store.get(taken)
+    assert taken_now is not None
+    assert taken_now.status is RunStatus.QUEUED
+    assert await store.read(taken) == []
+    assert await store.get(gone.id) is None
+    assert await store.read(gone.id) == []
+
+
+async def test_runs_made_together_are_one_statement_and_a_duplicate_fails_alone(
+    store: PostgresRunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    create_many = postgres.create_many
+
+    async def counted(conn: Any, items: list[Any], channel: str) -> Any:
+        calls.append(len(items))
+        return await create_many(conn, items, channel)
+
+    monkeypatch.setattr(postgres, "create_many", counted)
+    first = (EventType.RUN_QUEUED, 0, {"n": 1})
+
+    async def made(runs: list[RunRecord]) -> list[Event | BaseException]:
+        tasks = [store.create(run, first_event=first) for run in runs]  # one batch
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    a, b = record(), record()
+    assert [(e.run_id, e.seq) for e in await made([a, b])] == [(a.id, 1), (b.id, 1)]  # type: ignore[union-attr]
+    assert calls == [2]
+    c, d = record(), record()
+    results = await made([c, a, d])  # `a` again: refused, alone
+
+    assert calls == [2, 3]  # then each alone
+    assert isinstance(results[1], DuplicateRunError)
+    assert [(e.run_id, e.seq) for e in results if isinstance(e, Event)] == [(c.id, 1), (d.id, 1)]
+    for run in (a, b, c, d):
+        assert await store.get(run.id) == run
+        events = await store.read(run.id)
+        assert [(e.seq, e.type, e.data) for e in events] == [(1, EventType.RUN_QUEUED, {"n": 1})]

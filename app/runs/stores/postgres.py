@@ -20,6 +20,7 @@ on every replica are woken by `LISTEN/NOTIFY` and read the rows (`postgres_follo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -34,7 +35,7 @@ from app.runs.store import Checkpoint, FirstEvent, StoreError
 from app.runs.stores.checkpoints import CheckpointDeltas, CheckpointWrite
 from app.runs.stores.events import encode
 from app.runs.stores.fanout import Fanout
-from app.runs.stores.postgres_appends import append_many
+from app.runs.stores.postgres_appends import Created, Row, append_many, create_many
 from app.runs.stores.postgres_checkpoints import Saved, save_many
 from app.runs.stores.postgres_counters import PostgresCounters
 from app.runs.stores.postgres_errors import cause, is_outage, outage
@@ -52,6 +53,7 @@ from app.runs.stores.postgres_rows import (
     paged,
     read_events,
     record_of,
+    run_row,
     tree_member,
     upsert_run,
 )
@@ -97,6 +99,7 @@ class PostgresRunStore(QueuedAppends, PostgresSummaries):
         self._chunked: dict[str, int] = {}  # the writer's: messages in chunks, per run
         self._writer = PostgresWriter(self.pool.connection, on_abort=self._chunked.clear)
         self._append_many = lambda conn, rows: append_many(conn, rows, self.channel)
+        self._create_many = lambda conn, items: create_many(conn, items, self.channel)
         self._save_many = lambda conn, saved: save_many(conn, saved, self._chunked)
         self.counters = PostgresCounters(self.query, self.queue)
         self.threads = PostgresThreadIndex(self.query, self.submit)
@@ -174,8 +177,11 @@ class PostgresRunStore(QueuedAppends, PostgresSummaries):
             await self.submit(insert_run(record), touches=record.id, one_statement=True)
             return None
         type, step, data = first_event
-        both = insert_run_with_event(record, type, step, encode(data), self.channel)
-        event: Event = await self.submit(both, self.published, record.id, one_statement=True)
+        saved, row = run_row(record), Row(record.id, "", type, time.time(), step, encode(data))
+        both = insert_run_with_event(record, saved, type, row.ts, step, row.payload, self.channel)
+        # made with the other runs made in the batch (`postgres_appends.create_many`)
+        many = (self._create_many, Created(saved, row))
+        event: Event = await self.queue(both, self.published, record.id, many, one_statement=True)
         return event
 
     async def save(self, record: RunRecord) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from app.runs.records import Event
 from app.runs.store import LeaseLostError, RunGoneError
 from app.runs.stores.events import stored
-from app.runs.stores.postgres_rows import NOW_S, Conn
+from app.runs.stores.postgres_rows import NOW_S, RUN_COLUMNS, Conn
 from app.runs.stores.postgres_writer import Failed
 
 # The arrays go in binary (`%b`): psycopg's text array dumper escapes every element with a
@@ -99,3 +99,43 @@ async def why_refused(conn: Conn, run_id: str) -> Exception:
     if await cur.fetchone() is None:
         return RunGoneError(run_id)
     return LeaseLostError(f"run {run_id!r} was taken over by another replica")
+
+
+CREATE_MANY = (
+    f"WITH r AS (INSERT INTO runs ({RUN_COLUMNS}, last_seq) SELECT *, 1 FROM unnest(%b::text[],"
+    " %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+    " %b::float8[], %b::bool[]) RETURNING id)"
+    " INSERT INTO events (run_id, seq, type, ts, step, data) SELECT e.run_id, 1, e.type, e.ts,"
+    " e.step, e.data FROM unnest(%b::text[], %b::text[], %b::float8[], %b::int[], %b::text[])"
+    " AS e (run_id, type, ts, step, data) JOIN r ON r.id = e.run_id"
+    " RETURNING pg_notify(%s, run_id || ':1')"
+)
+"""`postgres_rows.CREATE_WITH_EVENT` for several runs: each new run and its first event (seq
+1), in one statement (a duplicate id or idempotency key raises: the writer then makes each
+alone, and only that one fails)."""
+
+
+class Created(NamedTuple):
+    """One queued creation: the new run's row (`run_row`) and its first event."""
+
+    saved: tuple[Any, ...]
+    event: Row
+
+
+async def create_many(conn: Conn, items: Sequence[Created], channel: str) -> list[Event]:
+    """The runs of `items` made, each with its first event."""
+    runs: list[list[Any]] = [[] for _ in range(10)]
+    events: list[list[Any]] = [[], [], [], [], []]
+    for item in items:
+        row = item.event
+        for column, value in zip(runs, item.saved, strict=True):
+            column.append(value)
+        for column, value in zip(
+            events, (row.run_id, row.type, row.ts, row.step, row.payload), strict=True
+        ):
+            column.append(value)
+    await conn.execute(CREATE_MANY, (*runs, *events, channel))
+    return [
+        stored(row.run_id, 1, row.type, row.ts, row.step, row.payload)
+        for row in (item.event for item in items)
+    ]

@@ -1,8 +1,9 @@
-"""Closing writes the writer found queued together, of different runs, made together
-(`close_many`): what `postgres_queued.closing_write` does for one run (its terminal record
-saved, fenced, with its summary, then its terminal event), for several, in four statements
-whatever their number: the records' upsert, the tallies of their events, their summaries
-(one round trip), their events (`postgres_appends`).
+"""Records saved with an event, that the writer found queued together, of different runs,
+made together (`close_many`): what `postgres_queued.closing_write` does for one run (its
+terminal record saved, fenced, with its summary, then its terminal event), and
+`postgres_rows.save_with_event` for a running one (`run.started` with its record), for
+several, in four statements whatever their number: the records' upsert, the tallies of the
+ended runs' events, their summaries (one round trip), the events (`postgres_appends`).
 
 A record whose lease another replica holds (or whose run is gone) is not saved, and only its
 write fails (`Failed`): its summary and event are not written, the others commit."""
@@ -23,7 +24,9 @@ from app.runs.stores.postgres_writer import Failed
 UPSERT_MANY = (
     f"INSERT INTO runs ({RUN_COLUMNS}, lease_token) SELECT * FROM unnest(%b::text[],"
     " %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
-    " %b::float8[], %b::bool[], %b::text[])"
+    f" %b::float8[], %b::bool[], %b::text[]) AS u ({RUN_COLUMNS}, lease_token)"
+    # a fenced record of a run that is gone is not made again (nor its event)
+    " WHERE u.lease_token IS NULL OR EXISTS (SELECT 1 FROM runs WHERE runs.id = u.id)"
     + RUN_ON_CONFLICT
     # the fence rides in the row's lease token (NULL: none): a new row keeps it as its own
     + " WHERE excluded.lease_token IS NULL OR (runs.lease_token = excluded.lease_token"
@@ -33,11 +36,12 @@ UPSERT_MANY = (
 
 
 class Closing(NamedTuple):
-    """One queued closing write: the record's row (`run_row`), its summary (its tally still
-    to count), whether it rings the webhook outbox, its terminal event, the store's channel."""
+    """One queued record saved with an event: the record's row (`run_row`), its summary if
+    it ended its run (its tally still to count), whether it rings the webhook outbox, the
+    event, the store's channel."""
 
     saved: tuple[Any, ...]
-    summary: RunSummary
+    summary: RunSummary | None
     ring: bool
     event: Row
     channel: str
@@ -67,12 +71,13 @@ async def _close(conn: Conn, items: Sequence[Closing]) -> list[Event | Failed]:
     saved = {run_id for (run_id,) in await (await conn.execute(UPSERT_MANY, columns)).fetchall()}
     kept = [item for item in items if item.event.run_id in saved]
     events: dict[str, Event | Failed] = {}
+    ended = [item.summary for item in kept if item.summary is not None]
+    if ended:
+        tallies = await tally_many(conn, [summary.run_id for summary in ended])
+        await insert_summaries(
+            conn, [dataclasses.replace(s, tally=tallies[s.run_id]) for s in ended]
+        )
     if kept:
-        tallies = await tally_many(conn, [item.event.run_id for item in kept])
-        summaries = [
-            dataclasses.replace(item.summary, tally=tallies[item.event.run_id]) for item in kept
-        ]
-        await insert_summaries(conn, summaries)
         if any(item.ring for item in kept):
             await conn.execute("SELECT pg_notify(%s, 'w:')", (kept[0].channel,))
         made = await append_many(conn, [item.event for item in kept], kept[0].channel)

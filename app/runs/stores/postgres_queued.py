@@ -93,14 +93,18 @@ class QueuedAppends:
         `failures`, a terminal record's closing write (`append_closing`)."""
         self._check_open()
         row = Row(run_id, self.fence_of(run_id), type, time.time(), step, encode(data))
-        insert = append_event(run_id, type, step, row.payload, row.fence, self.channel, row.ts)
         self.deltas.appended(run_id, type)
         if record is None:  # made with the appends queued next to it (`postgres_appends`)
-            many = (self._append_many, row)
+            insert = append_event(run_id, type, step, row.payload, row.fence, self.channel, row.ts)
+            many: tuple[Many, Any] = (self._append_many, row)
             return self._writer.submit(insert, self.published, many, run_id, one_statement=True)
-        if not record.status.terminal:  # (a terminal record is saved with its summary)
-            both = save_with_event(record, type, step, row.payload, row.fence, self.channel, row.ts)
-            return self._writer.submit(both, self.published, touches=run_id, one_statement=True)
+        if not record.status.terminal:  # made with the batch's other records and events
+            saved = run_row(record)
+            both = save_with_event(
+                record, saved, type, step, row.payload, row.fence, self.channel, row.ts
+            )
+            many = (close_many, Closing(saved, None, False, row, self.channel))
+            return self._writer.submit(both, self.published, many, run_id, one_statement=True)
         # now (the caller may change the record); made with the batch's other closing writes
         closing = Closing(
             run_row(record), summarize(record), record.webhook is not None, row, self.channel
@@ -132,7 +136,8 @@ def closing_write(closing: Closing, record: RunRecord) -> Write:
     the record's upsert with the query of the tally, then the summary with the event). A
     refusal (fenced, gone) raises, so the transaction makes none of it. (Several runs' at
     once: `postgres_closings`.)"""
-    row, channel = closing.event, closing.channel
+    row, channel, summary = closing.event, closing.channel, closing.summary
+    assert summary is not None, "a closing write ends its run"
     saved_row = (*closing.saved, row.fence, row.fence)
     appended_row = (row.run_id, row.fence, row.fence, row.type, row.ts, row.step, row.payload)
 
@@ -147,7 +152,7 @@ def closing_write(closing: Closing, record: RunRecord) -> Write:
             await refused(conn, row.run_id)
         tally = tally_from(await counted.fetchall())
         async with conn.pipeline():
-            await insert_summary(conn, dataclasses.replace(closing.summary, tally=tally))
+            await insert_summary(conn, dataclasses.replace(summary, tally=tally))
             if closing.ring:
                 await conn.execute("SELECT pg_notify(%s, 'w:')", (channel,))
             appended = await conn.execute(APPEND, (*appended_row, channel))

@@ -150,10 +150,16 @@ def upsert_run(record: RunRecord, fence: str, channel: str) -> Write:
 
 
 def insert_run_with_event(
-    record: RunRecord, type: str, step: int, payload: str, channel: str
+    record: RunRecord,
+    saved: tuple[Any, ...],
+    type: str,
+    ts: float,
+    step: int,
+    payload: str,
+    channel: str,
 ) -> Callable[[Conn], Awaitable[Event]]:
-    ts = time.time()
-    params = (*run_row(record), type, ts, step, payload, channel)
+    """`saved`: the record's `run_row`."""
+    params = (*saved, type, ts, step, payload, channel)
 
     async def insert(conn: Conn) -> Event:
         try:
@@ -166,10 +172,18 @@ def insert_run_with_event(
 
 
 def save_with_event(
-    record: RunRecord, type: str, step: int, payload: str, fence: str, channel: str, ts: float
+    record: RunRecord,
+    saved: tuple[Any, ...],
+    type: str,
+    step: int,
+    payload: str,
+    fence: str,
+    channel: str,
+    ts: float,
 ) -> Callable[[Conn], Awaitable[Event]]:
+    """`saved`: the record's `run_row`."""
     assert not record.status.terminal, "a terminal record is saved with its summary"
-    params = (*run_row(record), fence, fence, type, ts, step, payload, channel)
+    params = (*saved, fence, fence, type, ts, step, payload, channel)
 
     async def save(conn: Conn) -> Event:
         try:
