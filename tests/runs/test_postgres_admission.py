@@ -3,7 +3,8 @@ a place younger than `ADMIT_HOLD_S` counts towards the cap, an older one (its re
 between the place and the run) is dropped by the next admission and counts no more. A place
 given back is queued, not awaited (the POST answers without a commit more); every later
 admission counts after it, and a batch's are one statement. Releases of held runs of one batch
-are one statement, made after the holds asked before them."""
+are one statement, made after the holds asked before them. A cancel asked while the listener
+was away reaches the run held here once it listens again."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from app.runs.replicas import postgres_cluster
 from app.runs.replicas.postgres_cluster import ADMIT_HOLD_S, PostgresCoordinator
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
+from tests.fakes.postgres_server import PostgresServer
+from tests.runs.test_postgres_follow import until
 from tests.runs.test_postgres_together import made_counted
 from tests.runs.test_store_contract import record
 
@@ -181,3 +184,50 @@ async def test_a_run_taken_knows_its_cancel_from_the_take_or_the_listener_withou
     assert starter.asked == {before.id: True, after.id: True, none.id: False}
     read = [sql for sql in reads if "cancel_requested FROM" in sql]
     assert len(read) == (3 if relisten else 0)
+
+
+class Listening:
+    """A replica's side with runs in hand: the cancels it is told of."""
+
+    def __init__(self) -> None:
+        self.slot_freed = asyncio.Event()
+        self.cancels: list[str] = []
+
+    def free_slots(self) -> int:
+        return 0  # (takes nothing from the queue)
+
+    def cancel_asked(self, run_id: str) -> None:
+        self.cancels.append(run_id)
+
+
+async def test_a_cancel_asked_while_the_listener_was_away_reaches_the_run_once_it_listens_again(
+    postgres_url: str, postgres_server: PostgresServer
+) -> None:
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    coordinator = PostgresCoordinator(store, replica="r1", lease_s=600)  # (no renewal in it)
+    mine, other = record(), record()
+    for run in (mine, other):
+        await store.create(run)
+        coordinator._hold(run.id, "token of " + run.id)
+    member = Listening()
+    serving = asyncio.create_task(coordinator.serve(member))  # type: ignore[arg-type]
+    try:
+        await until(store.follower.listening.is_set)
+        listened = store.follower.listened
+        # a cancel whose notification this listener never hears (none is sent here: as one
+        # sent while it was away), then its backend ends: it listens again
+        sql = "UPDATE runs SET cancel_requested = TRUE WHERE id = %s RETURNING 1"
+        assert await store.query(sql, (mine.id,)) == [(1,)]
+        with postgres_server.admin() as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (store.follower.listener_pid,))
+        await until(lambda: store.follower.listened > listened)
+
+        await until(lambda: mine.id in member.cancels)
+        assert other.id not in member.cancels
+    finally:
+        coordinator.stop()
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        await coordinator.close()
+        await store.close()

@@ -14,7 +14,8 @@ webhook outbox are columns of the run's row, so Postgres alone is the whole back
   `sweep_s` and takes them one at a time (`SKIP LOCKED`), counting the attempt; never one it
   holds itself (its own renewal decides that run: see `_take_over`).
 - Cancel: `cancel_requested` set, and a notification `c:<id>` on the store's channel, which
-  every replica's listener hands to `member.cancel_asked`.
+  every replica's listener hands to `member.cancel_asked`; each time the listener listens
+  again (notifications may have been missed), the flags of the runs held here are read.
 - Held runs (DESIGN §19): `held_behind` names the run a run waits for; whoever ends that run
   queues it, or any replica's sweep once it sees that run ended.
 - Retention: every replica deletes runs ended more than `FINISHLINE_RETENTION_S` ago, a
@@ -45,8 +46,13 @@ from app.runs.replicas.postgres_queue import (
     HELD,
     PLACES,
     QUEUED,
+    RENEW,
     RESERVE,
     TAKE,
+    TAKE_OVER,
+    WEBHOOK_DONE,
+    WEBHOOK_HOLD,
+    WEBHOOKS_TAKE,
     Reserve,
     enqueue_many,
     release_many,
@@ -62,17 +68,6 @@ log = structlog.get_logger("finishline.runs")
 MAX_CANCELS_HEARD = 1024  # cancels remembered (for runs being started) before older go
 POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
 RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
-_RENEW = (
-    "UPDATE runs r SET lease_until = " + NOW_S + " + %s FROM unnest(%b::text[], %b::text[])"
-    " AS h(id, token) WHERE r.id = h.id AND r.lease_token = h.token"
-    " AND r.lease_until >= " + NOW_S + " RETURNING r.id"
-)
-_TAKE_OVER = (
-    "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s,"
-    " attempts = attempts + 1 WHERE id = (SELECT id FROM runs WHERE status = 'running'"
-    " AND (lease_token IS NULL OR lease_until < " + NOW_S + ") AND NOT (id = ANY(%s))"
-    " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, attempts"
-)
 
 
 def _unreserved(done: asyncio.Future[Any]) -> None:
@@ -101,10 +96,12 @@ class PostgresCoordinator:
         was sent, and which listener listened then (`cancel_requested`)."""
         self._cancels: dict[str, float] = {}  # cancels heard lately: run id -> when
         self._queue_bell = asyncio.Event()
+        self._relistened = asyncio.Event()  # the listener listens again: cancels may be unheard
         self._webhook_bell = asyncio.Event()
         self._member: ClusterMember | None = None
         self._stopping = False
         store.follower.listeners.append(self._told)
+        store.follower.reconnected.append(self._relistened.set)
 
     def _told(self, payload: str) -> None:
         kind, _, run_id = payload.partition(":")
@@ -207,6 +204,7 @@ class PostgresCoordinator:
     def stop(self) -> None:
         self._stopping = True
         self._queue_bell.set()
+        self._relistened.set()
 
     def _token(self) -> str:
         return f"{self.replica}:{os.urandom(6).hex()}"
@@ -238,12 +236,15 @@ class PostgresCoordinator:
     async def close(self) -> None:
         with contextlib.suppress(ValueError):
             self.store.follower.listeners.remove(self._told)
+        with contextlib.suppress(ValueError):
+            self.store.follower.reconnected.remove(self._relistened.set)
 
     async def serve(self, member: ClusterMember) -> None:
         self._member = member
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._loop("queue_read_failed", self._claim_runs, member))
             tasks.create_task(self._loop("lease_renewal_failed", self._renew_leases, member))
+            tasks.create_task(self._loop("cancel_read_failed", self._cancels_unheard, member))
             tasks.create_task(self._loop("takeover_sweep_failed", self._sweep, member))
             tasks.create_task(self._loop("webhook_outbox_read_failed", self._webhooks, member))
             if self.store.retention_s:
@@ -303,12 +304,22 @@ class PostgresCoordinator:
         async def renew(conn: Conn) -> set[str]:
             # through the writer: behind this replica's writes of these runs, never
             # interleaved with them (two statements locking rows in different orders deadlock)
-            return {run_id for (run_id,) in await (await conn.execute(_RENEW, params)).fetchall()}
+            return {run_id for (run_id,) in await (await conn.execute(RENEW, params)).fetchall()}
 
         renewed: set[str] = await self.store.submit(renew)
         for run_id, token in held.items():
             if run_id not in renewed and self._held.get(run_id) == token:
                 log.warning("lease_lost", run_id=run_id)
+                member.cancel_asked(run_id)
+
+    async def _cancels_unheard(self, member: ClusterMember) -> None:
+        """Each time the listener listens again, the cancels of runs held here asked while
+        it was away (their notifications unheard), read."""
+        await self._relistened.wait()
+        self._relistened.clear()
+        if held := list(self._held):
+            sql = "SELECT id FROM runs WHERE id = ANY(%s) AND cancel_requested"
+            for (run_id,) in await self.store.query(sql, (held,)):
                 member.cancel_asked(run_id)
 
     async def _sweep(self, member: ClusterMember) -> None:
@@ -324,7 +335,7 @@ class PostgresCoordinator:
         which stops the run here; taking it again here would run it twice in one process."""
         token = self._token()
         held = list(self._held)
-        rows = await self.store.query(_TAKE_OVER, (self.replica, token, self.lease_s, held))
+        rows = await self.store.query(TAKE_OVER, (self.replica, token, self.lease_s, held))
         if not rows:
             return False
         run_id, attempt = rows[0]
@@ -341,12 +352,7 @@ class PostgresCoordinator:
 
     async def _webhooks(self, member: ClusterMember) -> None:
         self._webhook_bell.clear()
-        rows = await self.store.query(
-            f"UPDATE runs SET webhook_owner = %s, webhook_until = {NOW_S} + %s WHERE id IN"
-            " (SELECT id FROM runs WHERE webhook_due AND (webhook_until IS NULL"
-            f" OR webhook_until < {NOW_S}) LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING id",
-            (self.replica, self.lease_s),
-        )
+        rows = await self.store.query(WEBHOOKS_TAKE, (self.replica, self.lease_s))
         for (run_id,) in rows:
             asyncio.create_task(self._deliver(str(run_id), member))  # noqa: RUF006
         if not rows:
@@ -363,11 +369,7 @@ class PostgresCoordinator:
         finally:
             holding.cancel()
         try:
-            await self.store.query(
-                "UPDATE runs SET webhook_due = FALSE, webhook_until = NULL"
-                " WHERE id = %s AND webhook_owner = %s RETURNING 1",
-                (run_id, self.replica),
-            )
+            await self.store.query(WEBHOOK_DONE, (run_id, self.replica))
         except Exception as exc:  # still due: delivered again after the lease (Webhook-Id)
             log.warning("webhook_ack_failed", run_id=run_id, error=str(exc))
 
@@ -375,11 +377,8 @@ class PostgresCoordinator:
         while True:
             await asyncio.sleep(self.lease_s / 3)
             with contextlib.suppress(Exception):
-                rows = await self.store.query(
-                    f"UPDATE runs SET webhook_until = {NOW_S} + %s"
-                    " WHERE id = %s AND webhook_owner = %s AND webhook_due RETURNING 1",
-                    (self.lease_s, run_id, self.replica),
-                )
+                params = (self.lease_s, run_id, self.replica)
+                rows = await self.store.query(WEBHOOK_HOLD, params)
                 if not rows:
                     log.warning("webhook_entry_lost", run_id=run_id)
                     return

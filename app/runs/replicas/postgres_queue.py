@@ -1,6 +1,7 @@
 """The cluster queue's rows on Postgres (`PostgresCoordinator`'s): what a queued run is, the
 places POSTs being admitted hold (`queue_places`), and the writes that admission, holds and
-releases make, several of one batch in one statement where they can."""
+releases make, several of one batch in one statement where they can; the statements of the
+leases and of the webhook outbox."""
 
 from __future__ import annotations
 
@@ -36,6 +37,19 @@ TAKE = (
     " WHERE id IN (SELECT id FROM runs WHERE " + QUEUED + " ORDER BY queued_at LIMIT %s"
     " FOR UPDATE SKIP LOCKED) RETURNING id, lease_token, owner, record, cancel_requested"
 )
+RENEW = (
+    "UPDATE runs r SET lease_until = " + NOW_S + " + %s FROM unnest(%b::text[], %b::text[])"
+    " AS h(id, token) WHERE r.id = h.id AND r.lease_token = h.token"
+    " AND r.lease_until >= " + NOW_S + " RETURNING r.id"
+)
+"""A replica's leases renewed, all in one statement; those still its own answered."""
+TAKE_OVER = (
+    "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s,"
+    " attempts = attempts + 1 WHERE id = (SELECT id FROM runs WHERE status = 'running'"
+    " AND (lease_token IS NULL OR lease_until < " + NOW_S + ") AND NOT (id = ANY(%s))"
+    " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, attempts"
+)
+"""One running run whose lease lapsed taken, but for the runs named (the replica's own)."""
 CLAIM = (
     "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s"
     " WHERE id = %s AND (lease_token IS NULL OR lease_until < " + NOW_S + ") RETURNING 1"
@@ -111,3 +125,19 @@ async def reserve_many(conn: Conn, asks: list[Reserve]) -> list[tuple[str | None
             (tickets,),
         )
     return results
+
+
+WEBHOOKS_TAKE = (
+    "UPDATE runs SET webhook_owner = %s, webhook_until = " + NOW_S + " + %s WHERE id IN"
+    " (SELECT id FROM runs WHERE webhook_due AND (webhook_until IS NULL"
+    " OR webhook_until < " + NOW_S + ") LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING id"
+)
+"""Up to 10 webhooks due taken for delivery (a delivery lease), none another replica holds."""
+WEBHOOK_HOLD = (
+    "UPDATE runs SET webhook_until = " + NOW_S + " + %s"
+    " WHERE id = %s AND webhook_owner = %s AND webhook_due RETURNING 1"
+)
+WEBHOOK_DONE = (
+    "UPDATE runs SET webhook_due = FALSE, webhook_until = NULL"
+    " WHERE id = %s AND webhook_owner = %s RETURNING 1"
+)
