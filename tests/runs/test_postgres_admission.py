@@ -4,18 +4,22 @@ between the place and the run) is dropped by the next admission and counts no mo
 given back is queued, not awaited (the POST answers without a commit more); every later
 admission counts after it, and a batch's are one statement. Releases of held runs of one batch
 are one statement, made after the holds asked before them. A cancel asked while the listener
-was away reaches the run held here once it listens again."""
+was away reaches the run held here once it listens again. A run a POST made but did not queue
+(its replica died, or Postgres went away, between the two writes) is queued by a sweep."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from app.engine.events import EventType
 from app.runs.replicas import postgres_cluster
 from app.runs.replicas.postgres_cluster import ADMIT_HOLD_S, PostgresCoordinator
+from app.runs.replicas.postgres_queue import QUEUED
 from app.runs.stores.postgres import PostgresRunStore
 from app.runs.stores.postgres_rows import NOW_S
 from tests.fakes.postgres_server import PostgresServer
@@ -231,3 +235,24 @@ async def test_a_cancel_asked_while_the_listener_was_away_reaches_the_run_once_i
         await asyncio.gather(serving, return_exceptions=True)
         await coordinator.close()
         await store.close()
+
+
+async def test_a_run_a_post_made_but_did_not_queue_is_queued_once_older_than_a_post_takes(
+    coordinator: PostgresCoordinator,
+) -> None:
+    store = coordinator.store
+    stranded, _fresh, held, queued = runs = [record() for _ in range(4)]  # _fresh: just made
+    for run in runs:  # each as a POST makes it: the run and its run.queued, not queued yet
+        await store.create(run, first_event=(EventType.RUN_QUEUED, 0, {}))
+    await coordinator.enqueue(queued.id)
+    await coordinator.hold(held.id, queued.id)  # held behind a run not ended
+    sql = "UPDATE runs SET created_at = %s WHERE id = ANY(%s) RETURNING 1"
+    long_ago = (datetime.now(UTC) - timedelta(seconds=ADMIT_HOLD_S + 5)).isoformat()
+    others = [stranded.id, held.id, queued.id]
+    assert len(await store.query(sql, (long_ago, others))) == 3
+    assert await coordinator.queued() == 1
+
+    await coordinator._queue_stranded()  # (a replica's sweep)
+
+    rows = await store.query(f"SELECT id FROM runs WHERE {QUEUED}", ())
+    assert sorted(run_id for (run_id,) in rows) == sorted([stranded.id, queued.id])

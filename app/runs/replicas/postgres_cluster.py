@@ -1,25 +1,23 @@
 """`RunCoordinator` on Postgres (DESIGN §18 with §8): the queue, the leases, cancel and the
 webhook outbox are columns of the run's row, so Postgres alone is the whole backend.
 
-- The queue: a run is queued while `status = 'queued'` and `queued_at` is set. A replica with
-  free slots takes up to that many at once, oldest first, with `FOR UPDATE SKIP LOCKED`
-  (replicas claiming together never wait on each other's rows, and never take one run
-  twice), setting their lease in the same statement. A replica that dies between taking a
-  run and starting it leaves a lease that expires: the run is queued still, and taken again.
-- The lease: `lease_token` (this replica's fencing token) and `lease_until`, measured by the
-  database's clock. The store's writes of a run name the token (`PostgresRunStore.hold`) and
-  are refused once another replica holds the run, or the lease lapsed. The owner renews its
-  leases every third of `lease_s`, all in one statement; one found lost stops the run here.
-- Takeover: every replica with a free slot looks for running runs whose lease lapsed every
-  `sweep_s` and takes them one at a time (`SKIP LOCKED`), counting the attempt; never one it
-  holds itself (its own renewal decides that run: see `_take_over`).
+- The queue: a run is queued while `status = 'queued'` and `queued_at` is set. A replica
+  takes up to its free slots at once, oldest first, `FOR UPDATE SKIP LOCKED` (never waiting
+  on another's rows, never taking a run twice), its lease set by the same statement. One
+  that dies between taking a run and starting it leaves a lease that lapses: taken again.
+  A run a POST made but could not queue (its replica died, or Postgres went away, between
+  the two writes) is queued by a replica's sweep once it is older than a POST takes.
+- The lease: `lease_token` (a fencing token) and `lease_until` (the database's clock). The
+  store's writes of a run name the token (`PostgresRunStore.hold`), refused once another
+  holds the run or it lapsed; renewed every `lease_s / 3`, one lost stops the run here.
+- Takeover: every `sweep_s` a replica with a free slot takes running runs whose lease lapsed,
+  one at a time (`SKIP LOCKED`), counting the attempt; never one it holds (`_take_over`).
 - Cancel: `cancel_requested` set, and a notification `c:<id>` on the store's channel, which
   every replica's listener hands to `member.cancel_asked`; each time the listener listens
   again (notifications may have been missed), the flags of the runs held here are read.
 - Held runs (DESIGN §19): `held_behind` names the run a run waits for; whoever ends that run
   queues it, or any replica's sweep once it sees that run ended.
-- Retention: every replica deletes runs ended more than `FINISHLINE_RETENTION_S` ago, a
-  batch per transaction, one replica at a time (`PostgresRunStore.expire`).
+- Retention: runs ended past `FINISHLINE_RETENTION_S`, by one replica at a time (`expire`).
 - The webhook outbox: `webhook_due`, set by the store's save that ends a run with a webhook;
   one replica takes each (a delivery lease in `webhook_owner`/`webhook_until`, renewed while
   it delivers) and clears it once delivered; one whose deliverer died is taken again.
@@ -48,6 +46,8 @@ from app.runs.replicas.postgres_queue import (
     QUEUED,
     RENEW,
     RESERVE,
+    STALE_HOLDS,
+    STRANDED,
     TAKE,
     TAKE_OVER,
     WEBHOOK_DONE,
@@ -68,6 +68,7 @@ log = structlog.get_logger("finishline.runs")
 MAX_CANCELS_HEARD = 1024  # cancels remembered (for runs being started) before older go
 POLL_S = 1.0  # the longest a loop waits for its doorbell before it looks anyway
 RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retention
+STRANDED_S = ADMIT_HOLD_S / 3  # how often it looks for runs made but never queued
 
 
 def _unreserved(done: asyncio.Future[Any]) -> None:
@@ -96,6 +97,7 @@ class PostgresCoordinator:
         was sent, and which listener listened then (`cancel_requested`)."""
         self._cancels: dict[str, float] = {}  # cancels heard lately: run id -> when
         self._queue_bell = asyncio.Event()
+        self._stranded_at = -math.inf
         self._relistened = asyncio.Event()  # the listener listens again: cancels may be unheard
         self._webhook_bell = asyncio.Event()
         self._member: ClusterMember | None = None
@@ -148,14 +150,16 @@ class PostgresCoordinator:
             log.info("run_released", run_id=run_id, behind=behind)
 
     async def _release_stale_holds(self) -> None:
-        rows = await self.store.query(
-            "SELECT h.held_behind FROM runs h LEFT JOIN runs b ON b.id = h.held_behind"
-            " WHERE h.held_behind IS NOT NULL AND (b.id IS NULL"
-            " OR b.status NOT IN ('queued', 'running', 'requires_action'))",
-            (),
-        )
-        for (behind,) in rows:
+        for (behind,) in await self.store.query(STALE_HOLDS, ()):
             await self.release_held(str(behind))
+
+    async def _queue_stranded(self) -> None:
+        """Queue the runs a POST made but did not queue (`STRANDED`), every `STRANDED_S`."""
+        if time.monotonic() - self._stranded_at < STRANDED_S:
+            return
+        self._stranded_at = time.monotonic()
+        for run_id, _ in await self.store.query(STRANDED, (ADMIT_HOLD_S, self.store.channel)):
+            log.warning("run_queued_after_its_post", run_id=run_id)
 
     async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
         ticket = self._token()
@@ -325,6 +329,7 @@ class PostgresCoordinator:
     async def _sweep(self, member: ClusterMember) -> None:
         await asyncio.sleep(self.sweep_s)
         await self._release_stale_holds()
+        await self._queue_stranded()
         while member.free_slots() > 0 and not self._stopping:
             if not await self._take_over(member):
                 return

@@ -50,6 +50,21 @@ TAKE_OVER = (
     " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, attempts"
 )
 """One running run whose lease lapsed taken, but for the runs named (the replica's own)."""
+STALE_HOLDS = (
+    "SELECT h.held_behind FROM runs h LEFT JOIN runs b ON b.id = h.held_behind"
+    " WHERE h.held_behind IS NOT NULL AND (b.id IS NULL"
+    " OR b.status NOT IN ('queued', 'running', 'requires_action'))"
+)
+"""The runs that runs are held behind and that ended (or are gone): to be released."""
+STRANDED = (
+    "UPDATE runs SET queued_at = " + NOW_S + " WHERE id IN (SELECT id FROM runs"
+    " WHERE status = 'queued' AND queued_at IS NULL AND held_behind IS NULL"
+    " AND lease_token IS NULL AND created_at::timestamptz < now() - make_interval(secs => %s)"
+    " FOR UPDATE SKIP LOCKED) RETURNING id, " + RING_QUEUE
+)
+"""Runs made queued but neither queued nor held for longer than a POST takes: the POST that
+made them did not queue them (its replica died, or Postgres went away, between the two
+writes; the client was not answered 201). Put in the queue, they run."""
 CLAIM = (
     "UPDATE runs SET lease_owner = %s, lease_token = %s, lease_until = " + NOW_S + " + %s"
     " WHERE id = %s AND (lease_token IS NULL OR lease_until < " + NOW_S + ") RETURNING 1"
