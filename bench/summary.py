@@ -1,4 +1,4 @@
-"""Where finishline stands against its issues' targets (#10, #29, #40, #42), from results.
+"""Where finishline stands against its issues' targets (#10, #29, #36, #40, #42), from results.
 
     python -m bench --summary            # print the table (from the committed results)
     python -m bench --summary --quick    # from the *-quick results of `make bench QUICK=1`
@@ -114,6 +114,21 @@ def _walltime(
             else:
                 out.append(sides[side][figure][key] / sides["floor"][figure][key])
         return out
+
+    return values
+
+
+def _postgres(key: str) -> Callable[[dict[str, Any]], list[float]]:
+    """Issue #36 (bench.postgres): the CPU ratio to SQLite (the median of paired rounds), or
+    `key` of the Postgres side."""
+
+    def values(data: dict[str, Any]) -> list[float]:
+        found = data["postgres"]
+        if not found:
+            return [math.nan]
+        if key == "cpu_ratio":
+            return [found.get("cpu_ratio", math.nan)]
+        return [found["postgres"].get(key, math.nan)]
 
     return values
 
@@ -249,6 +264,23 @@ FIGURES = (
         29,
     ),
     Figure(
+        "server CPU per 5-step run (Postgres's own counted) on Postgres ÷ on SQLite, 100 in "
+        "flight (the median of rounds measuring both in turn)",
+        "≤ 1.5x",
+        _postgres("cpu_ratio"),
+        lambda v: v <= 1.5,
+        _pair("x"),
+        36,
+    ),
+    Figure(
+        "takeover of a run after a SIGKILL of its replica (lease 2 s)",
+        "≤ lease + 5 s",
+        _postgres("takeover_s"),
+        lambda v: v <= 7.0,
+        _pair(" s", 1),
+        36,
+    ),
+    Figure(
         "instructions to check a bearer token sent again (its issuer's key cached) ÷ an API "
         "key check",
         "≤ 1x",
@@ -307,6 +339,7 @@ NAMES = (
     "streams",
     "auth",
     "walltime",
+    "postgres",
 )
 
 
@@ -395,6 +428,6 @@ def update_readmes(quick: bool) -> None:
 def write(quick: bool) -> str:
     text = markdown(quick)
     (RESULTS / f"summary{'-quick' if quick else ''}.md").write_text(
-        "# Issues #10's, #29's, #40's and #42's targets\n\n" + text + "\n", encoding="utf-8"
+        "# Issues #10's, #29's, #36's, #40's and #42's targets\n\n" + text + "\n", encoding="utf-8"
     )
     return text
