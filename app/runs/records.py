@@ -48,6 +48,16 @@ def new_run_id() -> str:
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
     with _id_lock:
         value = _last_id = max(value, _last_id + 1)
+    return _run_id(value)
+
+
+def run_id_at(seconds: float) -> str:
+    """The least run id of the millisecond `seconds` (epoch) falls in: every id made before
+    it sorts before it."""
+    return _run_id(int(seconds * 1000) << 80)
+
+
+def _run_id(value: int) -> str:
     chars = []
     for _ in range(26):
         value, digit = divmod(value, 32)

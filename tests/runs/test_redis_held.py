@@ -1,17 +1,19 @@
 """A run held behind another in the cluster (a thread's enqueued run, DESIGN §19) is released
 into the queue once, by the replica that ends the run it waits for, or, if that replica died
 first, by any replica's sweep once it sees that run ended. A replica's sweep never takes over a
-run it holds itself."""
+run it holds itself. A run made but in no queue (its POST's replica died between the two
+writes, or its claimer before starting it) is queued by a sweep once older than a POST."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 
-from app.runs.records import RunRecord, RunStatus, new_run_id
-from app.runs.replicas.redis_cluster import RedisCoordinator
+from app.runs.records import RunRecord, RunStatus, new_run_id, run_id_at
+from app.runs.replicas.redis_cluster import ADMIT_HOLD_MS, RedisCoordinator
 from app.runs.stores.redis_store import RedisRunStore
 
 
@@ -110,3 +112,40 @@ async def test_a_replica_whose_own_lease_lapsed_never_takes_its_run_over_itself(
     assert mine.taken == []
     await other._take_over_lapsed(theirs)
     assert theirs.taken == [(running.id, 1)]
+
+
+def made_at(status: RunStatus, seconds_ago: float) -> RunRecord:
+    run = record(status)
+    run.id = run_id_at(time.time() - seconds_ago)[:-4] + run.id[-4:]  # (made then)
+    return run
+
+
+async def test_a_run_made_but_in_no_queue_is_queued_once_older_than_a_post_takes(
+    store: RedisRunStore,
+) -> None:
+    # a POST stores the run, then queues it: its replica died (or Redis went away) between,
+    # or a replica claimed it (its lease key set, the entry gone) and died before starting it
+    coordinator = RedisCoordinator(store, replica="r1", lease_s=60)
+    old = ADMIT_HOLD_MS / 1000 + 5
+    stranded, claimed, _fresh, held, queued, running = runs = [
+        made_at(RunStatus.QUEUED, old),
+        made_at(RunStatus.QUEUED, old),
+        made_at(RunStatus.QUEUED, 0),  # its POST is under way
+        made_at(RunStatus.QUEUED, old),
+        made_at(RunStatus.QUEUED, old),
+        made_at(RunStatus.RUNNING, old),
+    ]
+    for run in runs:
+        await store.create(run)
+    await coordinator.enqueue(queued.id)
+    await coordinator.hold(held.id, running.id)
+    assert await coordinator.claim(claimed.id)  # its lease key: it starts here
+    assert await queued_runs(store) == [queued.id]
+
+    await coordinator._queue_stranded()
+    assert await queued_runs(store) == [queued.id, stranded.id]
+
+    await store.redis.delete(store.prefix + "owner:" + claimed.id)  # its claimer died
+    coordinator._stranded_at = 0.0  # (the next sweep looks again)
+    await coordinator._queue_stranded()
+    assert await queued_runs(store) == [queued.id, stranded.id, claimed.id]

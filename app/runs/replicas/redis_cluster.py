@@ -19,6 +19,9 @@ has free slots. An entry is acknowledged (and deleted) once the run is taken or 
 an entry a replica read and never acknowledged (it died in between) is claimed by another
 after `REDELIVER_IDLE_MS` (XAUTOCLAIM), so a queued run is never lost with its replica.
 
+A run made but in no queue (its POST's replica died between the two writes, or its claimer
+before starting it) is queued by a replica's sweep once older than a POST (`redis_stranded`).
+
 Takeover: every replica with a free slot scans the running runs every `sweep_s` (at most a
 third of the lease); a running run whose lease key is gone (its replica died or hung past
 the lease) is taken by the first replica whose `TAKE_OVER` script sets the key, which counts
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -42,6 +46,7 @@ import structlog
 from redis.exceptions import RedisError, ResponseError
 
 from app.runs.replicas.cluster import ClusterMember
+from app.runs.replicas.redis_stranded import stranded
 from app.runs.stores.redis_errors import cancelling, translated, unavailable, waited_out
 from app.runs.stores.redis_scripts import HOLD_ENTRY, RELEASE_HELD, RENEW, RESERVE, TAKE_OVER
 from app.runs.stores.redis_store import RedisRunStore
@@ -81,6 +86,7 @@ class RedisCoordinator:
         self._release_held = self.redis.register_script(RELEASE_HELD)
         self.held_key = store.prefix + "held"
         self._stopping = False
+        self._stranded_at = 0.0  # (monotonic: the first sweep looks)
 
     async def queued(self) -> int:
         length: int = await self.redis.xlen(self.queue_key)
@@ -111,6 +117,16 @@ class RedisCoordinator:
         for run_id, status in zip(behind, statuses, strict=True):
             if status is None or status not in UNENDED:
                 await self.release_held(run_id)
+
+    async def _queue_stranded(self) -> None:
+        """Queue the runs made but in no queue (`redis_stranded`), every `ADMIT_HOLD_MS / 3`."""
+        if time.monotonic() - self._stranded_at < ADMIT_HOLD_MS / 3000:
+            return
+        self._stranded_at = time.monotonic()
+        args = (self.store.prefix, self.queue_key, self.held_key, ADMIT_HOLD_MS / 1000)
+        for run_id in await stranded(self.redis, *args):
+            log.warning("run_queued_after_its_post", run_id=run_id)
+            await self.enqueue(run_id)
 
     async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
         ticket = self._token()
@@ -268,6 +284,7 @@ class RedisCoordinator:
             await asyncio.sleep(self.sweep_s)
             try:
                 await self._release_stale_holds()
+                await self._queue_stranded()
             except Exception as exc:
                 await waited_out(exc, "held_sweep_failed", self.redis)
             if member.free_slots() <= 0:
