@@ -143,7 +143,7 @@ class Admission:
         elif request.previous_run_id is not None:
             previous = await self._previous(request.previous_run_id, owner)
         run_id = new_run_id()
-        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve():
+        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve() as place:
             record = self._new_record(request, checked, previous, owner, idempotency_key, digest)
             record.id = run_id
             record.thread_id = joining.thread_id if joining is not None else None
@@ -157,7 +157,7 @@ class Admission:
                 await self.store.save_checkpoint(record.id, fork[1]["step"], fork[1])
             if joining is not None and joining.behind is not None:
                 return await self.placement.hold(record, joining.behind), True
-            return await self.placement.enqueue(record), True
+            return await self.placement.enqueue(record, place), True
 
     async def create_child(
         self,
@@ -181,7 +181,7 @@ class Admission:
         checked = await self.assembler.check(request)
         limits, tree = bounded(checked.limits)
         run_id = new_run_id()
-        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve():
+        async with self.quotas.admit(owner, run_id) as share, self.placement.reserve() as place:
             record = RunRecord(
                 id=run_id,
                 owner=owner,
@@ -198,7 +198,7 @@ class Admission:
             if found is not None:  # made before: the key's share is given back
                 return found
             share.made()
-            return await self.placement.enqueue(record)
+            return await self.placement.enqueue(record, place)
 
     def _new_record(
         self,

@@ -61,12 +61,13 @@ class Placement(Protocol):
         """Hand runs to `runner` from now on (replicas: in a task of `tasks`, which claims
         queued runs, relays cancels, renews leases and takes over runs of stopped replicas)."""
 
-    def reserve(self) -> AbstractAsyncContextManager[None]:
+    def reserve(self) -> AbstractAsyncContextManager[str | None]:
         """A place for a new run, checked and taken in one step (`QueueFullError` when there
-        is none); held while the run is stored, given back on leaving, enqueued or not."""
+        is none); held while the run is stored, given back on leaving unless `enqueue` took
+        it. Entered, the place's ticket (None when it has none to hand on)."""
 
-    async def enqueue(self, record: RunRecord) -> RunRecord:
-        """Queue a stored run to execute; the live record."""
+    async def enqueue(self, record: RunRecord, place: str | None = None) -> RunRecord:
+        """Queue a stored run to execute, taking `place` (from `reserve`); the live record."""
 
     async def hold(self, record: RunRecord, behind: str) -> RunRecord:
         """Queue a stored run to execute once run `behind` has ended (at once if it has):
@@ -135,11 +136,11 @@ class LocalPlacement:
     def queued(self) -> int:
         return len(self._queue)
 
-    def reserve(self) -> AbstractAsyncContextManager[None]:
+    def reserve(self) -> AbstractAsyncContextManager[str | None]:
         return self._reserve()
 
     @asynccontextmanager
-    async def _reserve(self) -> AsyncIterator[None]:
+    async def _reserve(self) -> AsyncIterator[str | None]:
         # check for room and take it in one step (no await between): a run being stored
         # holds its place, so concurrent requests cannot all pass the check
         queued = len(self._queue) + len(self._held) + self._admitting
@@ -151,11 +152,11 @@ class LocalPlacement:
             )
         self._admitting += 1
         try:
-            yield
+            yield None
         finally:
             self._admitting -= 1
 
-    async def enqueue(self, record: RunRecord) -> RunRecord:
+    async def enqueue(self, record: RunRecord, place: str | None = None) -> RunRecord:
         active = ActiveRun(record)
         self.live.hold(active)
         self._queue.append(record.id)

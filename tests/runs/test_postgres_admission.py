@@ -2,10 +2,12 @@
 a place younger than `ADMIT_HOLD_S` counts towards the cap, an older one (its replica died
 between the place and the run) is dropped by the next admission and counts no more. A place
 given back is queued, not awaited (the POST answers without a commit more); every later
-admission counts after it, and a batch's are one statement. Releases of held runs of one batch
-are one statement, made after the holds asked before them. A cancel asked while the listener
-was away reaches the run held here once it listens again. A run a POST made but did not queue
-(its replica died, or Postgres went away, between the two writes) is queued by a sweep."""
+admission counts after it, and a batch's are one statement. A run's queueing takes its POST's
+place in the same statement (counted once, by one or the other) and is not awaited. Releases
+of held runs of one batch are one statement, made after the holds asked before them. A cancel
+asked while the listener was away reaches the run held here once it listens again. A run a
+POST made but did not queue (its replica died, or Postgres went away, between the two writes)
+is queued by a sweep."""
 
 from __future__ import annotations
 
@@ -256,3 +258,31 @@ async def test_a_run_a_post_made_but_did_not_queue_is_queued_once_older_than_a_p
 
     rows = await store.query(f"SELECT id FROM runs WHERE {QUEUED}", ())
     assert sorted(run_id for (run_id,) in rows) == sorted([stranded.id, queued.id])
+
+
+async def test_a_runs_queueing_takes_its_posts_place_in_one_step_and_the_post_does_not_wait(
+    coordinator: PostgresCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = coordinator.store
+    ticket, queued = await coordinator.reserve(cap=10, busy=True)
+    assert ticket is not None
+    assert queued == 0
+    run = record()
+    await store.create(run, first_event=(EventType.RUN_QUEUED, 0, {}))
+    gate = asyncio.Event()
+    enqueue_many = postgres_cluster.enqueue_many
+
+    async def held_back(conn: Any, items: list[Any]) -> Any:
+        await gate.wait()
+        return await enqueue_many(conn, items)
+
+    monkeypatch.setattr(postgres_cluster, "enqueue_many", held_back)
+    await coordinator.enqueue(run.id, ticket)  # returns before the write is made
+    assert await places(coordinator) == [ticket]  # still counted by its place
+    assert await coordinator.queued() == 0
+    gate.set()
+
+    _, counted = await coordinator.reserve(cap=10, busy=True)  # made after it: counts it once
+    assert counted == 1
+    assert await coordinator.queued() == 1
+    assert ticket not in await places(coordinator)

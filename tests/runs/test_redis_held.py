@@ -2,7 +2,8 @@
 into the queue once, by the replica that ends the run it waits for, or, if that replica died
 first, by any replica's sweep once it sees that run ended. A replica's sweep never takes over a
 run it holds itself. A run made but in no queue (its POST's replica died between the two
-writes, or its claimer before starting it) is queued by a sweep once older than a POST."""
+writes, or its claimer before starting it) is queued by a sweep once older than a POST. A
+run's queueing takes its POST's place in the same step."""
 
 from __future__ import annotations
 
@@ -149,3 +150,19 @@ async def test_a_run_made_but_in_no_queue_is_queued_once_older_than_a_post_takes
     coordinator._stranded_at = 0.0  # (the next sweep looks again)
     await coordinator._queue_stranded()
     assert await queued_runs(store) == [queued.id, stranded.id, claimed.id]
+
+
+async def test_a_runs_queueing_takes_its_posts_place_in_one_step(store: RedisRunStore) -> None:
+    coordinator = RedisCoordinator(store, replica="r1")
+    ticket, queued = await coordinator.reserve(cap=10, busy=True)
+    assert ticket is not None
+    assert queued == 0
+    run = record(RunStatus.QUEUED)
+    await store.create(run)
+
+    await coordinator.enqueue(run.id, ticket)
+
+    assert await store.redis.zrange(store.prefix + "admitting", 0, -1) == []
+    assert await queued_runs(store) == [run.id]
+    _, counted = await coordinator.reserve(cap=10, busy=True)
+    assert counted == 1  # once: the run, not its place too

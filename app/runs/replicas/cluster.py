@@ -56,8 +56,11 @@ class RunCoordinator(Protocol):
     async def queued(self) -> int:
         """Runs waiting in the cluster's queue, not yet claimed by a replica."""
 
-    async def enqueue(self, run_id: str) -> None:
-        """Offer a new (already stored) run to every replica."""
+    async def enqueue(self, run_id: str, place: str | None = None) -> None:
+        """Offer a new (already stored) run to every replica. `place`: its POST's ticket
+        (`reserve`), given back in the same step (the run counts as queued instead), so the
+        POST does not `unreserve` it. May return before the run is in the queue (Postgres:
+        queued to the writer; a run whose queueing is lost is queued by a sweep)."""
 
     async def hold(self, run_id: str, behind: str) -> None:
         """Keep a new (already stored) run out of the queue until `release_held(behind)`."""
@@ -69,7 +72,7 @@ class RunCoordinator(Protocol):
     async def reserve(self, *, cap: int, busy: bool) -> tuple[str | None, int]:
         """Check the cluster queue's cap and take a place in it, in one atomic step:
         (a ticket, queued) when there was room, (None, queued) when the queue is full. The
-        place counts as queued until `unreserve(ticket)` (after `enqueue`, or on failure).
+        place counts as queued until `unreserve(ticket)` (on failure) or `enqueue` with it.
         `busy`: this replica has no free slot (a cap of 0 then refuses even an empty queue)."""
 
     async def unreserve(self, ticket: str) -> None:

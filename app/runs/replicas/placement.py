@@ -49,6 +49,7 @@ class ReplicaPlacement:
         self._runner: Runner | None = None
         self._serving: asyncio.Task[None] | None = None
         self._tasks: asyncio.TaskGroup | None = None
+        self._placed: set[str] = set()  # places of POSTs an enqueue took (no unreserve)
 
     @property
     def runner(self) -> Runner:
@@ -62,11 +63,11 @@ class ReplicaPlacement:
 
     # -- admission --------------------------------------------------------------------------
 
-    def reserve(self) -> AbstractAsyncContextManager[None]:
+    def reserve(self) -> AbstractAsyncContextManager[str | None]:
         return self._reserve()
 
     @asynccontextmanager
-    async def _reserve(self) -> AsyncIterator[None]:
+    async def _reserve(self) -> AsyncIterator[str | None]:
         # the cluster's queue: one atomic check-and-take across replicas
         busy = self.live.running >= self.live.slots
         ticket, queued = await self.coordinator.reserve(cap=self.max_queued, busy=busy)
@@ -77,12 +78,16 @@ class ReplicaPlacement:
                 retry_after_s=5,
             )
         try:
-            yield
-        finally:  # enqueued, or failed
-            await self.coordinator.unreserve(ticket)
+            yield ticket
+        finally:  # given back, unless an enqueue took it
+            if ticket not in self._placed:
+                await self.coordinator.unreserve(ticket)
+            self._placed.discard(ticket)
 
-    async def enqueue(self, record: RunRecord) -> RunRecord:
-        await self.coordinator.enqueue(record.id)
+    async def enqueue(self, record: RunRecord, place: str | None = None) -> RunRecord:
+        await self.coordinator.enqueue(record.id, place)
+        if place is not None:  # given back with it
+            self._placed.add(place)
         return record
 
     async def hold(self, record: RunRecord, behind: str) -> RunRecord:

@@ -18,9 +18,7 @@ webhook outbox are columns of the run's row, so Postgres alone is the whole back
 - Held runs (DESIGN §19): `held_behind` names the run a run waits for; whoever ends that run
   queues it, or any replica's sweep once it sees that run ended.
 - Retention: runs ended past `FINISHLINE_RETENTION_S`, by one replica at a time (`expire`).
-- The webhook outbox: `webhook_due`, set by the store's save that ends a run with a webhook;
-  one replica takes each (a delivery lease in `webhook_owner`/`webhook_until`, renewed while
-  it delivers) and clears it once delivered; one whose deliverer died is taken again.
+- The webhook outbox: `webhook_due` (`postgres_outbox`), one replica delivering each entry.
 
 Postgres going away stops none of these loops: each waits it out and carries on.
 """
@@ -38,6 +36,7 @@ from typing import Any
 import structlog
 
 from app.runs.replicas.cluster import ClusterMember
+from app.runs.replicas.postgres_outbox import PostgresOutbox, handled
 from app.runs.replicas.postgres_queue import (
     ADMIT_HOLD_S,
     CLAIM,
@@ -50,9 +49,7 @@ from app.runs.replicas.postgres_queue import (
     STRANDED,
     TAKE,
     TAKE_OVER,
-    WEBHOOK_DONE,
-    WEBHOOK_HOLD,
-    WEBHOOKS_TAKE,
+    Enqueue,
     Reserve,
     enqueue_many,
     release_many,
@@ -71,9 +68,14 @@ RETENTION_EVERY_S = 60.0  # how often a replica looks for runs past the retentio
 STRANDED_S = ADMIT_HOLD_S / 3  # how often it looks for runs made but never queued
 
 
-def _unreserved(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled() and done.exception() is not None:
-        log.warning("queue_place_not_given_back", error=str(done.exception()))
+def _failed(event: str) -> Callable[[asyncio.Future[Any]], None]:
+    """A write not awaited: its failure logged as `event`."""
+
+    def done(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning(event, error=str(future.exception()))
+
+    return done
 
 
 class PostgresCoordinator:
@@ -99,7 +101,7 @@ class PostgresCoordinator:
         self._queue_bell = asyncio.Event()
         self._stranded_at = -math.inf
         self._relistened = asyncio.Event()  # the listener listens again: cancels may be unheard
-        self._webhook_bell = asyncio.Event()
+        self._outbox = PostgresOutbox(store, replica=replica, lease_s=lease_s)
         self._member: ClusterMember | None = None
         self._stopping = False
         store.follower.listeners.append(self._told)
@@ -114,7 +116,7 @@ class PostgresCoordinator:
             if self._member is not None:
                 self._member.cancel_asked(run_id)
         elif kind == "w" and not run_id:
-            self._webhook_bell.set()
+            self._outbox.bell.set()
 
     # -- the queue --------------------------------------------------------------------------
 
@@ -122,13 +124,15 @@ class PostgresCoordinator:
         rows = await self.store.query(f"SELECT COUNT(*) FROM runs WHERE {QUEUED}", ())
         return int(rows[0][0])
 
-    async def enqueue(self, run_id: str) -> None:
-        item = (run_id, self.store.channel)
+    async def enqueue(self, run_id: str, place: str | None = None) -> None:
+        # not awaited: the POST answers once its run is stored (a write lost: `STRANDED`)
+        item = Enqueue(run_id, place or "", self.store.channel)
 
         async def enqueue(conn: Conn) -> None:
             await enqueue_many(conn, [item])
 
-        await self.store.queue(enqueue, None, run_id, (enqueue_many, item), one_statement=True)
+        done = self.store.queue(enqueue, None, run_id, (enqueue_many, item), one_statement=True)
+        done.add_done_callback(_failed("run_not_queued"))
 
     async def hold(self, run_id: str, behind: str) -> None:
         async def hold(conn: Conn) -> None:
@@ -189,7 +193,7 @@ class PostgresCoordinator:
 
         many = (unreserve_many, ticket)
         done = self.store.queue(unreserve, None, PLACES, many, one_statement=True)
-        done.add_done_callback(_unreserved)
+        done.add_done_callback(_failed("queue_place_not_given_back"))
 
     async def claim(self, run_id: str) -> bool:
         token = self._offered.pop(run_id, None)
@@ -287,7 +291,7 @@ class PostgresCoordinator:
         for run_id, _token, owner, record, _asked in rows:
             try:
                 taken = record_of((run_id, owner, record))  # (read in the take)
-                await _handled("run_claim_failed", member.claimed(run_id, taken))
+                await handled("run_claim_failed", member.claimed(run_id, taken))
             finally:
                 self._offered.pop(run_id, None)  # not queued any more: its lease lapses
                 self._asked.pop(run_id, None)
@@ -346,55 +350,14 @@ class PostgresCoordinator:
         run_id, attempt = rows[0]
         self._hold(run_id, token)
         log.warning("run_taken_over", run_id=run_id, attempt=attempt)
-        await _handled("takeover_failed", member.taken_over(run_id, int(attempt)))
+        await handled("takeover_failed", member.taken_over(run_id, int(attempt)))
         return True
+
+    async def _webhooks(self, member: ClusterMember) -> None:
+        await self._outbox.take(member, POLL_S)
 
     async def _expire(self, member: ClusterMember) -> None:
         """Retention (`FINISHLINE_RETENTION_S`): a batch at a time, by one replica at a
         time, until nothing is left to delete; then again after `RETENTION_EVERY_S`."""
         if await self.store.expire() == 0:
             await asyncio.sleep(RETENTION_EVERY_S)
-
-    async def _webhooks(self, member: ClusterMember) -> None:
-        self._webhook_bell.clear()
-        rows = await self.store.query(WEBHOOKS_TAKE, (self.replica, self.lease_s))
-        for (run_id,) in rows:
-            asyncio.create_task(self._deliver(str(run_id), member))  # noqa: RUF006
-        if not rows:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._webhook_bell.wait(), POLL_S)
-
-    async def _deliver(self, run_id: str, member: ClusterMember) -> None:
-        log.info("webhook_delivering", run_id=run_id)
-        holding = asyncio.create_task(self._hold_webhook(run_id))
-        try:
-            await _handled("webhook_failed", member.deliver_webhook(run_id))
-        except Exception:  # Postgres is away: still due, taken again after the lease
-            return
-        finally:
-            holding.cancel()
-        try:
-            await self.store.query(WEBHOOK_DONE, (run_id, self.replica))
-        except Exception as exc:  # still due: delivered again after the lease (Webhook-Id)
-            log.warning("webhook_ack_failed", run_id=run_id, error=str(exc))
-
-    async def _hold_webhook(self, run_id: str) -> None:
-        while True:
-            await asyncio.sleep(self.lease_s / 3)
-            with contextlib.suppress(Exception):
-                params = (self.lease_s, run_id, self.replica)
-                rows = await self.store.query(WEBHOOK_HOLD, params)
-                if not rows:
-                    log.warning("webhook_entry_lost", run_id=run_id)
-                    return
-
-
-async def _handled(event: str, work: Awaitable[None]) -> None:
-    """Await this replica's part of a queued run or an outbox entry: an outage is raised (it
-    is handed out again once Postgres is back); anything else is logged and swallowed."""
-    try:
-        await work
-    except Exception as exc:
-        if is_outage(exc):
-            raise
-        log.exception(event)

@@ -93,12 +93,22 @@ async def unreserve_many(conn: Conn, tickets: list[str]) -> list[None]:
     return [None] * len(tickets)
 
 
-async def enqueue_many(conn: Conn, queued: list[tuple[str, str]]) -> list[None]:
-    """For each (run, the store's channel), the run in the queue, in one statement (one
-    doorbell: Postgres sends a transaction's equal notifications once)."""
+class Enqueue(NamedTuple):
+    """One run to queue, the place its POST holds ("" for none), the store's channel."""
+
+    run_id: str
+    place: str
+    channel: str
+
+
+async def enqueue_many(conn: Conn, queued: list[Enqueue]) -> list[None]:
+    """The runs in the queue and their POSTs' places given back, in one statement (the
+    count never sees a run twice, nor misses it; one doorbell: Postgres sends a
+    transaction's equal notifications once)."""
     await conn.execute(
-        f"UPDATE runs SET queued_at = {NOW_S} WHERE id = ANY(%b) RETURNING {RING_QUEUE}",
-        ([run_id for run_id, _channel in queued], queued[0][1]),
+        "WITH d AS (DELETE FROM queue_places WHERE ticket = ANY(%b::text[]))"
+        f" UPDATE runs SET queued_at = {NOW_S} WHERE id = ANY(%b) RETURNING {RING_QUEUE}",
+        ([q.place for q in queued if q.place], [q.run_id for q in queued], queued[0].channel),
     )
     return [None] * len(queued)
 

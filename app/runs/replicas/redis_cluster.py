@@ -17,10 +17,8 @@ Keys (P is the store's prefix):
 A replica reads the queue only while it has a free slot, and at most as many entries as it
 has free slots. An entry is acknowledged (and deleted) once the run is taken or found taken;
 an entry a replica read and never acknowledged (it died in between) is claimed by another
-after `REDELIVER_IDLE_MS` (XAUTOCLAIM), so a queued run is never lost with its replica.
-
-A run made but in no queue (its POST's replica died between the two writes, or its claimer
-before starting it) is queued by a replica's sweep once older than a POST (`redis_stranded`).
+after `REDELIVER_IDLE_MS` (XAUTOCLAIM), so a queued run is never lost with its replica; a
+run in no queue at all is queued by a sweep once older than a POST (`redis_stranded`).
 
 Takeover: every replica with a free slot scans the running runs every `sweep_s` (at most a
 third of the lease); a running run whose lease key is gone (its replica died or hung past
@@ -92,8 +90,11 @@ class RedisCoordinator:
         length: int = await self.redis.xlen(self.queue_key)
         return length
 
-    async def enqueue(self, run_id: str) -> None:
-        await self.redis.xadd(self.queue_key, {"run": run_id})
+    async def enqueue(self, run_id: str, place: str | None = None) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:  # (one step: the count)
+            pipe.xadd(self.queue_key, {"run": run_id})
+            pipe.zrem(self.store.prefix + "admitting", place or "")
+            await pipe.execute()
 
     async def hold(self, run_id: str, behind: str) -> None:
         await self.redis.hset(self.held_key, behind, run_id)
@@ -123,8 +124,7 @@ class RedisCoordinator:
         if time.monotonic() - self._stranded_at < ADMIT_HOLD_MS / 3000:
             return
         self._stranded_at = time.monotonic()
-        args = (self.store.prefix, self.queue_key, self.held_key, ADMIT_HOLD_MS / 1000)
-        for run_id in await stranded(self.redis, *args):
+        for run_id in await stranded(self.redis, self.store.prefix, ADMIT_HOLD_MS / 1000):
             log.warning("run_queued_after_its_post", run_id=run_id)
             await self.enqueue(run_id)
 

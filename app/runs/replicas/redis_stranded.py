@@ -18,10 +18,10 @@ from redis.asyncio import Redis
 from app.runs.records import run_id_at
 
 
-async def stranded(
-    redis: Redis, prefix: str, queue_key: str, held_key: str, older_than_s: float
-) -> list[str]:
-    """The runs made before `older_than_s` ago that should be queued and are not."""
+async def stranded(redis: Redis, prefix: str, older_than_s: float) -> list[str]:
+    """The runs made before `older_than_s` ago that should be queued and are not (keys:
+    `redis_cluster`'s, `P queue` and `P held`)."""
+    queue_key, held_key = prefix + "queue", prefix + "held"
     before = run_id_at(time.time() - older_than_s)
     found: Any = await redis.zrangebylex(prefix + "idx:all|queued", "-", "(" + before)
     if not found:
