@@ -144,8 +144,9 @@ class Admission:
             previous = await self._previous(request.previous_run_id, owner)
         run_id = new_run_id()
         async with self.quotas.admit(owner, run_id) as share, self.placement.reserve() as place:
-            record = self._new_record(request, checked, previous, owner, idempotency_key, digest)
-            record.id = run_id
+            record = self._new_record(
+                run_id, request, checked, previous, owner, idempotency_key, digest
+            )
             record.thread_id = joining.thread_id if joining is not None else None
             record.schedule_id = schedule_id
             record.forked_from = fork[0] if fork is not None else None
@@ -202,6 +203,7 @@ class Admission:
 
     def _new_record(
         self,
+        run_id: str,
         request: RunRequest,
         checked: CheckedRequest,
         previous: RunRecord | None,
@@ -210,7 +212,7 @@ class Admission:
         digest: str | None,
     ) -> RunRecord:
         return RunRecord(
-            id=new_run_id(),
+            id=run_id,
             owner=owner,
             request=request,
             model=checked.model,
