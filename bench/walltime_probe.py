@@ -5,6 +5,11 @@
 the previous call (then forgetting it):
 
 - `create_ms`: the POST's `store.create` (the run and its first event in one commit);
+  `start_ms`: from that commit to the run's first model call;
+- `model_ms`: each model call (`OpenAIChatModel.complete`: the request, the fake LLM's
+  latency, the reply read and parsed);
+- `settle_ms`: the run's end (`RunRecorder.settle`: its last queued writes and its terminal
+  commit);
 - per step, from the model's reply to the next model call of the run (`step_gap_ms`), split
   into the time the run awaited the store (`step_store_ms`: commits it waits for, their fsync
   and the queue in front of them) and the rest (`step_other_ms`: engine work and event-loop
@@ -44,6 +49,7 @@ COUNTS: defaultdict[str, int] = defaultdict(int)
 STORES: list[sqlite_store.SqliteRunStore] = []  # the ones opened, for their commit count
 _replied: dict[str, float] = {}  # run id -> when its last model reply came back
 _waited: dict[str, float] = {}  # run id -> store waits since then
+_created: dict[str, float] = {}  # run id -> when its create committed
 _now = time.perf_counter
 
 
@@ -68,6 +74,16 @@ def _store_wait(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     return timed
 
 
+def _created_at(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        answer = await method(*args, **kwargs)
+        _created[args[1].id] = _now()  # (self, record)
+        return answer
+
+    return timed
+
+
 def _model_call(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     async def timed(*args: Any, **kwargs: Any) -> Any:
@@ -78,9 +94,13 @@ def _model_call(method: Callable[..., Any]) -> Callable[..., Any]:
             SAMPLES["step_gap_ms"].append(gap * 1000)
             SAMPLES["step_store_ms"].append(store * 1000)
             SAMPLES["step_other_ms"].append((gap - store) * 1000)
+        elif run_id is not None and run_id in _created:
+            SAMPLES["start_ms"].append((_now() - _created.pop(run_id)) * 1000)
+        called = _now()
         try:
             return await method(*args, **kwargs)
         finally:
+            SAMPLES["model_ms"].append((_now() - called) * 1000)
             if run_id is not None:
                 _replied[run_id] = _now()
                 _waited[run_id] = 0.0
@@ -154,7 +174,7 @@ def _patch() -> None:
         STORES.append(self)
 
     store.open = registered  # type: ignore[method-assign]
-    store.create = _store_wait(store.create, "create_ms")  # type: ignore[method-assign]
+    store.create = _created_at(_store_wait(store.create, "create_ms"))  # type: ignore[method-assign]
     for name in ("append", "save_checkpoint", "save_checkpoint_soon", "append_soon"):
         if hasattr(store, name):
             setattr(store, name, _store_wait(getattr(store, name), f"{name}_ms"))

@@ -70,9 +70,12 @@ def verdicts(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
 
 PROBE_ROWS = (
     ("create_ms", "POST: `store.create` (run + first event, one commit)"),
+    ("start_ms", "create committed → the run's first model call"),
+    ("model_ms", "a model call (the fake LLM adds the latency)"),
     ("step_gap_ms", "step: model reply → next model call"),
     ("step_store_ms", "  of it awaiting the store (commits, fsync, queue)"),
     ("step_other_ms", "  of it engine work and loop turns"),
+    ("settle_ms", "the end: the run's last writes and its terminal commit"),
     ("write_queue_ms", "a write's wait behind other writes"),
     ("batch_ms", "a transaction, all of it"),
     ("fsync_ms", "  of it the COMMIT (fsync)"),
