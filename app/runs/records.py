@@ -361,6 +361,11 @@ class RunRecord(BaseModel):
     """A fork's origin: the run and step whose conversation it started from."""
 
 
+def wire_ts(ts: float) -> str:
+    """An event's time as the wire gives it: ISO 8601, UTC, to the millisecond."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One entry of a run's append-only event log. `seq` is 1, 2, 3 … with no gaps."""
@@ -371,6 +376,9 @@ class Event:
     ts: float
     step: int
     data: dict[str, Any] = field(default_factory=dict)
+    raw: str | None = field(default=None, compare=False, repr=False)
+    """`data` as the store keeps it (compact JSON), when the event was read from it: the SSE
+    frame is made from it (`app.api.routes.events.sse_frames`) instead of a second encoding."""
 
     @property
     def terminal(self) -> bool:
@@ -382,7 +390,7 @@ class Event:
             "run_id": self.run_id,
             "seq": self.seq,
             "type": self.type,
-            "ts": datetime.fromtimestamp(self.ts, UTC).isoformat(timespec="milliseconds"),
+            "ts": wire_ts(self.ts),
             "step": self.step,
             **self.data,
         }

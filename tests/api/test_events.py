@@ -14,6 +14,7 @@ from sse_starlette import ServerSentEvent
 from app.api.routes.events import sse_frames
 from app.engine.events import EventType
 from app.runs.records import Event
+from app.runs.stores.events import encode, stored
 from tests.api.kit import (
     TERMINAL_EVENTS,
     assert_sequential,
@@ -247,7 +248,9 @@ def test_sse_frames_of_a_batch_are_the_frames_of_each_event_one_after_the_other(
     one_by_one = b"".join(
         ServerSentEvent(
             # U+2028 as its JSON escape: Python's line readers split on it (LINE_BREAKS)
-            data=json.dumps(e.to_dict(), ensure_ascii=False).replace("\u2028", "\\u2028"),
+            data=json.dumps(e.to_dict(), ensure_ascii=False, separators=(",", ":")).replace(
+                "\u2028", "\\u2028"
+            ),
             event=e.type,
             id=str(e.seq),
         ).encode()
@@ -256,3 +259,32 @@ def test_sse_frames_of_a_batch_are_the_frames_of_each_event_one_after_the_other(
     assert sse_frames(batch) == one_by_one
     assert sse_frames(batch).count(b"\r\n\r\n") == 2  # one data line each: JSON escapes breaks
     assert len(sse_frames(batch).decode().splitlines()) == 8  # even to str.splitlines
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"text": "plain", "n": 1.5, "big": 10**20, "none": None, "list": [1, "a", {"b": []}]},
+        {"text": 'tab\tquote"back\\slash\nline\u000bvt'},  # escaped ASCII: as stored
+        {"text": "中文 é \u2028 \x85 😀"},  # non-ASCII: stored escaped, sent as itself
+        {"text": "lone \ud800 surrogate"},  # sent as U+FFFD
+        {"step": 9, "text": "a payload field named as an envelope field wins, in its place"},
+        {"nan": float("nan"), "inf": float("-inf")},
+    ],
+)
+def test_an_events_frame_made_from_the_stored_json_is_the_frame_made_from_its_data(
+    data: dict[str, Any],
+) -> None:
+    """The frame reuses the store's JSON of the payload when it can (issue #42): the bytes are
+    the same as encoding the event again."""
+    raw = encode(data)
+    from_store = stored("run_1", 3, EventType.OBSERVATION, 1733333333.123456, 2, raw)
+    assert from_store.raw == raw
+    again = Event("run_1", 3, EventType.OBSERVATION, 1733333333.123456, 2, json.loads(raw))
+    assert again.raw is None
+    assert sse_frames([from_store]) == sse_frames([again])
+    (line,) = [x for x in sse_frames([from_store]).decode().split("\r\n") if x.startswith("data")]
+    sent = json.loads(line.removeprefix("data: "))
+    assert list(sent)[:5] == ["run_id", "seq", "type", "ts", "step"]
+    assert sent["seq"] == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,7 +19,7 @@ from app.api.schemas import EventPage
 from app.api.sse import EventStream
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
-from app.runs.records import Event, RunRecord
+from app.runs.records import Event, RunRecord, wire_ts
 from app.settings import Settings
 
 router = APIRouter(tags=["events"])
@@ -66,14 +67,38 @@ def _escaped(found: re.Match[str]) -> str:
 
 def sse_frames(events: list[Event]) -> bytes:
     """The SSE frames of `events`, as one chunk: `id` (the seq), `event` (the type) and one
-    `data` line (JSON escapes every line break, `LINE_BREAKS` included: found only inside
-    its strings, so escaped the value is the same), each frame ended by a blank line."""
-    text = "".join(
-        f"id: {e.seq}\r\nevent: {e.type}\r\n"
-        f"data: {json.dumps(e.to_dict(), ensure_ascii=False)}\r\n\r\n"
-        for e in events
-    )
+    `data` line (compact JSON, which escapes every line break, `LINE_BREAKS` included: found
+    only inside its strings, so escaped the value is the same), each frame ended by a blank
+    line."""
+    text = "".join(f"id: {e.seq}\r\nevent: {e.type}\r\ndata: {_data(e)}\r\n\r\n" for e in events)
     return utf8(LINE_BREAKS.sub(_escaped, text))
+
+
+ENVELOPE = frozenset(("run_id", "seq", "type", "ts", "step"))
+"""The wire form's fields before the payload's (`Event.to_dict`)."""
+
+
+def _data(event: Event) -> str:
+    """`event.to_dict()` as compact JSON. When the store's JSON of the payload is at hand,
+    plain ASCII with no escape a second encoding would write otherwise (`ensure_ascii=False`
+    writes non-ASCII text as itself), the envelope is put before it as is: the same text,
+    without encoding the payload again (issue #42)."""
+    raw = event.raw
+    if raw is None or not raw.isascii() or "\\u" in raw or not ENVELOPE.isdisjoint(event.data):
+        return _DUMPS(event.to_dict())
+    envelope = (
+        f'{{"run_id":{_quoted(event.run_id)},"seq":{event.seq},"type":"{event.type.value}",'
+        f'"ts":"{wire_ts(event.ts)}","step":{event.step}'
+    )
+    return f"{envelope}}}" if raw == "{}" else f"{envelope},{raw[1:]}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _quoted(run_id: str) -> str:
+    return _DUMPS(run_id)
+
+
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def event_stream(

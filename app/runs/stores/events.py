@@ -20,4 +20,4 @@ def encode(data: dict[str, Any]) -> str:
 
 def stored(run_id: str, seq: int, type: str, ts: float, step: int, payload: str) -> Event:
     """The event as a replay reads it back."""
-    return Event(run_id, seq, EventType(type), ts, step, json.loads(payload))
+    return Event(run_id, seq, EventType(type), ts, step, json.loads(payload), payload)

@@ -331,7 +331,7 @@ async def read_events(conn: Conn, run_id: str, after: int, limit: int) -> list[E
         (run_id, after, limit),
     )
     return [
-        Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
+        Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d), d)
         for seq, t, ts, step, d in await cur.fetchall()
     ]
 

@@ -46,6 +46,7 @@ def event_from_entry(run_id: str, entry_id: str, fields: dict[str, str]) -> Even
         float(fields["ts"]),
         int(fields["s"]),
         json.loads(fields["d"]),
+        fields["d"],
     )
 
 

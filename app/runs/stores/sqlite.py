@@ -331,7 +331,7 @@ class SqliteRunStore(SqliteSummaries):
         )
         rows = await self._read(_query(sql, (run_id, after, limit)))
         return [
-            Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d))
+            Event(run_id, seq, _EVENT_TYPES[t], ts, step, json.loads(d), d)
             for seq, t, ts, step, d in rows
         ]
 
