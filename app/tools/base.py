@@ -30,6 +30,7 @@ from app.engine.errors import ToolError
 from app.engine.paths import field_path
 from app.engine.ports import ToolContext
 from app.tools.patterns import pattern_problem
+from app.tools.plainschema import Fit, plain_fit
 from app.tools.schemaguard import local_registry, reference_problem
 from app.tools.validator import metaschema_formats, schema_validator
 
@@ -64,6 +65,8 @@ class CompiledSchema:
     """None for a valid schema, else " at 'where': what"."""
     validator: Validator | None
     """None when `problem` is set."""
+    fits: Fit | None = None
+    """The quick yes of a plain schema (`app.tools.plainschema`), asked before `validator`."""
 
 
 _COMPILED: OrderedDict[str, CompiledSchema] = OrderedDict()
@@ -128,7 +131,7 @@ def _compile(schema: dict[str, Any]) -> CompiledSchema:
     if problem is not None:
         return CompiledSchema(schema, _shorten(problem), None)
     validator = schema_validator()(schema, registry=local_registry())
-    return CompiledSchema(schema, None, validator)
+    return CompiledSchema(schema, None, validator, plain_fit(schema))
 
 
 class SchemaTool(ABC):
@@ -162,10 +165,12 @@ class SchemaTool(ABC):
         self.description = description
         self.idempotent = idempotent
         self._validator: Validator | None = None
+        self._fits: Fit | None = None
         if builtin and not isinstance(parameters, CompiledSchema):
             self.parameters = parameters
             return
-        self._validator = self._compiled(parameters).validator
+        compiled = self._compiled(parameters)
+        self._validator, self._fits = compiled.validator, compiled.fits
 
     def _compiled(self, parameters: Mapping[str, Any] | CompiledSchema) -> CompiledSchema:
         compiled = (
@@ -185,8 +190,12 @@ class SchemaTool(ABC):
 
         validator = self._validator
         if validator is None:  # a built-in tool's first call
-            validator = self._validator = self._compiled(self.parameters).validator
+            compiled = self._compiled(self.parameters)
+            validator, self._fits = compiled.validator, compiled.fits
             assert validator is not None  # (_compiled raised otherwise)
+            self._validator = validator
+        if self._fits is not None and self._fits(arguments):
+            return None
         try:
             error = best_match(validator.iter_errors(arguments))
         except RecursionError:  # (parsed arguments nest at most 64 deep: app.engine.jsontext)
