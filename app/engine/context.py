@@ -21,6 +21,7 @@ from app.engine.ports import (
     ResumableModel,
     Tool,
     ToolContext,
+    resumable,
 )
 from app.engine.prompts import Prompts
 from app.engine.state import RunState
@@ -61,7 +62,7 @@ class RunContext:
     """`model`, when it has state of its own for the checkpoints to carry (else None)."""
 
     def __post_init__(self) -> None:
-        self.resumable = self.model if isinstance(self.model, ResumableModel) else None
+        self.resumable = resumable(self.model)
 
     def enter_step(self) -> None:
         """The run's step, where its tools (`tool_ctx`) and its log lines read it."""

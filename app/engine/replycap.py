@@ -34,9 +34,9 @@ from app.engine.ports import (
     DeltaSink,
     Message,
     Reply,
-    ResumableModel,
     ToolCall,
     ToolSpec,
+    resumable,
 )
 from app.engine.prompts import Prompts
 from app.engine.truncate import truncate
@@ -94,7 +94,7 @@ class CappedModel:
         self.price = model.price
         self.max_chars = max_chars
         self.prompts = prompts
-        self._resumable = model if isinstance(model, ResumableModel) else None
+        self._resumable = resumable(model)
 
     def saved_state(self) -> dict[str, Any] | None:
         return self._resumable.saved_state() if self._resumable is not None else None

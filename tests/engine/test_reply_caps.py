@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.engine.loop import run_react
 from app.engine.policies import Limits, StopReason
+from app.engine.ports import ResumableModel, resumable
 from app.engine.prompts import EN
 from app.engine.replycap import CappedModel, cap_reply, cap_text
 from app.engine.specs import assistant_message, reply_of
@@ -79,3 +80,29 @@ async def test_streamed_text_stops_at_the_cap() -> None:
     assert "".join(streamed) == ("abcdefghij" * 300)[:1000]
     assert reply.content is not None
     assert reply.content.endswith(" of 3,000 characters.]")
+
+
+class _Stateless:
+    name = "stateless"
+    price = None
+
+    async def complete(self, *args: object, **kwargs: object) -> None: ...
+
+
+class _HalfResumable(_Stateless):
+    def saved_state(self) -> None: ...
+
+
+def test_a_capped_model_is_resumable_exactly_as_the_runtime_protocol_says() -> None:
+    """`resumable` (the protocol's check without its cost, issue #42) agrees with
+    `isinstance(…, ResumableModel)`: a scripted model keeps its place through the cap."""
+    for model in (ScriptedModel([says("hi")]), _Stateless(), _HalfResumable()):
+        expected = model if isinstance(model, ResumableModel) else None
+        assert resumable(model) is expected
+        capped = CappedModel(model, 100, EN)  # type: ignore[arg-type]
+        assert capped._resumable is expected
+    scripted = ScriptedModel([says("one"), says("two")])
+    capped = CappedModel(scripted, 100, EN)
+    assert capped.saved_state() == scripted.saved_state()
+    assert resumable(_Stateless()) is None
+    assert resumable(_HalfResumable()) is None
