@@ -83,18 +83,19 @@ def _property_fit(schema: Any) -> Callable[[Any], bool] | None:
     if not isinstance(schema, dict) or not PROPERTY_KEYWORDS.issuperset(schema):
         return None
     kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind]
-    if not kinds or not all(isinstance(k, str) and k in TYPES for k in kinds):
+    kinds: list[Any] = kind if isinstance(kind, list) else [kind]
+    typed = [TYPES.get(k) if isinstance(k, str) else None for k in kinds]
+    if not typed or None in typed:
         return None
-    typed = [TYPES[k] for k in kinds]
     enum = schema.get("enum")
     if enum is not None and not (isinstance(enum, list) and all(isinstance(e, str) for e in enum)):
         return None  # (jsonschema's equality of 1, 1.0 and True: left to it)
+    checks = [t for t in typed if t is not None]
     low, high = schema.get("minLength", 0), schema.get("maxLength")
     allowed = frozenset(enum) if enum is not None else None
 
     def fits(value: Any) -> bool:
-        if not any(t(value) for t in typed):
+        if not any(t(value) for t in checks):
             return False
         if isinstance(value, str):
             if len(value) < low or (high is not None and len(value) > high):
