@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -13,7 +14,7 @@ from sse_starlette import ServerSentEvent
 
 from app.api.routes.events import sse_frames
 from app.engine.events import EventType
-from app.runs.records import Event
+from app.runs.records import Event, wire_ts
 from app.runs.stores.events import encode, stored
 from tests.api.kit import (
     TERMINAL_EVENTS,
@@ -288,3 +289,34 @@ def test_an_events_frame_made_from_the_stored_json_is_the_frame_made_from_its_da
     sent = json.loads(line.removeprefix("data: "))
     assert list(sent)[:5] == ["run_id", "seq", "type", "ts", "step"]
     assert sent["seq"] == 3
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        0.0,
+        1.5,
+        1733333333.0,
+        1733333333.123456,
+        1733333333.9994999,
+        1733333333.9995,
+        1733333333.9999995,  # rounds up into the next second
+        1733333333.0004999,
+        1733333399.999,
+        253402300799.999,  # 9999-12-31T23:59:59.999
+        -1.25,
+    ],
+)
+def test_an_events_time_on_the_wire_is_datetimes_iso_form_to_the_millisecond(ts: float) -> None:
+    expected = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    assert wire_ts(ts) == expected
+    assert wire_ts(ts) == expected  # its second's text remembered
+
+
+def test_every_millisecond_of_a_second_and_its_edges_read_as_datetime_reads_them() -> None:
+    base = 1764806400  # 2025-12-04T00:00:00Z
+    for micros in [*range(0, 1_000_000, 997), 999_499, 999_500, 999_999]:
+        for ts in (base + micros / 1e6, base + 1 + micros / 1e6):
+            assert wire_ts(ts) == datetime.fromtimestamp(ts, UTC).isoformat(
+                timespec="milliseconds"
+            ), ts

@@ -70,27 +70,35 @@ def sse_frames(events: list[Event]) -> bytes:
     `data` line (compact JSON, which escapes every line break, `LINE_BREAKS` included: found
     only inside its strings, so escaped the value is the same), each frame ended by a blank
     line."""
-    text = "".join(f"id: {e.seq}\r\nevent: {e.type}\r\ndata: {_data(e)}\r\n\r\n" for e in events)
-    return utf8(LINE_BREAKS.sub(_escaped, text))
+    return b"".join([_frame(e) for e in events])
 
 
 ENVELOPE = frozenset(("run_id", "seq", "type", "ts", "step"))
 """The wire form's fields before the payload's (`Event.to_dict`)."""
 
 
-def _data(event: Event) -> str:
-    """`event.to_dict()` as compact JSON. When the store's JSON of the payload is at hand,
-    plain ASCII with no escape a second encoding would write otherwise (`ensure_ascii=False`
-    writes non-ASCII text as itself), the envelope is put before it as is: the same text,
-    without encoding the payload again (issue #42)."""
+def _frame(event: Event) -> bytes:
+    """The event's frame, its data `event.to_dict()` as compact JSON. When the store's JSON of
+    the payload is at hand, plain ASCII with no escape a second encoding would write otherwise
+    (`ensure_ascii=False` writes non-ASCII text as itself), the envelope is put before it as
+    is: the same text, without encoding the payload again, and no line break to escape
+    (issue #42)."""
     raw = event.raw
-    if raw is None or not raw.isascii() or "\\u" in raw or not ENVELOPE.isdisjoint(event.data):
-        return _DUMPS(event.to_dict())
+    head = f"id: {event.seq}\r\nevent: {event.type.value}\r\ndata: "
+    if (
+        raw is None
+        or not (raw.isascii() and event.run_id.isascii())
+        or "\\u" in raw
+        or not ENVELOPE.isdisjoint(event.data)
+    ):
+        text = f"{head}{_DUMPS(event.to_dict())}\r\n\r\n"
+        return utf8(LINE_BREAKS.sub(_escaped, text))
     envelope = (
-        f'{{"run_id":{_quoted(event.run_id)},"seq":{event.seq},"type":"{event.type.value}",'
-        f'"ts":"{wire_ts(event.ts)}","step":{event.step}'
+        f'{head}{{"run_id":{_quoted(event.run_id)},"seq":{event.seq},'
+        f'"type":"{event.type.value}","ts":"{wire_ts(event.ts)}","step":{event.step}'
     )
-    return f"{envelope}}}" if raw == "{}" else f"{envelope},{raw[1:]}"
+    tail = "}" if raw == "{}" else f",{raw[1:]}"
+    return f"{envelope}{tail}\r\n\r\n".encode()
 
 
 @functools.lru_cache(maxsize=1024)
