@@ -36,6 +36,7 @@ from app.api.routes import (
 )
 from app.api.schedule_runs import schedule_run_reader
 from app.assembly import RunAssembly
+from app.asynclib import asyncio_thread
 from app.engine.prompts import load_prompts
 from app.heap import served_heap
 from app.identity.bearer import open_authenticator
@@ -248,7 +249,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     interrupted_runs=len(interrupted),
                 )
                 try:
-                    with served_heap():
+                    with served_heap(), asyncio_thread():
                         yield {
                             "manager": manager,
                             "settings": settings,

@@ -32,6 +32,7 @@ import logging
 import os
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from app.asynclib import asyncio_thread
 from app.engine.loop import task_finished_spec
 from app.engine.ports import ChatModel, ToolContext, ToolSpec
 from app.engine.prompts import BUILTIN
@@ -132,10 +134,16 @@ def _ended(run: _Run, task: asyncio.Task[None], tasks: set[asyncio.Task[None]]) 
         run.emit("run.failed", 0, {"error": repr(task.exception())})
 
 
+@asynccontextmanager
+async def _asyncio_thread(app: FastAPI) -> AsyncIterator[None]:
+    with asyncio_thread():
+        yield
+
+
 def create_app() -> FastAPI:
     # no logging: finishline's client logs each call at DEBUG, which the floor filters out
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    app = FastAPI()
+    app = FastAPI(lifespan=_asyncio_thread)  # as the service's loop thread says (app.asynclib)
     runs: dict[str, _Run] = {}
     tasks: set[asyncio.Task[None]] = set()
     factory = ModelFactory(

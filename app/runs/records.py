@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import threading
 import time
@@ -26,6 +25,7 @@ from pydantic import (
 
 from app.engine.events import TERMINAL_EVENT_TYPES, EventType
 from app.engine.policies import Limits, StopReason
+from app.runs.follow.wiretime import wire_ts
 from app.runs.spec import RunRequest
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -360,25 +360,6 @@ class RunRecord(BaseModel):
     trace_id: str | None = None
     forked_from: ForkedFrom | None = None
     """A fork's origin: the run and step whose conversation it started from."""
-
-
-def wire_ts(ts: float) -> str:
-    """An event's time as the wire gives it: ISO 8601, UTC, to the millisecond; the text of
-    `datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")`, its second's part
-    made once a second (issue #42)."""
-    global _second
-    fraction, whole = math.modf(ts)
-    micros = round(fraction * 1e6)  # as datetime rounds it (half to even), then cut to ms
-    if micros >= 1_000_000 or micros < 0 or whole < 0:
-        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
-    second, text = _second
-    if whole != second:
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
-        _second = (whole, text)
-    return f"{text}.{micros // 1000:03d}+00:00"
-
-
-_second: tuple[float, str] = (-1.0, "")
 
 
 @dataclass(frozen=True, slots=True)

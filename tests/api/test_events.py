@@ -14,7 +14,8 @@ from sse_starlette import ServerSentEvent
 
 from app.api.routes.events import sse_frames
 from app.engine.events import EventType
-from app.runs.records import Event, wire_ts
+from app.runs.follow.wiretime import wire_ts
+from app.runs.records import Event
 from app.runs.stores.events import encode, stored
 from tests.api.kit import (
     TERMINAL_EVENTS,

@@ -17,9 +17,10 @@ from app.api.deps import EventCallerDep, manager_of, metrics_of, settings_of
 from app.api.errors import ApiError, ErrorBody
 from app.api.schemas import EventPage
 from app.api.sse import EventStream
+from app.runs.follow.wiretime import wire_ts
 from app.runs.manager import RunManager
 from app.runs.metrics import RunMetrics
-from app.runs.records import Event, RunRecord, wire_ts
+from app.runs.records import Event, RunRecord
 from app.settings import Settings
 
 router = APIRouter(tags=["events"])
