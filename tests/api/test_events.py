@@ -321,3 +321,14 @@ def test_every_millisecond_of_a_second_and_its_edges_read_as_datetime_reads_them
             assert wire_ts(ts) == datetime.fromtimestamp(ts, UTC).isoformat(
                 timespec="milliseconds"
             ), ts
+
+
+def test_stored_json_with_raw_non_ascii_text_is_encoded_again() -> None:
+    """JSON another writer kept with its text as itself (a line break JSON leaves alone, a
+    lone surrogate) is not put on the wire as is: the frame escapes and replaces as always."""
+    for text in ("a\u2028b", "c\x85d", "lone \ud800"):
+        raw = json.dumps({"text": text}, ensure_ascii=False, separators=(",", ":"))
+        kept = Event("run_1", 1, EventType.THOUGHT, 1.5, 1, json.loads(raw), raw)
+        again = Event("run_1", 1, EventType.THOUGHT, 1.5, 1, json.loads(raw))
+        assert sse_frames([kept]) == sse_frames([again])
+        assert len(sse_frames([kept]).decode().splitlines()) == 4
